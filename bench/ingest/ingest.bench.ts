@@ -1,0 +1,590 @@
+/**
+ * Ingest benchmark (`npm run bench:ingest`): drives the HTTP → ingest →
+ * storage path of a real Eventide process and, in the same run, a bare uWS
+ * server that only JSON.parses (the ceiling), with the same closed-loop load
+ * generator, and compares them connection count by connection count. Then it
+ * stops Eventide with SIGTERM and weighs what the events cost on disk.
+ *
+ * Estimate: a 1 000-event batch body is ~235 KB; JSON.parse runs at ~300 MB/s
+ * per core, so parsing alone allows ~1.3 k batches/s ≈ 1.3 M events/s per
+ * core and the ceiling, which also copies and frames, lands at ~650 k events/s.
+ * Eventide validates each event (~1 µs), encodes it into the WAL (~1 µs) and
+ * fsyncs per group commit (~1–5 ms, shared by all batches in flight), so with
+ * 2 cores (one of them taken by the load generator) expect ~250–400 k
+ * events/s, 40–60 % of the ceiling. A single event costs the ceiling ~11 µs
+ * (~89 k requests/s); Eventide adds validation and a group-commit wait, so
+ * expect ~30–60 k requests/s with latency set by the fsync cadence (~1–5 ms).
+ * On disk, columns with dictionary-coded strings and delta-coded timestamps
+ * should hold an event in ~20–50 B against ~235 B of JSON: ≤ 25 %.
+ *
+ * Runs are interleaved (each repeat visits every scenario and both servers)
+ * and the median of the repeats is reported, because this machine is noisy.
+ */
+import { spawn, type ChildProcess } from "node:child_process";
+import { existsSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, lstatSync, rmSync, writeFileSync } from "node:fs";
+import { availableParallelism, cpus, tmpdir, totalmem } from "node:os";
+import { dirname, join, resolve } from "node:path";
+import { createInterface } from "node:readline";
+import { parseArgs } from "node:util";
+import { buildBatchBodies, buildSingleBodies, type BodySet } from "../fixtures/events.js";
+import { spawnLoad, type LoadReport } from "../load/http-load.js";
+
+const repositoryRoot = resolve(import.meta.dirname, "..", "..", "..");
+const eventideMain = join(repositoryRoot, "dist", "src", "main.js");
+const ceilingMain = join(repositoryRoot, "dist", "bench", "ingest", "ceiling-server.js");
+
+type ScenarioName = "batch" | "single";
+type TargetName = "eventide" | "ceiling";
+
+interface Options {
+  durationSeconds: number;
+  warmupSeconds: number;
+  repeats: number;
+  connectionsBatch: number[];
+  connectionsSingle: number[];
+  seed: number;
+  out: string;
+  loadProcesses: number;
+  targets: TargetName[];
+  batchBodyCount: number;
+  singleBodyCount: number;
+  settleMs: number;
+  keepData: boolean;
+}
+
+function parseOptions(): Options {
+  const { values } = parseArgs({
+    options: {
+      "duration-seconds": { type: "string", default: "5" },
+      "warmup-seconds": { type: "string", default: "1" },
+      repeats: { type: "string", default: "3" },
+      "connections-batch": { type: "string", default: "4,16,64" },
+      "connections-single": { type: "string", default: "16,64,256" },
+      seed: { type: "string", default: "1" },
+      out: { type: "string", default: "bench/results/ingest-latest.json" },
+      "load-processes": { type: "string", default: "1" },
+      targets: { type: "string", default: "eventide,ceiling" },
+      "batch-bodies": { type: "string", default: "16" },
+      "single-bodies": { type: "string", default: "4096" },
+      "settle-ms": { type: "string", default: "300" },
+      "keep-data": { type: "boolean", default: false },
+      help: { type: "boolean", default: false },
+    },
+  });
+  if (values.help) {
+    process.stdout.write(
+      "npm run bench:ingest -- [--duration-seconds 5] [--warmup-seconds 1] [--repeats 3] [--connections-batch 4,16,64]\n" +
+        "  [--connections-single 16,64,256] [--seed 1] [--out bench/results/ingest-latest.json] [--load-processes 1]\n" +
+        "  [--targets eventide,ceiling] [--batch-bodies 16] [--single-bodies 4096] [--settle-ms 300] [--keep-data]\n",
+    );
+    process.exit(0);
+  }
+  const positive = (name: string, raw: string): number => {
+    const value = Number(raw);
+    if (!(value > 0) || !Number.isFinite(value)) throw new Error(`--${name} must be a positive number, got ${raw}`);
+    return value;
+  };
+  const list = (name: string, raw: string): number[] => (raw === "" ? [] : raw.split(",").map((part) => Math.round(positive(name, part.trim()))));
+  const targets = values.targets.split(",").map((part) => part.trim());
+  for (const target of targets) if (target !== "eventide" && target !== "ceiling") throw new Error(`--targets: unknown target ${target}`);
+  return {
+    durationSeconds: positive("duration-seconds", values["duration-seconds"]),
+    warmupSeconds: Number(values["warmup-seconds"]),
+    repeats: Math.round(positive("repeats", values.repeats)),
+    connectionsBatch: list("connections-batch", values["connections-batch"]),
+    connectionsSingle: list("connections-single", values["connections-single"]),
+    seed: Math.round(Number(values.seed)),
+    out: resolve(values.out),
+    loadProcesses: Math.round(positive("load-processes", values["load-processes"])),
+    targets: targets as TargetName[],
+    batchBodyCount: Math.round(positive("batch-bodies", values["batch-bodies"])),
+    singleBodyCount: Math.round(positive("single-bodies", values["single-bodies"])),
+    settleMs: Number(values["settle-ms"]),
+    keepData: values["keep-data"],
+  };
+}
+
+// ---------------------------------------------------------------------------
+// Server processes.
+
+interface ServerProcess {
+  child: ChildProcess;
+  lines: string[];
+  stderr: () => string;
+  exited: Promise<number | null>;
+}
+
+const startedChildren = new Set<ChildProcess>();
+process.on("exit", () => {
+  for (const child of startedChildren) if (child.exitCode === null && child.signalCode === null) child.kill("SIGKILL");
+});
+
+function startProcess(script: string, env: Record<string, string>): ServerProcess {
+  const child = spawn(process.execPath, [script], { cwd: repositoryRoot, env: { ...process.env, ...env }, stdio: ["ignore", "pipe", "pipe"] });
+  startedChildren.add(child);
+  let stderrText = "";
+  child.stderr!.setEncoding("utf8");
+  child.stderr!.on("data", (chunk: string) => {
+    stderrText = (stderrText + chunk).slice(-65_536);
+  });
+  const lines: string[] = [];
+  createInterface({ input: child.stdout! }).on("line", (line) => lines.push(line));
+  const exited = new Promise<number | null>((resolveExit) =>
+    child.once("exit", (code) => {
+      startedChildren.delete(child);
+      resolveExit(code);
+    }),
+  );
+  return { child, lines, stderr: () => stderrText, exited };
+}
+
+/** Waits until the process has printed a JSON line with `event === wanted`, returning every JSON line seen. */
+async function waitForEvent(server: ServerProcess, wanted: string, timeoutMs: number, name: string): Promise<Record<string, unknown>[]> {
+  const deadline = Date.now() + timeoutMs;
+  for (;;) {
+    const parsed: Record<string, unknown>[] = [];
+    for (const line of server.lines) {
+      try {
+        const value: unknown = JSON.parse(line);
+        if (value !== null && typeof value === "object") parsed.push(value as Record<string, unknown>);
+      } catch {
+        // Not every stdout line need be JSON.
+      }
+    }
+    if (parsed.some((value) => value.event === wanted)) return parsed;
+    if (server.child.exitCode !== null || server.child.signalCode !== null) {
+      throw new Error(`${name} exited (${server.child.exitCode ?? server.child.signalCode}) before printing ${wanted}; stderr:\n${server.stderr()}`);
+    }
+    if (Date.now() > deadline) throw new Error(`${name} did not print ${wanted} within ${timeoutMs} ms; stdout:\n${server.lines.join("\n")}\nstderr:\n${server.stderr()}`);
+    await sleep(50);
+  }
+}
+
+function sleep(milliseconds: number): Promise<void> {
+  return new Promise((resolveSleep) => setTimeout(resolveSleep, milliseconds));
+}
+
+/** utime + stime of every thread of a process, in milliseconds (Linux /proc). */
+function processCpuMs(pid: number): number {
+  try {
+    const stat = readFileSync(`/proc/${pid}/stat`, "latin1");
+    const fields = stat.slice(stat.lastIndexOf(")") + 2).split(" ");
+    // Fields 14 and 15 of stat; after the ")" the list starts at field 3.
+    return ((Number(fields[11]) + Number(fields[12])) * 1000) / 100;
+  } catch {
+    return Number.NaN;
+  }
+}
+
+/** Busy CPU time of the whole machine in milliseconds, all cores (Linux /proc/stat), to see how much others used. */
+function machineBusyCpuMs(): number {
+  try {
+    const fields = readFileSync("/proc/stat", "latin1").split("\n", 1)[0].trim().split(/\s+/).slice(1).map(Number);
+    // user nice system idle iowait irq softirq steal …: busy is everything but idle and iowait.
+    const total = fields.slice(0, 8).reduce((sum, value) => sum + value, 0);
+    return ((total - fields[3] - fields[4]) * 1000) / 100;
+  } catch {
+    return Number.NaN;
+  }
+}
+
+function statusKilobytes(pid: number, field: string): number {
+  try {
+    const match = new RegExp(`^${field}:\\s+(\\d+) kB`, "m").exec(readFileSync(`/proc/${pid}/status`, "latin1"));
+    return match ? Number(match[1]) : Number.NaN;
+  } catch {
+    return Number.NaN;
+  }
+}
+
+function directoryBytes(root: string): { apparentBytes: number; allocatedBytes: number; files: number } {
+  let apparentBytes = 0;
+  let allocatedBytes = 0;
+  let files = 0;
+  const stack = [root];
+  while (stack.length > 0) {
+    const directory = stack.pop()!;
+    for (const entry of readdirSync(directory, { withFileTypes: true })) {
+      const path = join(directory, entry.name);
+      if (entry.isDirectory()) {
+        stack.push(path);
+        continue;
+      }
+      const stats = lstatSync(path);
+      apparentBytes += stats.size;
+      allocatedBytes += stats.blocks * 512;
+      files += 1;
+    }
+  }
+  return { apparentBytes, allocatedBytes, files };
+}
+
+// ---------------------------------------------------------------------------
+// Runs.
+
+interface RunResult {
+  repeat: number;
+  scenario: ScenarioName;
+  target: TargetName;
+  connections: number;
+  report: LoadReport;
+  /** Server CPU over the measurement window, percent of one core (all threads). */
+  serverCpuPercent: number;
+  /** CPU used by neither the server nor the load generator (other processes, the kernel's softirqs), percent of one core. */
+  otherCpuPercent: number;
+}
+
+function median(values: readonly number[]): number {
+  const finite = values.filter((value) => Number.isFinite(value)).sort((left, right) => left - right);
+  if (finite.length === 0) return Number.NaN;
+  const middle = finite.length >> 1;
+  return finite.length % 2 === 1 ? finite[middle] : (finite[middle - 1] + finite[middle]) / 2;
+}
+
+function formatRate(value: number): string {
+  if (!Number.isFinite(value)) return "–";
+  if (value >= 10_000) return `${(value / 1000).toFixed(0)} k`;
+  if (value >= 1000) return `${(value / 1000).toFixed(1)} k`;
+  return value.toFixed(0);
+}
+
+function formatMs(value: number): string {
+  if (!Number.isFinite(value)) return "–";
+  return value >= 100 ? value.toFixed(0) : value >= 10 ? value.toFixed(1) : value.toFixed(2);
+}
+
+function formatTable(header: string[], rows: string[][]): string {
+  const widths = header.map((cell, column) => Math.max(cell.length, ...rows.map((row) => row[column].length)));
+  const line = (cells: string[]) => cells.map((cell, column) => (column < 2 ? cell.padEnd(widths[column]) : cell.padStart(widths[column]))).join("  ");
+  return [line(header), widths.map((width) => "-".repeat(width)).join("  "), ...rows.map(line)].join("\n");
+}
+
+async function main(): Promise<void> {
+  const options = parseOptions();
+  const startedAt = new Date();
+  const machine = {
+    cores: availableParallelism(),
+    cpuModel: cpus()[0]?.model ?? "unknown",
+    memoryGiB: Math.round((totalmem() / 2 ** 30) * 10) / 10,
+    node: process.version,
+  };
+  process.stdout.write(`machine: ${machine.cores} cores, ${machine.cpuModel}, ${machine.memoryGiB} GiB, Node ${machine.node}\n`);
+  const plannedRuns = options.repeats * (options.connectionsBatch.length + options.connectionsSingle.length) * options.targets.length;
+  const plannedSeconds = plannedRuns * (options.durationSeconds + options.warmupSeconds + 0.6 + options.settleMs / 1000);
+  process.stdout.write(
+    `plan: ${plannedRuns} runs of ${options.warmupSeconds}+${options.durationSeconds} s (${options.repeats} repeats), ~${Math.ceil(plannedSeconds / 60)} min; ` +
+      `load generator: ${options.loadProcesses} process(es)\n`,
+  );
+
+  const workDirectory = mkdtempSync(join(tmpdir(), "eventide-bench-ingest-"));
+  const dataDirectory = join(workDirectory, "data");
+  mkdirSync(dataDirectory);
+  const runEventide = options.targets.includes("eventide");
+  const runCeiling = options.targets.includes("ceiling");
+
+  let eventide: ServerProcess | null = null;
+  let eventideIngestUrl = "";
+  let apiKey = "bench-ceiling-key-000000000000000";
+  if (runEventide) {
+    if (!existsSync(eventideMain)) throw new Error(`${eventideMain} is missing: run npm run build first`);
+    eventide = startProcess(eventideMain, {
+      EVENTIDE_QUERY_PORT: "0",
+      EVENTIDE_INGEST_PORT: "0",
+      EVENTIDE_HOST: "127.0.0.1",
+      EVENTIDE_DATA_DIR: dataDirectory,
+    });
+    const lines = await waitForEvent(eventide, "listening", 30_000, "eventide");
+    const created = lines.find((line) => line.event === "workspace-created");
+    const listening = lines.find((line) => line.event === "listening")!;
+    if (created === undefined || typeof created.apiKey !== "string") throw new Error(`eventide printed no workspace-created line with an apiKey: ${JSON.stringify(lines)}`);
+    apiKey = created.apiKey;
+    eventideIngestUrl = String(listening.ingestUrl).replace(/\/$/, "");
+    process.stdout.write(`eventide: pid ${eventide.child.pid}, ingest ${eventideIngestUrl}, data ${dataDirectory}\n`);
+  }
+  let ceiling: ServerProcess | null = null;
+  let ceilingUrl = "";
+  if (runCeiling) {
+    ceiling = startProcess(ceilingMain, {});
+    const lines = await waitForEvent(ceiling, "listening", 10_000, "ceiling server");
+    ceilingUrl = `http://127.0.0.1:${Number(lines.find((line) => line.event === "listening")!.port)}`;
+    process.stdout.write(`ceiling: pid ${ceiling.child.pid}, ${ceilingUrl}\n`);
+  }
+
+  // Bodies: built once from the seed, written to files the generator processes read.
+  // Timestamps end at the start of the current hour so a rerun within the hour sends the same bytes.
+  const endTimeMs = Math.floor(Date.now() / 3_600_000) * 3_600_000;
+  const bodySets: Record<ScenarioName, BodySet> = {
+    batch: buildBatchBodies({ seed: options.seed, apiKey, bodyCount: options.batchBodyCount, endTimeMs }),
+    single: buildSingleBodies({ seed: options.seed + 1, apiKey, bodyCount: options.singleBodyCount, endTimeMs }),
+  };
+  const bodyFiles: Record<ScenarioName, string> = { batch: join(workDirectory, "batch.ndjson"), single: join(workDirectory, "single.ndjson") };
+  for (const scenario of ["batch", "single"] as const) {
+    writeFileSync(bodyFiles[scenario], Buffer.concat(bodySets[scenario].bodies.flatMap((body) => [body, Buffer.from("\n")])));
+  }
+  const paths: Record<ScenarioName, string> = { batch: "/ingest/batch", single: "/ingest" };
+  process.stdout.write(
+    `bodies: ${bodySets.batch.bodies.length} batch bodies of ${bodySets.batch.eventsPerBody} events (${(bodySets.batch.bodies[0].length / 1024).toFixed(0)} KiB, ` +
+      `${bodySets.batch.bytesPerEvent.toFixed(0)} B/event), ${bodySets.single.bodies.length} single bodies (${bodySets.single.bytesPerEvent.toFixed(0)} B)\n`,
+  );
+
+  // One request by hand first, so a broken server fails here with its answer rather than as a table of errors.
+  const acknowledgedEvents: Record<ScenarioName, number> = { batch: 0, single: 0 };
+  if (runEventide) {
+    const response = await fetch(`${eventideIngestUrl}/ingest/batch`, { method: "POST", headers: { "content-type": "application/json" }, body: bodySets.batch.bodies[0] });
+    const text = await response.text();
+    let accepted = -1;
+    try {
+      accepted = Number((JSON.parse(text) as { accepted?: unknown }).accepted);
+    } catch {
+      // Reported below.
+    }
+    if (response.status !== 200 || accepted !== bodySets.batch.eventsPerBody) {
+      throw new Error(`eventide refused the first batch: ${response.status} ${text.slice(0, 500)}`);
+    }
+    acknowledgedEvents.batch += accepted;
+  }
+
+  const results: RunResult[] = [];
+  let uuidStamp = 1;
+  const scenarios: { scenario: ScenarioName; connections: number }[] = [
+    ...options.connectionsBatch.map((connections) => ({ scenario: "batch" as const, connections })),
+    ...options.connectionsSingle.map((connections) => ({ scenario: "single" as const, connections })),
+  ];
+  for (let repeat = 1; repeat <= options.repeats; repeat += 1) {
+    for (const { scenario, connections } of scenarios) {
+      // Alternate which server goes first, so a slow drift of the machine does not favour one.
+      const order: TargetName[] = repeat % 2 === 1 ? ["eventide", "ceiling"] : ["ceiling", "eventide"];
+      for (const target of order) {
+        const server = target === "eventide" ? eventide : ceiling;
+        if (server === null) continue;
+        const baseUrl = target === "eventide" ? eventideIngestUrl : ceilingUrl;
+        const pid = server.child.pid!;
+        let cpuStartMs = Number.NaN;
+        let cpuEndMs = Number.NaN;
+        let machineStartMs = Number.NaN;
+        let machineEndMs = Number.NaN;
+        const timers: NodeJS.Timeout[] = [];
+        const report = await spawnLoad({
+          url: `${baseUrl}${paths[scenario]}`,
+          bodiesFile: bodyFiles[scenario],
+          eventsPerBody: bodySets[scenario].eventsPerBody,
+          connections,
+          processes: options.loadProcesses,
+          warmupSeconds: options.warmupSeconds,
+          durationSeconds: options.durationSeconds,
+          restampUuids: true,
+          uuidStamp,
+          onStart: () => {
+            timers.push(
+              setTimeout(() => {
+                cpuStartMs = processCpuMs(pid);
+                machineStartMs = machineBusyCpuMs();
+              }, options.warmupSeconds * 1000),
+            );
+            timers.push(
+              setTimeout(() => {
+                cpuEndMs = processCpuMs(pid);
+                machineEndMs = machineBusyCpuMs();
+              }, (options.warmupSeconds + options.durationSeconds) * 1000),
+            );
+          },
+        });
+        for (const timer of timers) clearTimeout(timer);
+        uuidStamp += options.loadProcesses;
+        if (!Number.isFinite(cpuEndMs)) {
+          cpuEndMs = processCpuMs(pid);
+          machineEndMs = machineBusyCpuMs();
+        }
+        const windowMs = options.durationSeconds * 1000;
+        const serverCpuPercent = ((cpuEndMs - cpuStartMs) / windowMs) * 100;
+        const otherCpuPercent = Math.max(0, ((machineEndMs - machineStartMs) / windowMs) * 100 - serverCpuPercent - report.cpu.percentOfOneCore);
+        if (target === "eventide") acknowledgedEvents[scenario] += report.allOkEvents;
+        results.push({ repeat, scenario, target, connections, report, serverCpuPercent, otherCpuPercent });
+        const errors = report.requests - report.okResponses + report.socketErrors;
+        process.stdout.write(
+          `  repeat ${repeat} ${scenario.padEnd(6)} ${target.padEnd(8)} c=${String(connections).padStart(3)}: ` +
+            `${formatRate(report.eventsPerSecond)} events/s, ${formatRate(report.requestsPerSecond)} req/s, ` +
+            `p50 ${formatMs(report.latencyMs.p50)} ms, p99 ${formatMs(report.latencyMs.p99)} ms, ` +
+            `load ${report.cpu.percentOfOneCore.toFixed(0)} %, server ${serverCpuPercent.toFixed(0)} %, others ${otherCpuPercent.toFixed(0)} %` +
+            (errors > 0 ? `, ${errors} errors ${JSON.stringify(report.statusCounts)} ${JSON.stringify(report.sampleBodies).slice(0, 300)}` : "") +
+            "\n",
+        );
+        await sleep(options.settleMs);
+      }
+    }
+  }
+
+  // Stop Eventide gracefully and weigh the store.
+  let storage: Record<string, unknown> | null = null;
+  if (eventide !== null) {
+    const pid = eventide.child.pid!;
+    const peakRssKilobytes = statusKilobytes(pid, "VmHWM");
+    const rssKilobytes = statusKilobytes(pid, "VmRSS");
+    const stopStartMs = performance.now();
+    eventide.child.kill("SIGTERM");
+    const exitCode = await Promise.race([eventide.exited, sleep(30_000).then(() => "timeout" as const)]);
+    const stopMs = performance.now() - stopStartMs;
+    if (exitCode === "timeout") {
+      eventide.child.kill("SIGKILL");
+      await eventide.exited;
+    }
+    const disk = directoryBytes(dataDirectory);
+    const totalAcknowledged = acknowledgedEvents.batch + acknowledgedEvents.single;
+    const jsonBytes = acknowledgedEvents.batch * bodySets.batch.bytesPerEvent + acknowledgedEvents.single * bodySets.single.bytesPerEvent;
+    const jsonBytesPerEvent = totalAcknowledged > 0 ? jsonBytes / totalAcknowledged : Number.NaN;
+    const diskBytesPerEvent = totalAcknowledged > 0 ? disk.apparentBytes / totalAcknowledged : Number.NaN;
+    storage = {
+      exitCode: exitCode === "timeout" ? null : exitCode,
+      stopTimedOut: exitCode === "timeout",
+      stopMs,
+      peakRssMiB: peakRssKilobytes / 1024,
+      rssBeforeStopMiB: rssKilobytes / 1024,
+      acknowledgedEvents: { ...acknowledgedEvents, total: totalAcknowledged },
+      diskBytes: disk.apparentBytes,
+      diskAllocatedBytes: disk.allocatedBytes,
+      diskFiles: disk.files,
+      diskBytesPerEvent,
+      jsonBytesPerEvent,
+      jsonBytesPerEventByScenario: { batch: bodySets.batch.bytesPerEvent, single: bodySets.single.bytesPerEvent },
+      diskToJsonRatio: diskBytesPerEvent / jsonBytesPerEvent,
+      diskToJsonTarget: 0.25,
+    };
+  }
+  if (ceiling !== null) {
+    ceiling.child.kill("SIGTERM");
+    await ceiling.exited;
+  }
+
+  // Medians per scenario, target and connection count.
+  interface Row {
+    scenario: ScenarioName;
+    target: TargetName;
+    connections: number;
+    eventsPerSecond: number;
+    eventsPerSecondMin: number;
+    eventsPerSecondMax: number;
+    requestsPerSecond: number;
+    p50Ms: number;
+    p99Ms: number;
+    ratioToCeiling: number;
+    loadCpuPercent: number;
+    loadSaturatedRuns: number;
+    serverCpuPercent: number;
+    otherCpuPercent: number;
+    errorResponses: number;
+    statusCounts: Record<string, number>;
+  }
+  const rows: Row[] = [];
+  for (const { scenario, connections } of scenarios) {
+    for (const target of ["eventide", "ceiling"] as const) {
+      const runs = results.filter((run) => run.scenario === scenario && run.target === target && run.connections === connections);
+      if (runs.length === 0) continue;
+      const statusCounts: Record<string, number> = {};
+      for (const run of runs) for (const [status, count] of Object.entries(run.report.statusCounts)) statusCounts[status] = (statusCounts[status] ?? 0) + count;
+      const eventsPerSecond = runs.map((run) => run.report.eventsPerSecond);
+      rows.push({
+        scenario,
+        target,
+        connections,
+        eventsPerSecond: median(eventsPerSecond),
+        eventsPerSecondMin: Math.min(...eventsPerSecond),
+        eventsPerSecondMax: Math.max(...eventsPerSecond),
+        requestsPerSecond: median(runs.map((run) => run.report.requestsPerSecond)),
+        p50Ms: median(runs.map((run) => run.report.latencyMs.p50)),
+        p99Ms: median(runs.map((run) => run.report.latencyMs.p99)),
+        ratioToCeiling: Number.NaN,
+        loadCpuPercent: median(runs.map((run) => run.report.cpu.percentOfOneCore)),
+        loadSaturatedRuns: runs.filter((run) => run.report.saturated).length,
+        serverCpuPercent: median(runs.map((run) => run.serverCpuPercent)),
+        otherCpuPercent: median(runs.map((run) => run.otherCpuPercent)),
+        errorResponses: runs.reduce((total, run) => total + run.report.requests - run.report.okResponses + run.report.socketErrors, 0),
+        statusCounts,
+      });
+    }
+  }
+  for (const row of rows) {
+    const peer = rows.find((other) => other.target === "ceiling" && other.scenario === row.scenario && other.connections === row.connections);
+    if (peer !== undefined) row.ratioToCeiling = row.eventsPerSecond / peer.eventsPerSecond;
+  }
+
+  process.stdout.write(`\ningest, median of ${options.repeats} × ${options.durationSeconds} s (after ${options.warmupSeconds} s warm-up); ${machine.cores} cores, ${machine.cpuModel}\n`);
+  process.stdout.write(
+    `${formatTable(
+      ["scenario", "server", "conns", "events/s", "(min–max)", "req/s", "p50 ms", "p99 ms", "vs ceiling", "load CPU", "server CPU", "others", "errors"],
+      rows.map((row) => [
+        row.scenario,
+        row.target,
+        String(row.connections),
+        formatRate(row.eventsPerSecond),
+        `${formatRate(row.eventsPerSecondMin)}–${formatRate(row.eventsPerSecondMax)}`,
+        formatRate(row.requestsPerSecond),
+        formatMs(row.p50Ms),
+        formatMs(row.p99Ms),
+        Number.isFinite(row.ratioToCeiling) ? `${(row.ratioToCeiling * 100).toFixed(0)} %` : "–",
+        `${row.loadCpuPercent.toFixed(0)} %${row.loadSaturatedRuns > 0 ? "*" : ""}`,
+        `${row.serverCpuPercent.toFixed(0)} %`,
+        `${row.otherCpuPercent.toFixed(0)} %`,
+        String(row.errorResponses),
+      ]),
+    )}\n`,
+  );
+  process.stdout.write(
+    `CPU is percent of one core (${machine.cores} cores = ${machine.cores * 100} %); server CPU counts all of its threads; ` +
+      `"others" is what the rest of the machine used meanwhile (high values mean a noisy run).\n`,
+  );
+  if (rows.some((row) => row.loadSaturatedRuns > 0)) {
+    process.stdout.write(
+      `* the load generator used > 85 % of a core in some repeat: on rows where the server's CPU is also below its cores' worth, ` +
+        `the generator may have set the pace (try --load-processes 2).\n`,
+    );
+  } else {
+    process.stdout.write("The load generator stayed below 85 % of a core in every run.\n");
+  }
+  if (storage !== null) {
+    const ratio = storage.diskToJsonRatio as number;
+    process.stdout.write(
+      `\nstorage after SIGTERM (exit ${storage.exitCode ?? "timeout"}, ${(storage.stopMs as number).toFixed(0)} ms): ` +
+        `${((storage.diskBytes as number) / 2 ** 20).toFixed(1)} MiB in ${storage.diskFiles} files for ${(storage.acknowledgedEvents as { total: number }).total} acknowledged events\n` +
+        `  disk bytes/event ${(storage.diskBytesPerEvent as number).toFixed(1)} B, JSON bytes/event sent ${(storage.jsonBytesPerEvent as number).toFixed(1)} B, ` +
+        `ratio ${(ratio * 100).toFixed(1)} % (target ≤ 25 %: ${ratio <= 0.25 ? "met" : "NOT met"})\n` +
+        `  peak RSS (VmHWM before stop) ${(storage.peakRssMiB as number).toFixed(0)} MiB\n`,
+    );
+  }
+
+  const output = {
+    benchmark: "ingest",
+    startedAt: startedAt.toISOString(),
+    finishedAt: new Date().toISOString(),
+    machine,
+    options: { ...options, out: undefined },
+    bodies: {
+      batch: { count: bodySets.batch.bodies.length, eventsPerBody: bodySets.batch.eventsPerBody, bytesPerEvent: bodySets.batch.bytesPerEvent },
+      single: { count: bodySets.single.bodies.length, bytesPerEvent: bodySets.single.bytesPerEvent },
+    },
+    rows,
+    storage,
+    runs: results.map((run) => ({
+      ...run.report,
+      histogram: undefined,
+      repeat: run.repeat,
+      scenario: run.scenario,
+      target: run.target,
+      serverCpuPercent: run.serverCpuPercent,
+      otherCpuPercent: run.otherCpuPercent,
+    })),
+  };
+  const outDirectory = dirname(options.out);
+  mkdirSync(outDirectory, { recursive: true });
+  // Results are local to a machine: keep the default results folder out of git.
+  if (outDirectory === join(repositoryRoot, "bench", "results") && !existsSync(join(outDirectory, ".gitignore"))) writeFileSync(join(outDirectory, ".gitignore"), "*\n");
+  writeFileSync(options.out, `${JSON.stringify(output, null, 2)}\n`);
+  process.stdout.write(`\nwrote ${options.out}\n`);
+
+  if (!options.keepData) rmSync(workDirectory, { recursive: true, force: true });
+  else process.stdout.write(`kept ${workDirectory}\n`);
+}
+
+main().catch((error: unknown) => {
+  process.stderr.write(`bench:ingest failed: ${error instanceof Error ? (error.stack ?? error.message) : String(error)}\n`);
+  process.exit(1);
+});

@@ -1,0 +1,231 @@
+/**
+ * The registry's writer lock. Every change to `_registry.json` is a
+ * read-modify-write, and writers live in different processes (the server
+ * creating the `default` workspace, any number of `eventide` CLIs), so they are
+ * serialized by an exclusive lock file created with `open(…, "wx")`: the kernel
+ * lets exactly one creator win. Readers never take the lock; they rely on the
+ * atomic rename in registry.ts. Within one process, writers also queue in
+ * memory first, so they never poll the file against each other.
+ *
+ * A writer that dies holding the lock leaves the file behind, so the lock
+ * records its owner's pid, host and start time: a lock whose owner is gone is
+ * stale and is broken. A live owner is waited for, but only for a bounded time.
+ */
+import { randomBytes } from "node:crypto";
+import { open, readFile, stat, unlink, type FileHandle } from "node:fs/promises";
+import { hostname } from "node:os";
+import { setTimeout as sleep } from "node:timers/promises";
+
+import { registryLockPath } from "../storage/paths.js";
+import { RegistryError } from "./registry-error.js";
+
+/** A registry change takes milliseconds (one small write and two fsyncs); ten seconds of waiting means something is stuck. */
+export const registryLockWaitMsDefault = 10_000;
+/** The gap between tries grows from the first to the last value, with jitter so that waiters do not retry in lockstep. */
+const lockRetryDelayMsMin = 2;
+const lockRetryDelayMsMax = 50;
+/**
+ * A lock file is created empty and its owner is written just after, so an
+ * unreadable lock is only judged abandoned once it has been unreadable for this long.
+ */
+const unreadableLockStaleMs = 5_000;
+/** Breaking a stale lock takes a few milliseconds; a breaker's own lock this old was left by a crash. */
+const breakerLockStaleMs = 10_000;
+/** When this process started, to tell a lock written by an earlier process with the same pid (a restarted container). */
+const processStartedMs = Date.now() - process.uptime() * 1000;
+
+interface LockOwner {
+  pid: number;
+  host: string;
+  /** Tells this acquisition apart from any other, so a release never removes someone else's lock. */
+  nonce: string;
+  acquiredAt: string;
+}
+
+export interface RegistryLockOptions {
+  waitMs?: number;
+}
+
+/** Per lock path, the end of this process's queue of writers. */
+const inProcessQueues = new Map<string, Promise<void>>();
+
+/** Runs `work` while holding the registry lock of `dataDir` (which must exist). */
+export async function withRegistryLock<T>(dataDir: string, work: () => Promise<T>, options: RegistryLockOptions = {}): Promise<T> {
+  const lockPath = registryLockPath(dataDir);
+  return inProcessTurn(lockPath, async () => {
+    const owner = await acquire(lockPath, options.waitMs ?? registryLockWaitMsDefault);
+    try {
+      return await work();
+    } finally {
+      await release(lockPath, owner);
+    }
+  });
+}
+
+/**
+ * Writers of one process take turns in memory before touching the lock file.
+ * Besides saving polls, this means that while this process tries to acquire the
+ * file lock, no other holder in this process can exist.
+ */
+async function inProcessTurn<T>(key: string, work: () => Promise<T>): Promise<T> {
+  const previous = inProcessQueues.get(key) ?? Promise.resolve();
+  let finish!: () => void;
+  const turn = new Promise<void>((resolve) => {
+    finish = resolve;
+  });
+  const tail = previous.then(() => turn);
+  inProcessQueues.set(key, tail);
+  await previous;
+  try {
+    return await work();
+  } finally {
+    finish();
+    if (inProcessQueues.get(key) === tail) inProcessQueues.delete(key);
+  }
+}
+
+async function acquire(lockPath: string, waitMs: number): Promise<LockOwner> {
+  const owner: LockOwner = {
+    pid: process.pid,
+    host: hostname(),
+    nonce: randomBytes(12).toString("hex"),
+    acquiredAt: new Date().toISOString(),
+  };
+  const text = JSON.stringify(owner);
+  const deadlineMs = Date.now() + waitMs;
+  for (let attempt = 1; ; attempt += 1) {
+    try {
+      const handle = await open(lockPath, "wx", 0o600);
+      try {
+        await handle.writeFile(text, "utf8");
+      } finally {
+        await handle.close();
+      }
+      return owner;
+    } catch (error) {
+      if (errorCode(error) !== "EEXIST") throw error;
+    }
+    if (await breakIfStale(lockPath)) continue;
+    if (Date.now() >= deadlineMs) {
+      const holder = await readOwner(lockPath);
+      const holderText = holder ? `process ${holder.pid} on ${holder.host} since ${holder.acquiredAt}` : "another process";
+      throw new RegistryError(
+        "registry_locked",
+        `the registry is locked by ${holderText} (waited ${waitMs} ms); if no eventide process is running, delete ${lockPath}`,
+      );
+    }
+    const ceilingMs = Math.min(lockRetryDelayMsMax, lockRetryDelayMsMin * 2 ** Math.min(attempt, 6));
+    await sleep(lockRetryDelayMsMin + Math.random() * (ceilingMs - lockRetryDelayMsMin));
+  }
+}
+
+async function release(lockPath: string, owner: LockOwner): Promise<void> {
+  // Remove only our own lock: if it was (wrongly) broken, the file now belongs to someone else.
+  const current = await readOwner(lockPath);
+  if (current?.nonce !== owner.nonce) return;
+  await unlink(lockPath).catch((error: unknown) => {
+    if (errorCode(error) !== "ENOENT") throw error;
+  });
+}
+
+/**
+ * Removes the lock if its owner is gone; true when the caller should try again at once.
+ *
+ * Two waiters may judge the same lock stale. If one removed it and a third
+ * process took a fresh lock, a plain unlink by the other waiter would delete the
+ * fresh lock. So breakers first take a breaker lock, then judge again and
+ * unlink: a stale lock can only be removed by a breaker (its owner is gone), so
+ * while we hold the breaker lock the file we judged is the file we remove.
+ */
+async function breakIfStale(lockPath: string): Promise<boolean> {
+  if (!(await isStale(lockPath))) return false;
+  // paths.ts names the lock but not its breaker; the breaker sits beside it.
+  const breakerPath = `${lockPath}.break`;
+  let breaker: FileHandle;
+  try {
+    breaker = await open(breakerPath, "wx", 0o600);
+  } catch (error) {
+    if (errorCode(error) !== "EEXIST") throw error;
+    // Another breaker is at work; a breaker lock left by a crash is removed by age.
+    const stats = await stat(breakerPath).catch(() => undefined);
+    if (stats !== undefined && Date.now() - stats.mtimeMs > breakerLockStaleMs) await unlink(breakerPath).catch(() => undefined);
+    return false;
+  }
+  try {
+    await breaker.close();
+    if (await isStale(lockPath)) {
+      await unlink(lockPath).catch((error: unknown) => {
+        if (errorCode(error) !== "ENOENT") throw error;
+      });
+    }
+    return true;
+  } finally {
+    await unlink(breakerPath).catch(() => undefined);
+  }
+}
+
+/** True when the lock file's owner is gone; false when it is alive, unknown, or the lock is already released. */
+async function isStale(lockPath: string): Promise<boolean> {
+  let text: string;
+  let modifiedMs: number;
+  try {
+    const handle = await open(lockPath, "r");
+    try {
+      modifiedMs = (await handle.stat()).mtimeMs;
+      text = await handle.readFile("utf8");
+    } finally {
+      await handle.close();
+    }
+  } catch (error) {
+    if (errorCode(error) === "ENOENT") return false;
+    throw error;
+  }
+  const owner = parseOwner(text);
+  if (owner === undefined) return Date.now() - modifiedMs >= unreadableLockStaleMs;
+  return isOwnerGone(owner);
+}
+
+function isOwnerGone(owner: LockOwner): boolean {
+  // A pid means nothing on another host sharing the directory: wait, and let the timeout message guide the user.
+  if (owner.host !== hostname()) return false;
+  // Our own pid: an earlier process that had it is gone; one written since we started is a thread of ours, alive.
+  if (owner.pid === process.pid) return Date.parse(owner.acquiredAt) < processStartedMs;
+  try {
+    process.kill(owner.pid, 0);
+    return false;
+  } catch (error) {
+    // EPERM: the process exists but belongs to another user.
+    return errorCode(error) === "ESRCH";
+  }
+}
+
+async function readOwner(lockPath: string): Promise<LockOwner | undefined> {
+  try {
+    return parseOwner(await readFile(lockPath, "utf8"));
+  } catch {
+    return undefined;
+  }
+}
+
+function parseOwner(text: string): LockOwner | undefined {
+  try {
+    const value = JSON.parse(text) as Partial<LockOwner> | null;
+    if (
+      value !== null &&
+      typeof value === "object" &&
+      Number.isSafeInteger(value.pid) &&
+      typeof value.host === "string" &&
+      typeof value.nonce === "string" &&
+      typeof value.acquiredAt === "string"
+    ) {
+      return value as LockOwner;
+    }
+  } catch {
+    // Empty or half-written: the caller decides by age.
+  }
+  return undefined;
+}
+
+export function errorCode(error: unknown): string | undefined {
+  return typeof error === "object" && error !== null && "code" in error ? String((error as { code: unknown }).code) : undefined;
+}

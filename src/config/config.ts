@@ -1,0 +1,40 @@
+/**
+ * Process configuration: environment → one frozen object, read once at start.
+ * Limits live in limits.ts; this file holds where and how the process runs.
+ */
+import { availableParallelism } from "node:os";
+import { resolve } from "node:path";
+
+function portFromEnvironment(name: string, fallback: number): number {
+  const raw = process.env[name];
+  if (raw === undefined || raw === "") return fallback;
+  const port = Number(raw);
+  if (!Number.isInteger(port) || port < 0 || port > 65_535) throw new Error(`${name} must be a port number 0–65535, got ${JSON.stringify(raw)}`);
+  return port;
+}
+
+export interface Config {
+  host: string;
+  queryPort: number;
+  ingestPort: number;
+  dataDir: string;
+  workerCount: number;
+  /** fsync can be turned off only for throw-away benchmarks; the default keeps SPEC §2. */
+  fsync: boolean;
+}
+
+export function loadConfig(): Config {
+  const workersRaw = process.env.EVENTIDE_WORKERS;
+  const workerCount = workersRaw ? Number(workersRaw) : availableParallelism();
+  if (!Number.isInteger(workerCount) || workerCount < 1 || workerCount > 256) {
+    throw new Error(`EVENTIDE_WORKERS must be an integer 1–256, got ${JSON.stringify(workersRaw)}`);
+  }
+  return Object.freeze({
+    host: process.env.EVENTIDE_HOST || "127.0.0.1",
+    queryPort: portFromEnvironment("EVENTIDE_QUERY_PORT", 8080),
+    ingestPort: portFromEnvironment("EVENTIDE_INGEST_PORT", 8081),
+    dataDir: resolve(process.env.EVENTIDE_DATA_DIR || "./data"),
+    workerCount,
+    fsync: process.env.EVENTIDE_FSYNC !== "off",
+  });
+}

@@ -1,0 +1,68 @@
+/**
+ * Every bound of the service, in one place, units last (TigerBeetle's
+ * constants.zig habit). The SPEC §6 limits are settings: each can be overridden
+ * by an environment variable named in the README; relations between them are
+ * asserted when this module loads, so a bad override fails at start-up rather
+ * than in the middle of a request.
+ */
+import { strict as assert } from "node:assert";
+
+function integerFromEnvironment(name: string, fallback: number): number {
+  const raw = process.env[name];
+  if (raw === undefined || raw === "") return fallback;
+  const value = Number(raw);
+  assert(Number.isSafeInteger(value) && value > 0, `${name} must be a positive integer, got ${JSON.stringify(raw)}`);
+  return value;
+}
+
+const mebibyte = 1024 * 1024;
+
+export const limits = Object.freeze({
+  // SPEC §6 — request limits.
+  batchEventsMax: integerFromEnvironment("EVENTIDE_BATCH_EVENTS_MAX", 1000),
+  ingestBodyBytesMax: integerFromEnvironment("EVENTIDE_INGEST_BODY_BYTES_MAX", mebibyte),
+  batchBodyBytesMax: integerFromEnvironment("EVENTIDE_BATCH_BODY_BYTES_MAX", 20 * mebibyte),
+  queryBodyBytesMax: integerFromEnvironment("EVENTIDE_QUERY_BODY_BYTES_MAX", mebibyte),
+  propertiesBytesMax: integerFromEnvironment("EVENTIDE_PROPERTIES_BYTES_MAX", 65_536),
+  eventNameLengthMax: integerFromEnvironment("EVENTIDE_EVENT_NAME_LENGTH_MAX", 200),
+  distinctIdLengthMax: integerFromEnvironment("EVENTIDE_DISTINCT_ID_LENGTH_MAX", 200),
+  funnelStepsMax: integerFromEnvironment("EVENTIDE_FUNNEL_STEPS_MAX", 20),
+  trendBucketsMax: integerFromEnvironment("EVENTIDE_TREND_BUCKETS_MAX", 10_000),
+  retentionPeriodsMax: integerFromEnvironment("EVENTIDE_RETENTION_PERIODS_MAX", 1000),
+  batchErrorsReportedMax: 100,
+  funnelWindowSecondsMax: 31_536_000,
+  retentionWindowDaysMax: 365,
+
+  // Write path: how much may wait for the disk before ingest answers 503.
+  writeQueueBytesMax: integerFromEnvironment("EVENTIDE_WRITE_QUEUE_BYTES_MAX", 256 * mebibyte),
+  workerQueueTasksMax: integerFromEnvironment("EVENTIDE_WORKER_QUEUE_TASKS_MAX", 256),
+  /** Single events gathered into one pool task (a task costs ~80 µs, an event ~2 µs). */
+  singleEventsPerTaskMax: 512,
+  /** One WAL write + fdatasync carries at most this much. */
+  groupCommitBytesMax: 32 * mebibyte,
+  retryAfterSeconds: 1,
+
+  // Store: a checkpoint seals every active segment once the WAL holds this many rows or bytes.
+  checkpointRowsMax: integerFromEnvironment("EVENTIDE_CHECKPOINT_ROWS_MAX", 2_000_000),
+  checkpointWalBytesMax: integerFromEnvironment("EVENTIDE_CHECKPOINT_WAL_BYTES_MAX", 512 * mebibyte),
+  /** Idle active segments are sealed after this long, so restarts replay little. */
+  checkpointIntervalMs: integerFromEnvironment("EVENTIDE_CHECKPOINT_INTERVAL_MS", 60_000),
+
+  // Queries.
+  segmentCacheBytesMax: integerFromEnvironment("EVENTIDE_SEGMENT_CACHE_BYTES_MAX", 8 * 1024 * mebibyte),
+  retentionCacheBytesMax: integerFromEnvironment("EVENTIDE_RETENTION_CACHE_BYTES_MAX", 64 * mebibyte),
+  retentionCacheTtlMs: 60_000,
+
+  // Credentials written by the CLI reach the running server within this long (SPEC: 1 s).
+  registryPollIntervalMs: 250,
+  shutdownTimeoutMs: 9_000,
+  /** Slow or idle HTTP clients are cut off after this long without progress. */
+  idleTimeoutSeconds: 10,
+});
+
+assert(limits.ingestBodyBytesMax <= limits.batchBodyBytesMax);
+assert(limits.propertiesBytesMax < limits.ingestBodyBytesMax);
+assert(limits.groupCommitBytesMax <= limits.writeQueueBytesMax);
+assert(limits.batchErrorsReportedMax <= limits.batchEventsMax);
+assert(limits.registryPollIntervalMs * 2 < 1000, "credential changes must reach the server within 1 s");
+assert(limits.shutdownTimeoutMs < 10_000, "SPEC: exit within 10 s of SIGTERM");

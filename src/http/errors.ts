@@ -1,0 +1,33 @@
+/**
+ * The error catalog (SPEC §1): one stable code → HTTP status, used by every
+ * handler. Anything not in the catalog is logged and answered 500 without
+ * internals (Fastify lib/errors.js, Hono HTTPException).
+ */
+export const errorStatus = {
+  invalid_json: "400 Bad Request",
+  invalid_request: "400 Bad Request",
+  unauthorized: "401 Unauthorized",
+  not_found: "404 Not Found",
+  method_not_allowed: "405 Method Not Allowed",
+  batch_too_large: "413 Payload Too Large",
+  payload_too_large: "413 Payload Too Large",
+  rate_limited: "429 Too Many Requests",
+  internal_error: "500 Internal Server Error",
+  overloaded: "503 Service Unavailable",
+  unavailable: "503 Service Unavailable",
+} as const;
+
+export type ErrorCode = keyof typeof errorStatus;
+
+export interface ServiceError {
+  code: ErrorCode;
+  message: string;
+}
+
+export function serviceError(code: ErrorCode, message: string): ServiceError {
+  return { code, message };
+}
+
+export function errorBody(error: ServiceError): string {
+  return JSON.stringify({ ok: false, error: { code: error.code, message: error.message } });
+}

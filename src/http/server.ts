@@ -1,0 +1,247 @@
+/**
+ * The only module that imports uWebSockets.js: two listeners (query API and
+ * ingest), routing with 404/405, bounded bodies, CORS on ingest, and one
+ * finish path per request that cannot run twice.
+ *
+ * uWS discipline (STYLE rule 5): everything needed from `req` is read
+ * synchronously in the handler; `onAborted` is attached before any await;
+ * answers are written inside `res.cork` and only if the client is still there.
+ */
+import uWS from "uWebSockets.js";
+import type { HttpResponse, HttpRequest, TemplatedApp, us_listen_socket } from "uWebSockets.js";
+import { limits } from "../config/limits.js";
+import type { Config } from "../config/config.js";
+import type { CredentialStore } from "../auth/credential-store.js";
+import type { IngestReply, IngestService } from "../ingest/ingest-service.js";
+import type { QueryKind, QueryService } from "../query/query-service.js";
+import { errorBody, errorStatus, serviceError, type ServiceError } from "./errors.js";
+
+interface RequestState {
+  aborted: boolean;
+  done: boolean;
+}
+
+type Route = { method: "post"; handler: (res: HttpResponse, req: HttpRequest, state: RequestState) => void };
+
+const corsHeaders: Array<[string, string]> = [["Access-Control-Allow-Origin", "*"]];
+const preflightHeaders: Array<[string, string]> = [
+  ["Access-Control-Allow-Origin", "*"],
+  ["Access-Control-Allow-Methods", "POST, OPTIONS"],
+  ["Access-Control-Allow-Headers", "content-type, content-encoding"],
+  ["Access-Control-Max-Age", "86400"],
+];
+
+export interface HttpServer {
+  queryUrl: string;
+  ingestUrl: string;
+  /** Stops accepting, waits for in-flight requests (bounded), refuses what comes on open connections. */
+  close(timeoutMs: number): Promise<void>;
+}
+
+export interface HttpDependencies {
+  config: Config;
+  credentials: CredentialStore;
+  ingest: IngestService;
+  query: QueryService;
+}
+
+export async function startHttp({ config, credentials, ingest, query }: HttpDependencies): Promise<HttpServer> {
+  let inFlight = 0;
+  let closing = false;
+  const drainWaiters: Array<() => void> = [];
+
+  const finishRequest = (state: RequestState) => {
+    if (state.done) return false;
+    state.done = true;
+    inFlight--;
+    if (inFlight === 0) for (const waiter of drainWaiters.splice(0)) waiter();
+    return true;
+  };
+
+  const send = (res: HttpResponse, state: RequestState, status: string, body: string, headers: Array<[string, string]>, closeConnection = false) => {
+    if (!finishRequest(state) || state.aborted) return;
+    res.cork(() => {
+      res.writeStatus(status);
+      res.writeHeader("Content-Type", "application/json");
+      for (const [name, value] of headers) res.writeHeader(name, value);
+      res.end(body, closeConnection || closing);
+    });
+  };
+
+  const sendError = (res: HttpResponse, state: RequestState, error: ServiceError, headers: Array<[string, string]>, closeConnection = false) => {
+    const extra = [...headers];
+    if (error.code === "overloaded" || error.code === "unavailable" || error.code === "rate_limited") extra.push(["Retry-After", String(limits.retryAfterSeconds)]);
+    if (error.code === "unauthorized" && headers !== corsHeaders) extra.push(["WWW-Authenticate", "Bearer"]);
+    send(res, state, errorStatus[error.code], errorBody(error), extra, closeConnection);
+  };
+
+  const sendReply = (res: HttpResponse, state: RequestState, reply: IngestReply, headers: Array<[string, string]>) => {
+    if (reply.ok) send(res, state, "200 OK", reply.body, headers);
+    else sendError(res, state, reply.error, headers);
+  };
+
+  const internalError = (res: HttpResponse, state: RequestState, headers: Array<[string, string]>) => (error: unknown) => {
+    console.error(error);
+    sendError(res, state, serviceError("internal_error", "internal error"), headers);
+  };
+
+  /**
+   * Reads a body of at most `maxBytes` into one ArrayBuffer: refused on
+   * Content-Length before a byte is read, else counted while reading; no
+   * per-chunk concatenation.
+   */
+  const readBody = (
+    res: HttpResponse,
+    state: RequestState,
+    contentLengthHeader: string,
+    maxBytes: number,
+    headers: Array<[string, string]>,
+    onBody: (body: ArrayBuffer) => void,
+  ) => {
+    const tooLarge = () => sendError(res, state, serviceError("payload_too_large", `body is larger than ${maxBytes} bytes`), headers, true);
+    let declared = -1;
+    if (contentLengthHeader !== "") {
+      declared = Number(contentLengthHeader);
+      if (!Number.isSafeInteger(declared) || declared < 0) {
+        sendError(res, state, serviceError("invalid_request", "content-length: not a valid length"), headers, true);
+        return;
+      }
+      if (declared > maxBytes) return tooLarge();
+    }
+    let buffer = new Uint8Array(declared >= 0 ? declared : 16 * 1024);
+    let length = 0;
+    res.onData((chunk, isLast) => {
+      if (state.done) return;
+      const bytes = new Uint8Array(chunk);
+      if (length + bytes.length > buffer.length) {
+        if (declared >= 0 || length + bytes.length > maxBytes) return tooLarge();
+        let capacity = buffer.length * 2;
+        while (capacity < length + bytes.length) capacity *= 2;
+        const grown = new Uint8Array(Math.min(capacity, maxBytes));
+        grown.set(buffer.subarray(0, length));
+        buffer = grown;
+      }
+      buffer.set(bytes, length);
+      length += bytes.length;
+      if (isLast) onBody(length === buffer.length ? buffer.buffer : buffer.buffer.slice(0, length));
+    });
+  };
+
+  const begin = (res: HttpResponse): RequestState => {
+    const state: RequestState = { aborted: false, done: false };
+    inFlight++;
+    res.onAborted(() => {
+      state.aborted = true;
+      finishRequest(state);
+    });
+    return state;
+  };
+
+  // ---- ingest listener ----
+  const ingestRoute = (shape: "batch" | "single"): Route["handler"] => (res, req, state) => {
+    const encoding = req.getHeader("content-encoding").trim().toLowerCase();
+    const contentLength = req.getHeader("content-length");
+    const receivedAtMs = Date.now();
+    if (encoding !== "" && encoding !== "gzip" && encoding !== "identity") {
+      return sendError(res, state, serviceError("invalid_request", "content-encoding: only gzip is supported"), corsHeaders);
+    }
+    const gzip = encoding === "gzip";
+    const plainMax = shape === "batch" ? limits.batchBodyBytesMax : limits.ingestBodyBytesMax;
+    // Compressed bodies are capped a little above the plain limit (incompressible data grows slightly);
+    // the exact limit is applied after inflation, in the worker.
+    const rawMax = gzip ? plainMax + (plainMax >> 10) + 1024 : plainMax;
+    readBody(res, state, contentLength, rawMax, corsHeaders, (body) => {
+      const replying = shape === "batch" ? ingest.batch(body, gzip, receivedAtMs) : ingest.single(new Uint8Array(body), gzip, receivedAtMs);
+      replying.then((reply) => sendReply(res, state, reply, corsHeaders), internalError(res, state, corsHeaders));
+    });
+  };
+
+  const ingestRoutes = new Map<string, Route>([
+    ["/ingest", { method: "post", handler: ingestRoute("single") }],
+    ["/ingest/batch", { method: "post", handler: ingestRoute("batch") }],
+  ]);
+
+  // ---- query listener ----
+  const authorizedQuery = (
+    handle: (res: HttpResponse, state: RequestState, workspaceId: string, body: ArrayBuffer) => void,
+  ): Route["handler"] => (res, req, state) => {
+    const authorization = req.getHeader("authorization");
+    const contentLength = req.getHeader("content-length");
+    readBody(res, state, contentLength, limits.queryBodyBytesMax, [], (body) => {
+      const match = /^Bearer[ ]+(\S+)\s*$/i.exec(authorization);
+      const workspaceId = match ? credentials.workspaceIdForToken(match[1]) : undefined;
+      if (workspaceId === undefined) return sendError(res, state, serviceError("unauthorized", "missing or unknown Bearer token"), []);
+      handle(res, state, workspaceId, body);
+    });
+  };
+
+  const queryRoute = (kind: QueryKind) =>
+    authorizedQuery((res, state, workspaceId, body) => {
+      query.run(kind, workspaceId, new Uint8Array(body)).then((reply) => sendReply(res, state, reply, []), internalError(res, state, []));
+    });
+
+  const queryRoutes = new Map<string, Route>([
+    [
+      "/api/v1/internal/test-event",
+      {
+        method: "post",
+        handler: authorizedQuery((res, state, workspaceId) => {
+          ingest.testEvent(workspaceId).then((reply) => sendReply(res, state, reply, []), internalError(res, state, []));
+        }),
+      },
+    ],
+    ["/api/v1/query/trend", { method: "post", handler: queryRoute("trend") }],
+    ["/api/v1/query/funnel", { method: "post", handler: queryRoute("funnel") }],
+    ["/api/v1/query/retention", { method: "post", handler: queryRoute("retention") }],
+  ]);
+
+  const router = (routes: Map<string, Route>, headers: Array<[string, string]>, preflight: boolean) => (res: HttpResponse, req: HttpRequest) => {
+    const state = begin(res);
+    const method = req.getMethod().toLowerCase();
+    // A trailing slash names the same resource; query strings are ignored.
+    let path = req.getUrl();
+    if (path.length > 1 && path.endsWith("/")) path = path.slice(0, -1);
+    if (closing) return sendError(res, state, serviceError("unavailable", "server is shutting down"), headers, true);
+    const route = routes.get(path);
+    if (route === undefined) return sendError(res, state, serviceError("not_found", `no route ${path}`), headers);
+    if (preflight && method === "options") return send(res, state, "204 No Content", "", preflightHeaders);
+    if (method !== route.method) {
+      return sendError(res, state, serviceError("method_not_allowed", `${method.toUpperCase()} is not allowed on ${path}; use ${route.method.toUpperCase()}`), [
+        ...headers,
+        ["Allow", preflight ? "POST, OPTIONS" : "POST"],
+      ]);
+    }
+    try {
+      route.handler(res, req, state);
+    } catch (error) {
+      internalError(res, state, headers)(error);
+    }
+  };
+
+  // uWS closes HTTP connections idle for 10 s on its own, which bounds slow and idle clients.
+  const queryApp = uWS.App().any("/*", router(queryRoutes, [], false));
+  const ingestApp = uWS.App().any("/*", router(ingestRoutes, corsHeaders, true));
+
+  const listen = (app: TemplatedApp, port: number) =>
+    new Promise<us_listen_socket>((resolve, reject) => {
+      app.listen(config.host, port, (socket) => (socket ? resolve(socket) : reject(new Error(`cannot listen on ${config.host}:${port}`))));
+    });
+  const querySocket = await listen(queryApp, config.queryPort);
+  const ingestSocket = await listen(ingestApp, config.ingestPort);
+  const urlHost = config.host.includes(":") ? `[${config.host}]` : config.host;
+
+  return {
+    queryUrl: `http://${urlHost}:${uWS.us_socket_local_port(querySocket as never)}`,
+    ingestUrl: `http://${urlHost}:${uWS.us_socket_local_port(ingestSocket as never)}`,
+    async close(timeoutMs) {
+      closing = true;
+      uWS.us_listen_socket_close(querySocket);
+      uWS.us_listen_socket_close(ingestSocket);
+      if (inFlight === 0) return;
+      await new Promise<void>((resolve) => {
+        drainWaiters.push(resolve);
+        setTimeout(resolve, timeoutMs).unref();
+      });
+    },
+  };
+}

@@ -1,0 +1,278 @@
+/**
+ * The chunk: validated events in columnar binary form. A worker encodes one per
+ * request body; the main thread writes it verbatim as a WAL record payload and
+ * decodes it to apply the rows to active segments. Replay after a crash runs
+ * the same decoder, so live ingest and recovery share one code path.
+ *
+ * Strings (event names, distinctIds, property keys and value texts) are
+ * deduplicated per chunk into one string table, so the main thread decodes each
+ * distinct string once per chunk rather than once per row.
+ *
+ * Layout (little-endian, every section 8-byte aligned):
+ *   header  u32 × 8: magic, rowCount, stringCount, stringBytes, keyCount, entryCount, flags, 0
+ *   f64[rows]  timeMs
+ *   u32[rows]  event name string index
+ *   u32[rows]  distinctId string index
+ *   u8[rows]   uuid present (0/1)            } only when flags & hasUuid
+ *   u8[16 × rows] uuid bytes                 }
+ *   u32[strings + 1] string end offsets (cumulative, first is 0)
+ *   u8[stringBytes] UTF-8
+ *   u32[keys] key string index; u32[keys + 1] entry start per key
+ *   u32[entries] row; u32[entries] value string index
+ */
+import { strict as assert } from "node:assert";
+
+const chunkMagic = 0x31435645; // "EVC1"
+const headerBytes = 32;
+const flagHasUuid = 1;
+
+function align8(value: number): number {
+  return (value + 7) & ~7;
+}
+
+/** Builds one chunk. Arrow-style: capacities double, lengths are tracked apart. */
+export class ChunkBuilder {
+  rowCount = 0;
+  private timeMs = new Float64Array(64);
+  private eventNameString = new Uint32Array(64);
+  private distinctIdString = new Uint32Array(64);
+  private uuidPresent = new Uint8Array(64);
+  private uuidBytes = new Uint8Array(64 * 16);
+  private hasUuid = false;
+  private readonly strings: string[] = [];
+  private readonly stringIndex = new Map<string, number>();
+  /** keyString → [rows…], [valueStrings…] */
+  private readonly propertyRows = new Map<number, { rows: number[]; values: number[] }>();
+  private entryCount = 0;
+
+  intern(text: string): number {
+    let index = this.stringIndex.get(text);
+    if (index === undefined) {
+      index = this.strings.length;
+      this.strings.push(text);
+      this.stringIndex.set(text, index);
+    }
+    return index;
+  }
+
+  private ensureRowCapacity(): void {
+    if (this.rowCount < this.timeMs.length) return;
+    const capacity = this.timeMs.length * 2;
+    const grow = <T extends Float64Array | Uint32Array | Uint8Array>(source: T, perRow = 1): T => {
+      const target = new (source.constructor as new (length: number) => T)(capacity * perRow);
+      target.set(source);
+      return target;
+    };
+    this.timeMs = grow(this.timeMs);
+    this.eventNameString = grow(this.eventNameString);
+    this.distinctIdString = grow(this.distinctIdString);
+    this.uuidPresent = grow(this.uuidPresent);
+    this.uuidBytes = grow(this.uuidBytes, 16);
+  }
+
+  /** Appends a row; returns its index for addProperty. `uuid` is 16 bytes or undefined. */
+  addRow(timeMs: number, eventName: string, distinctId: string, uuid: Uint8Array | undefined): number {
+    this.ensureRowCapacity();
+    const row = this.rowCount++;
+    this.timeMs[row] = timeMs;
+    this.eventNameString[row] = this.intern(eventName);
+    this.distinctIdString[row] = this.intern(distinctId);
+    if (uuid !== undefined) {
+      this.uuidPresent[row] = 1;
+      this.uuidBytes.set(uuid, row * 16);
+      this.hasUuid = true;
+    }
+    return row;
+  }
+
+  addProperty(row: number, key: string, text: string): void {
+    const keyString = this.intern(key);
+    let entries = this.propertyRows.get(keyString);
+    if (entries === undefined) {
+      entries = { rows: [], values: [] };
+      this.propertyRows.set(keyString, entries);
+    }
+    entries.rows.push(row);
+    entries.values.push(this.intern(text));
+    this.entryCount++;
+  }
+
+  finish(): ArrayBuffer {
+    const rows = this.rowCount;
+    const encodedStrings = this.strings.map((text) => Buffer.from(text, "utf8"));
+    let stringBytes = 0;
+    for (const encoded of encodedStrings) stringBytes += encoded.length;
+    const keyCount = this.propertyRows.size;
+
+    let size = headerBytes;
+    const timeOffset = size;
+    size = align8(size + rows * 8);
+    const eventOffset = size;
+    size = align8(size + rows * 4);
+    const distinctOffset = size;
+    size = align8(size + rows * 4);
+    const uuidPresentOffset = size;
+    const uuidBytesOffset = this.hasUuid ? align8(size + rows) : size;
+    if (this.hasUuid) size = align8(uuidBytesOffset + rows * 16);
+    const stringEndOffset = size;
+    size = align8(size + (encodedStrings.length + 1) * 4);
+    const stringBytesOffset = size;
+    size = align8(size + stringBytes);
+    const keyStringOffset = size;
+    size = align8(size + keyCount * 4);
+    const entryStartOffset = size;
+    size = align8(size + (keyCount + 1) * 4);
+    const entryRowOffset = size;
+    size = align8(size + this.entryCount * 4);
+    const entryValueOffset = size;
+    size = align8(size + this.entryCount * 4);
+
+    const buffer = new ArrayBuffer(size);
+    const header = new Uint32Array(buffer, 0, 8);
+    header[0] = chunkMagic;
+    header[1] = rows;
+    header[2] = encodedStrings.length;
+    header[3] = stringBytes;
+    header[4] = keyCount;
+    header[5] = this.entryCount;
+    header[6] = this.hasUuid ? flagHasUuid : 0;
+    new Float64Array(buffer, timeOffset, rows).set(this.timeMs.subarray(0, rows));
+    new Uint32Array(buffer, eventOffset, rows).set(this.eventNameString.subarray(0, rows));
+    new Uint32Array(buffer, distinctOffset, rows).set(this.distinctIdString.subarray(0, rows));
+    if (this.hasUuid) {
+      new Uint8Array(buffer, uuidPresentOffset, rows).set(this.uuidPresent.subarray(0, rows));
+      new Uint8Array(buffer, uuidBytesOffset, rows * 16).set(this.uuidBytes.subarray(0, rows * 16));
+    }
+    const stringEnds = new Uint32Array(buffer, stringEndOffset, encodedStrings.length + 1);
+    const bytes = new Uint8Array(buffer, stringBytesOffset, stringBytes);
+    let cursor = 0;
+    for (let index = 0; index < encodedStrings.length; index++) {
+      bytes.set(encodedStrings[index], cursor);
+      cursor += encodedStrings[index].length;
+      stringEnds[index + 1] = cursor;
+    }
+    const keyStrings = new Uint32Array(buffer, keyStringOffset, keyCount);
+    const entryStarts = new Uint32Array(buffer, entryStartOffset, keyCount + 1);
+    const entryRows = new Uint32Array(buffer, entryRowOffset, this.entryCount);
+    const entryValues = new Uint32Array(buffer, entryValueOffset, this.entryCount);
+    let keyIndex = 0;
+    let entryCursor = 0;
+    for (const [keyString, entries] of this.propertyRows) {
+      keyStrings[keyIndex] = keyString;
+      entryStarts[keyIndex] = entryCursor;
+      for (let index = 0; index < entries.rows.length; index++) {
+        entryRows[entryCursor] = entries.rows[index];
+        entryValues[entryCursor] = entries.values[index];
+        entryCursor++;
+      }
+      keyIndex++;
+    }
+    entryStarts[keyCount] = entryCursor;
+    return buffer;
+  }
+}
+
+/** A decoded view over a chunk: typed arrays into its bytes, strings decoded once. */
+export interface DecodedChunk {
+  rowCount: number;
+  timeMs: Float64Array;
+  eventNameString: Uint32Array;
+  distinctIdString: Uint32Array;
+  /** undefined when no row has a uuid. */
+  uuidPresent: Uint8Array | undefined;
+  uuidBytes: Uint8Array | undefined;
+  strings: string[];
+  keyStrings: Uint32Array;
+  entryStarts: Uint32Array;
+  entryRows: Uint32Array;
+  entryValues: Uint32Array;
+}
+
+export class ChunkFormatError extends Error {}
+
+/**
+ * Decodes a chunk. `bytes` may be any aligned view (a WAL record payload read
+ * from disk, or a worker's transferred buffer). Throws ChunkFormatError on a
+ * malformed chunk; callers that read from disk check a CRC first, so this only
+ * guards against bugs and version mismatches.
+ */
+export function decodeChunk(bytes: Uint8Array): DecodedChunk {
+  if (bytes.byteOffset % 8 !== 0) bytes = new Uint8Array(bytes); // copy to realign
+  const { buffer, byteOffset, byteLength } = bytes;
+  if (byteLength < headerBytes) throw new ChunkFormatError("chunk shorter than its header");
+  const header = new Uint32Array(buffer, byteOffset, 8);
+  if (header[0] !== chunkMagic) throw new ChunkFormatError("bad chunk magic");
+  const rows = header[1];
+  const stringCount = header[2];
+  const stringBytes = header[3];
+  const keyCount = header[4];
+  const entryCount = header[5];
+  const hasUuid = (header[6] & flagHasUuid) !== 0;
+
+  let offset = headerBytes;
+  const take = <T>(make: (at: number) => T, bytesTaken: number): T => {
+    if (offset + bytesTaken > byteLength) throw new ChunkFormatError("chunk section past its end");
+    const value = make(byteOffset + offset);
+    offset = align8(offset + bytesTaken);
+    return value;
+  };
+  const timeMs = take((at) => new Float64Array(buffer, at, rows), rows * 8);
+  const eventNameString = take((at) => new Uint32Array(buffer, at, rows), rows * 4);
+  const distinctIdString = take((at) => new Uint32Array(buffer, at, rows), rows * 4);
+  let uuidPresent: Uint8Array | undefined;
+  let uuidBytes: Uint8Array | undefined;
+  if (hasUuid) {
+    uuidPresent = take((at) => new Uint8Array(buffer, at, rows), rows);
+    uuidBytes = take((at) => new Uint8Array(buffer, at, rows * 16), rows * 16);
+  }
+  const stringEnds = take((at) => new Uint32Array(buffer, at, stringCount + 1), (stringCount + 1) * 4);
+  const textStart = offset;
+  take((at) => at, stringBytes);
+  const source = Buffer.from(buffer, byteOffset + textStart, stringBytes);
+  const strings = new Array<string>(stringCount);
+  for (let index = 0; index < stringCount; index++) {
+    strings[index] = source.toString("utf8", stringEnds[index], stringEnds[index + 1]);
+  }
+  const keyStrings = take((at) => new Uint32Array(buffer, at, keyCount), keyCount * 4);
+  const entryStarts = take((at) => new Uint32Array(buffer, at, keyCount + 1), (keyCount + 1) * 4);
+  const entryRows = take((at) => new Uint32Array(buffer, at, entryCount), entryCount * 4);
+  const entryValues = take((at) => new Uint32Array(buffer, at, entryCount), entryCount * 4);
+  assert(entryStarts[keyCount] === entryCount || keyCount === 0, "chunk entry starts disagree with entry count");
+  return {
+    rowCount: rows,
+    timeMs,
+    eventNameString,
+    distinctIdString,
+    uuidPresent,
+    uuidBytes,
+    strings,
+    keyStrings,
+    entryStarts,
+    entryRows,
+    entryValues,
+  };
+}
+
+/** Re-encodes a chunk keeping only rows whose keep[row] is 1 (used to drop uuid duplicates). */
+export function filterChunk(chunk: DecodedChunk, keep: Uint8Array): ArrayBuffer {
+  const builder = new ChunkBuilder();
+  const newRow = new Int32Array(chunk.rowCount).fill(-1);
+  for (let row = 0; row < chunk.rowCount; row++) {
+    if (!keep[row]) continue;
+    const uuid = chunk.uuidPresent?.[row] ? chunk.uuidBytes!.subarray(row * 16, row * 16 + 16) : undefined;
+    newRow[row] = builder.addRow(
+      chunk.timeMs[row],
+      chunk.strings[chunk.eventNameString[row]],
+      chunk.strings[chunk.distinctIdString[row]],
+      uuid,
+    );
+  }
+  for (let key = 0; key < chunk.keyStrings.length; key++) {
+    const keyText = chunk.strings[chunk.keyStrings[key]];
+    for (let entry = chunk.entryStarts[key]; entry < chunk.entryStarts[key + 1]; entry++) {
+      const row = newRow[chunk.entryRows[entry]];
+      if (row >= 0) builder.addProperty(row, keyText, chunk.strings[chunk.entryValues[entry]]);
+    }
+  }
+  return builder.finish();
+}

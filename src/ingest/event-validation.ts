@@ -1,0 +1,292 @@
+/**
+ * Event validation (SPEC §2), run in the worker pool: request bytes in, a chunk
+ * of valid events plus per-event errors out. Nothing here touches the store or
+ * credentials: the main thread checks the apiKey the worker extracted, so a
+ * worker never needs the registry.
+ *
+ * Check order follows SPEC §1: body size (gzip inflated under a hard output
+ * cap), JSON, then the envelope; the main thread then checks the apiKey and the
+ * batch size before the per-event errors found here are reported.
+ */
+import { isUtf8 } from "node:buffer";
+import { gunzipSync } from "node:zlib";
+import { limits } from "../config/limits.js";
+import type { ServiceError } from "../http/errors.js";
+import { ChunkBuilder } from "./chunk-codec.js";
+
+export type IngestShape = "batch" | "single";
+
+export interface EventError {
+  index: number;
+  code: "invalid_request";
+  message: string;
+}
+
+/** What a worker decided about one body (the main thread finishes the decision). */
+export type IngestBodyResult =
+  | { kind: "rejected"; error: ServiceError }
+  | {
+      kind: "parsed";
+      /** undefined when missing or not a string: 401 on the main thread. */
+      apiKey: string | undefined;
+      /** Checked after the apiKey: batch_too_large, or an envelope/event error. */
+      error: ServiceError | undefined;
+      /** Valid events, counting uuid repeats (SPEC: acknowledged and counted in `accepted`). */
+      acceptedCount: number;
+      /** Batch: the first limits.batchErrorsReportedMax per-event errors. */
+      errors: EventError[];
+      /** Index into the task's chunks of the chunk holding this body's rows; -1 when none. */
+      chunkIndex: number;
+    };
+
+/**
+ * Valid rows of the task's bodies, one chunk per apiKey: gathered single events
+ * that share a key become one chunk, so one WAL record and one apply serve them all.
+ */
+export interface KeyedChunk {
+  apiKey: string;
+  chunk: ArrayBuffer;
+}
+
+export interface BodyInput {
+  bytes: Uint8Array;
+  gzip: boolean;
+  receivedAtMs: number;
+}
+
+/** Validates every body of a task. */
+export function validateBodies(bodies: readonly BodyInput[], shape: IngestShape): { results: IngestBodyResult[]; chunks: KeyedChunk[] } {
+  const builders = new Map<string, { builder: ChunkBuilder; seenUuids: Set<string>; chunkIndex: number }>();
+  const order: Array<{ apiKey: string; builder: ChunkBuilder }> = [];
+  const results = bodies.map((body) =>
+    validateBody(body.bytes, body.gzip, shape, body.receivedAtMs, (apiKey) => {
+      let entry = shape === "single" ? builders.get(apiKey) : undefined;
+      if (entry === undefined) {
+        entry = { builder: new ChunkBuilder(), seenUuids: new Set(), chunkIndex: order.length };
+        order.push({ apiKey, builder: entry.builder });
+        if (shape === "single") builders.set(apiKey, entry);
+      }
+      return entry;
+    }),
+  );
+  const chunks = order.map(({ apiKey, builder }) => ({ apiKey, chunk: builder.finish() }));
+  return { results, chunks };
+}
+
+type BuilderFor = (apiKey: string) => { builder: ChunkBuilder; seenUuids: Set<string>; chunkIndex: number };
+
+export function bodyBytesMax(shape: IngestShape): number {
+  return shape === "batch" ? limits.batchBodyBytesMax : limits.ingestBodyBytesMax;
+}
+
+/** Inflates (when gzip) and parses a body; a string result is the rejection. */
+export function parseBody(bytes: Uint8Array, gzip: boolean, maxBytes: number): { value: unknown } | ServiceError {
+  let plain: Uint8Array = bytes;
+  if (gzip) {
+    try {
+      // maxOutputLength stops inflation at the limit, so a gzip bomb costs at most maxBytes of memory.
+      plain = gunzipSync(bytes, { maxOutputLength: maxBytes });
+    } catch (error) {
+      if ((error as NodeJS.ErrnoException).code === "ERR_BUFFER_TOO_LARGE") {
+        return { code: "payload_too_large", message: `body is larger than ${maxBytes} bytes after decompression` };
+      }
+      return { code: "invalid_json", message: "body is not valid gzip" };
+    }
+    if (plain.length > maxBytes) {
+      return { code: "payload_too_large", message: `body is larger than ${maxBytes} bytes after decompression` };
+    }
+  }
+  // Invalid UTF-8 is refused rather than silently replaced, so what is stored is what was sent.
+  if (!isUtf8(plain)) return { code: "invalid_json", message: "body is not valid UTF-8" };
+  let value: unknown;
+  try {
+    value = JSON.parse(Buffer.from(plain.buffer, plain.byteOffset, plain.byteLength).toString("utf8"));
+  } catch {
+    return { code: "invalid_json", message: "body is not valid JSON" };
+  }
+  if (value === null || typeof value !== "object" || Array.isArray(value)) {
+    return { code: "invalid_json", message: "body must be a JSON object" };
+  }
+  return { value };
+}
+
+export function validateBody(bytes: Uint8Array, gzip: boolean, shape: IngestShape, receivedAtMs: number, builderFor: BuilderFor): IngestBodyResult {
+  const parsed = parseBody(bytes, gzip, bodyBytesMax(shape));
+  if (!("value" in parsed)) return { kind: "rejected", error: parsed };
+  const body = parsed.value as Record<string, unknown>;
+  const apiKey = typeof body.apiKey === "string" ? body.apiKey : undefined;
+  const refused = (error: ServiceError): IngestBodyResult => ({ kind: "parsed", apiKey, error, acceptedCount: 0, errors: [], chunkIndex: -1 });
+  // Without a key the answer is 401 whatever the events hold: don't spend time on them.
+  if (apiKey === undefined) return refused({ code: "unauthorized", message: "apiKey: missing or not a string" });
+
+  if (shape === "single") {
+    const target = builderFor(apiKey);
+    const message = addEvent(body, receivedAtMs, target.builder, target.seenUuids);
+    if (message !== undefined) return refused({ code: "invalid_request", message });
+    return { kind: "parsed", apiKey, error: undefined, acceptedCount: 1, errors: [], chunkIndex: target.chunkIndex };
+  }
+
+  const events = body.events;
+  if (!Array.isArray(events)) return refused({ code: "invalid_request", message: events === undefined ? "events: required" : "events: must be an array" });
+  if (events.length > limits.batchEventsMax) {
+    return refused({ code: "batch_too_large", message: `events: at most ${limits.batchEventsMax} events per batch, got ${events.length}` });
+  }
+  const target = builderFor(apiKey);
+  const errors: EventError[] = [];
+  let acceptedCount = 0;
+  for (let index = 0; index < events.length; index++) {
+    const event = events[index];
+    const message =
+      event === null || typeof event !== "object" || Array.isArray(event)
+        ? "event must be a JSON object"
+        : addEvent(event as Record<string, unknown>, receivedAtMs, target.builder, target.seenUuids);
+    if (message === undefined) {
+      acceptedCount++;
+    } else if (errors.length < limits.batchErrorsReportedMax) {
+      errors.push({ index, code: "invalid_request", message });
+    }
+  }
+  return { kind: "parsed", apiKey, error: undefined, acceptedCount, errors, chunkIndex: target.builder.rowCount > 0 ? target.chunkIndex : -1 };
+}
+
+/**
+ * Validates one event and appends it to the chunk. Returns an error message
+ * naming the field, or undefined when the event was accepted (a uuid already
+ * seen in this body is accepted but not appended again).
+ */
+function addEvent(
+  event: Record<string, unknown>,
+  receivedAtMs: number,
+  builder: ChunkBuilder,
+  seenUuids: Set<string>,
+): string | undefined {
+  const name = event.event;
+  if (name === undefined || name === null) return "event: required";
+  if (typeof name !== "string") return "event: must be a string";
+  if (name.length < 1 || name.length > limits.eventNameLengthMax) {
+    return `event: must be 1–${limits.eventNameLengthMax} characters`;
+  }
+
+  const rawDistinctId = event.distinctId;
+  let distinctId: string;
+  if (rawDistinctId === undefined || rawDistinctId === null) return "distinctId: required";
+  if (typeof rawDistinctId === "string") {
+    if (rawDistinctId.length < 1 || rawDistinctId.length > limits.distinctIdLengthMax) {
+      return `distinctId: must be 1–${limits.distinctIdLengthMax} characters`;
+    }
+    distinctId = rawDistinctId;
+  } else if (typeof rawDistinctId === "number" && Number.isFinite(rawDistinctId)) {
+    distinctId = String(rawDistinctId);
+  } else {
+    return "distinctId: must be a string or a finite number";
+  }
+
+  let timeMs = receivedAtMs;
+  const rawTimestamp = event.timestamp;
+  if (rawTimestamp !== undefined && rawTimestamp !== null) {
+    if (typeof rawTimestamp !== "string") return "timestamp: must be an ISO 8601 date-time string";
+    const parsedMs = parseTimestampMs(rawTimestamp);
+    if (parsedMs === undefined) return "timestamp: must be an ISO 8601 date-time between 1970 and 9999 (UTC)";
+    timeMs = parsedMs;
+  }
+
+  const rawProperties = event.properties;
+  let properties: Record<string, unknown> | undefined;
+  if (rawProperties !== undefined && rawProperties !== null) {
+    if (typeof rawProperties !== "object" || Array.isArray(rawProperties)) return "properties: must be a JSON object";
+    properties = rawProperties as Record<string, unknown>;
+  }
+
+  let uuid: Uint8Array | undefined;
+  let uuidText: string | undefined;
+  const rawUuid = event.uuid;
+  if (rawUuid !== undefined && rawUuid !== null) {
+    if (typeof rawUuid !== "string" || !uuidPattern.test(rawUuid)) return "uuid: must be a UUID string";
+    uuidText = rawUuid.toLowerCase();
+    uuid = Buffer.from(uuidText.replaceAll("-", ""), "hex");
+  }
+
+  // Property texts are computed before the row is added, so a too-large event leaves no trace.
+  let texts: string[] | undefined;
+  let keys: string[] | undefined;
+  if (properties !== undefined) {
+    keys = Object.keys(properties);
+    texts = new Array<string>(keys.length);
+    // Upper bound of the compact JSON size without serializing: every UTF-16 unit
+    // is at most 6 bytes once escaped. Only events near the limit pay for an exact count.
+    let upperBoundBytes = 2;
+    for (let index = 0; index < keys.length; index++) {
+      const value = properties[keys[index]];
+      const text = propertyText(value);
+      texts[index] = text ?? "";
+      upperBoundBytes += 6 * keys[index].length + 4 + (typeof value === "string" ? 6 * text!.length + 2 : text === undefined ? 4 : 6 * text.length);
+    }
+    if (upperBoundBytes > limits.propertiesBytesMax) {
+      const exactBytes = Buffer.byteLength(JSON.stringify(properties), "utf8");
+      if (exactBytes > limits.propertiesBytesMax) return `properties: larger than ${limits.propertiesBytesMax} bytes`;
+    }
+  }
+
+  if (uuidText !== undefined) {
+    if (seenUuids.has(uuidText)) return undefined;
+    seenUuids.add(uuidText);
+  }
+  const row = builder.addRow(timeMs, name, distinctId, uuid);
+  if (keys !== undefined) {
+    for (let index = 0; index < keys.length; index++) {
+      const value = properties![keys[index]];
+      if (value === null || value === undefined) continue;
+      builder.addProperty(row, keys[index], texts![index]);
+    }
+  }
+  return undefined;
+}
+
+const uuidPattern = /^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$/;
+
+/** SPEC §4 "text" of a property value; undefined for null (not set). */
+export function propertyText(value: unknown): string | undefined {
+  switch (typeof value) {
+    case "string":
+      return value;
+    case "number":
+      return String(value);
+    case "boolean":
+      return value ? "true" : "false";
+    case "object":
+      return value === null ? undefined : JSON.stringify(value);
+    default:
+      return undefined;
+  }
+}
+
+// YYYY-MM-DD, T (or t, or a space as RFC 3339 allows), HH:MM[:SS[.fraction]], optional zone.
+const timestampPattern =
+  /^(\d{4})-(\d{2})-(\d{2})[Tt ](\d{2}):(\d{2})(?::(\d{2})(?:[.,](\d{1,9}))?)?(?:([Zz])|([+-])(\d{2})(?::?(\d{2}))?)?$/;
+const latestTimeMs = Date.UTC(9999, 11, 31, 23, 59, 59, 999);
+
+/** ISO 8601 date-time → UTC ms (truncated to the millisecond), or undefined when invalid or outside 1970–9999. */
+export function parseTimestampMs(text: string): number | undefined {
+  const match = timestampPattern.exec(text);
+  if (match === null) return undefined;
+  const year = Number(match[1]);
+  const month = Number(match[2]);
+  const day = Number(match[3]);
+  const hour = Number(match[4]);
+  const minute = Number(match[5]);
+  const second = match[6] === undefined ? 0 : Number(match[6]);
+  const millisecond = match[7] === undefined ? 0 : Number(match[7].slice(0, 3).padEnd(3, "0"));
+  if (year < 1969 || month < 1 || month > 12 || day < 1 || hour > 23 || minute > 59 || second > 59) return undefined;
+  const dayStartMs = Date.UTC(year, month - 1, day);
+  if (new Date(dayStartMs).getUTCDate() !== day) return undefined;
+  let offsetMs = 0;
+  if (match[9] !== undefined) {
+    const offsetHours = Number(match[10]);
+    const offsetMinutes = match[11] === undefined ? 0 : Number(match[11]);
+    if (offsetHours > 23 || offsetMinutes > 59) return undefined;
+    offsetMs = (offsetHours * 60 + offsetMinutes) * 60_000 * (match[9] === "-" ? -1 : 1);
+  }
+  const timeMs = dayStartMs + ((hour * 60 + minute) * 60 + second) * 1000 + millisecond - offsetMs;
+  if (timeMs < 0 || timeMs > latestTimeMs) return undefined;
+  return timeMs;
+}

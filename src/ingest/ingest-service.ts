@@ -1,0 +1,149 @@
+/**
+ * Main-thread side of ingest: hands bodies to the pool, checks the apiKey the
+ * worker found, commits the valid rows and builds the answer. Single-event
+ * requests are gathered — every body that arrives before the next turn of the
+ * event loop goes to the pool as one task — because a pool task costs tens of
+ * microseconds and one event a few.
+ */
+import { limits } from "../config/limits.js";
+import type { CredentialStore } from "../auth/credential-store.js";
+import type { ServiceError } from "../http/errors.js";
+import type { Store } from "../storage/store.js";
+import { PoolSaturatedError, type WorkerPool } from "../workers/pool.js";
+import type { BodySlice, IngestTaskResult } from "../workers/protocol.js";
+import type { IngestBodyResult, IngestShape } from "./event-validation.js";
+import { ChunkBuilder } from "./chunk-codec.js";
+
+export type IngestReply = { ok: true; body: string } | { ok: false; error: ServiceError };
+
+const overloaded: ServiceError = { code: "overloaded", message: "server is saturated, retry later" };
+const unauthorized: ServiceError = { code: "unauthorized", message: "apiKey: missing or unknown" };
+
+interface GatheredBody {
+  bytes: Uint8Array;
+  gzip: boolean;
+  receivedAtMs: number;
+  resolve: (reply: IngestReply) => void;
+}
+
+export class IngestService {
+  private gathered: GatheredBody[] = [];
+  private gatheredBytes = 0;
+  private gatherScheduled = false;
+
+  constructor(
+    private readonly pool: WorkerPool,
+    private readonly store: Store,
+    private readonly credentials: CredentialStore,
+  ) {}
+
+  private saturated(): boolean {
+    return this.pool.saturated || this.store.writeQueueBytes >= limits.writeQueueBytesMax;
+  }
+
+  /** One /ingest/batch body; `body` is transferred to the pool. */
+  async batch(body: ArrayBuffer, gzip: boolean, receivedAtMs: number): Promise<IngestReply> {
+    if (this.saturated()) return { ok: false, error: overloaded };
+    let result: IngestTaskResult;
+    try {
+      result = await this.pool.ingest({ kind: "ingest", shape: "batch", bodies: body, slices: [{ offset: 0, length: body.byteLength, gzip, receivedAtMs }] });
+    } catch (error) {
+      if (error instanceof PoolSaturatedError) return { ok: false, error: overloaded };
+      throw error;
+    }
+    const [replies] = await this.finish(result, "batch");
+    return replies;
+  }
+
+  /** One /ingest body; gathered with the others of this turn of the event loop. */
+  single(bytes: Uint8Array, gzip: boolean, receivedAtMs: number): Promise<IngestReply> {
+    if (this.saturated()) return Promise.resolve({ ok: false, error: overloaded });
+    return new Promise((resolve) => {
+      this.gathered.push({ bytes, gzip, receivedAtMs, resolve });
+      this.gatheredBytes += bytes.length;
+      if (this.gathered.length >= limits.singleEventsPerTaskMax) this.dispatchGathered();
+      else if (!this.gatherScheduled) {
+        this.gatherScheduled = true;
+        setImmediate(() => this.dispatchGathered());
+      }
+    });
+  }
+
+  private dispatchGathered(): void {
+    this.gatherScheduled = false;
+    const bodies = this.gathered;
+    if (bodies.length === 0) return;
+    this.gathered = [];
+    const buffer = new ArrayBuffer(this.gatheredBytes);
+    this.gatheredBytes = 0;
+    const view = new Uint8Array(buffer);
+    const slices: BodySlice[] = [];
+    let offset = 0;
+    for (const body of bodies) {
+      view.set(body.bytes, offset);
+      slices.push({ offset, length: body.bytes.length, gzip: body.gzip, receivedAtMs: body.receivedAtMs });
+      offset += body.bytes.length;
+    }
+    this.pool.ingest({ kind: "ingest", shape: "single", bodies: buffer, slices }).then(
+      async (result) => {
+        const replies = await this.finish(result, "single");
+        bodies.forEach((body, index) => body.resolve(replies[index]));
+      },
+      (error) => {
+        const reply: IngestReply = error instanceof PoolSaturatedError ? { ok: false, error: overloaded } : { ok: false, error: { code: "internal_error", message: "internal error" } };
+        if (!(error instanceof PoolSaturatedError)) console.error(error);
+        for (const body of bodies) body.resolve(reply);
+      },
+    );
+  }
+
+  /** Checks keys, commits each chunk once, and answers every body of the task. */
+  private async finish(result: IngestTaskResult, shape: IngestShape): Promise<IngestReply[]> {
+    const chunkOutcome = await Promise.all(
+      result.chunks.map(async ({ apiKey, chunk }): Promise<ServiceError | undefined> => {
+        const workspaceId = this.credentials.workspaceIdForApiKey(apiKey);
+        if (workspaceId === undefined) return unauthorized;
+        if (chunk.byteLength === 0) return undefined;
+        try {
+          await this.store.commit(workspaceId, chunk);
+          return undefined;
+        } catch (error) {
+          console.error(`ingest: commit failed: ${(error as Error).message}`);
+          return { code: "unavailable", message: "events could not be stored durably; nothing was stored, retry later" };
+        }
+      }),
+    );
+    return result.results.map((body) => this.reply(body, shape, chunkOutcome));
+  }
+
+  private reply(body: IngestBodyResult, shape: IngestShape, chunkOutcome: Array<ServiceError | undefined>): IngestReply {
+    if (body.kind === "rejected") return { ok: false, error: body.error };
+    if (body.apiKey === undefined || this.credentials.workspaceIdForApiKey(body.apiKey) === undefined) return { ok: false, error: unauthorized };
+    if (body.error) return { ok: false, error: body.error };
+    if (body.chunkIndex >= 0) {
+      const failure = chunkOutcome[body.chunkIndex];
+      if (failure) return { ok: false, error: failure };
+    }
+    if (shape === "single") return { ok: true, body: `{"ok":true}` };
+    const answer: { ok: true; accepted: number; errors?: IngestBodyResult extends never ? never : unknown[] } = { ok: true, accepted: body.acceptedCount };
+    if (body.errors.length > 0) answer.errors = body.errors;
+    return { ok: true, body: JSON.stringify(answer) };
+  }
+
+  /** SPEC §3: one `test_event` stored at server time; answers with its uuid and timestamp. */
+  async testEvent(workspaceId: string): Promise<IngestReply> {
+    if (this.store.writeQueueBytes >= limits.writeQueueBytesMax) return { ok: false, error: overloaded };
+    const timeMs = Date.now();
+    const eventId = crypto.randomUUID();
+    const builder = new ChunkBuilder();
+    builder.addRow(timeMs, "test_event", "test_event", Buffer.from(eventId.replaceAll("-", ""), "hex"));
+    try {
+      await this.store.commit(workspaceId, builder.finish());
+    } catch (error) {
+      console.error(`test-event: commit failed: ${(error as Error).message}`);
+      return { ok: false, error: { code: "unavailable", message: "event could not be stored durably, retry later" } };
+    }
+    const timestamp = new Date(timeMs).toISOString().replace("T", " ").slice(0, 23);
+    return { ok: true, body: JSON.stringify({ ok: true, eventId, timestamp }) };
+  }
+}

@@ -1,0 +1,80 @@
+/**
+ * Eventide's process: config → store recovery → credentials → worker pool →
+ * listeners. Prints one JSON line per milestone on stdout (SPEC §0) and shuts
+ * down cleanly on SIGTERM/SIGINT: stop accepting, answer what is in flight,
+ * seal and fsync, exit 0.
+ */
+import { CredentialStore } from "./auth/credential-store.js";
+import { loadConfig } from "./config/config.js";
+import { limits } from "./config/limits.js";
+import { startHttp } from "./http/server.js";
+import { IngestService } from "./ingest/ingest-service.js";
+import { QueryService } from "./query/query-service.js";
+import { Store } from "./storage/store.js";
+import { WorkerPool } from "./workers/pool.js";
+
+function printLine(value: object): void {
+  process.stdout.write(`${JSON.stringify(value)}\n`);
+}
+
+async function main(): Promise<void> {
+  const config = loadConfig();
+  const startedAtMs = Date.now();
+  const store = Store.open(config.dataDir, config.fsync);
+  const credentials = await CredentialStore.open(config.dataDir);
+  const created = await credentials.ensureDefaultWorkspace();
+  if (created) printLine({ event: "workspace-created", ...created });
+
+  const pool = new WorkerPool(config.workerCount);
+  store.start({
+    seal: (segment, directory) =>
+      pool.seal({
+        kind: "seal",
+        directory,
+        dayStartMs: segment.dayStartMs,
+        rowCount: segment.rowCount,
+        time: segment.time.buffer,
+        user: segment.user.buffer,
+        event: segment.event.buffer,
+        uuidPresent: segment.uuidPresent.buffer,
+        uuid: segment.uuid.buffer,
+        properties: [...segment.properties].map(([keyId, property]) => ({ keyId, valueIds: property.valueIds.buffer, texts: property.texts })),
+        fsync: config.fsync,
+      }),
+    load: (directory) => pool.load({ kind: "load-segment", directory }),
+  });
+  const ingest = new IngestService(pool, store, credentials);
+  const query = new QueryService(pool, store);
+  const http = await startHttp({ config, credentials, ingest, query });
+  printLine({ event: "listening", queryUrl: http.queryUrl, ingestUrl: http.ingestUrl });
+  console.error(`eventide: ready in ${Date.now() - startedAtMs} ms (${store.rowsApplied} rows replayed, ${config.workerCount} workers, data in ${config.dataDir})`);
+
+  let stopping = false;
+  const stop = async (signal: string) => {
+    if (stopping) return;
+    stopping = true;
+    const deadline = setTimeout(() => {
+      console.error(`eventide: shutdown exceeded ${limits.shutdownTimeoutMs} ms, exiting`);
+      process.exit(1);
+    }, limits.shutdownTimeoutMs);
+    deadline.unref();
+    try {
+      await http.close(limits.shutdownTimeoutMs / 3);
+      await store.close();
+      credentials.close();
+      await pool.close();
+      console.error(`eventide: stopped on ${signal}`);
+      process.exit(0);
+    } catch (error) {
+      console.error("eventide: shutdown failed", error);
+      process.exit(1);
+    }
+  };
+  process.on("SIGTERM", () => void stop("SIGTERM"));
+  process.on("SIGINT", () => void stop("SIGINT"));
+}
+
+main().catch((error) => {
+  console.error("eventide: failed to start:", error);
+  process.exit(1);
+});

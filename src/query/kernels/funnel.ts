@@ -1,0 +1,436 @@
+/**
+ * Funnel kernel (SPEC §4): for the users of one shard [userLo, userHi), how
+ * many reach each step. Workers run it per shard and the partials are summed,
+ * which is exact because shards hold disjoint users and each user counts once.
+ *
+ * Three passes over typed arrays, then one walk per user:
+ *   1. entry users: users with a step-1 event in [entryFrom, entryTo) get a
+ *      dense index (userEntryIndexes holds index + 1 and is zeroed again at the
+ *      end); every other user is skipped by the later passes;
+ *   2. gather (CSR): for each entry user and each distinct step name ("slot"),
+ *      the times of that user's events of that name in [entryFrom, entryTo +
+ *      window), counted in one pass and written in a second; a cell is sorted
+ *      only when it is not already (sealed rows come sorted by user then time,
+ *      and segments are visited in day order, so that is rare);
+ *   3. walk: from every entry event, the greedy chain below; the deepest wins.
+ * Users are gathered in chunks of bounded cell count, so memory stays bounded
+ * when a shard holds millions of entry users and 20 steps.
+ *
+ * The greedy chain. From entry e1, step j takes the earliest event of name
+ * steps[j-1] whose time is >= the previous step's time and that no earlier step
+ * used (a per-name pointer past the last used index: a cell's times are sorted,
+ * so "unused" means "after the last used one"); stop at the first step with no
+ * such event inside the window. It is optimal, by an exchange argument: take
+ * any valid chain f1 = e1, f2 … fk. Among steps of one name, f can be reordered
+ * so that later steps use later positions of the name's sorted times (two
+ * same-name events used out of position order must have equal times, and
+ * swapping them keeps the chain valid; if one of them is f1, the swap moves the
+ * entry to another event of the same time, which the walk also tries). Then,
+ * by induction, greedy's gj sits at a position <= fj's: fj is after the
+ * position greedy last used for that name (that is gi <= fi for the previous
+ * same-name step i) and not earlier than g(j-1) <= f(j-1) <= fj in time, so fj
+ * was a candidate and greedy took one no later. Hence ts(gk) <= ts(fk) and
+ * greedy's chain fits the window whenever f's does: its depth is the best.
+ */
+import type { SegmentView } from "../segment-view.js";
+import { dayMs } from "../buckets.js";
+import { GrowableInt32, ScratchFloat64, ScratchInt32 } from "./scratch.js";
+import { lowerBoundTime, segmentsByDay, sealedShardRows, type RowRange } from "./rows.js";
+import { sumPartials } from "./trend.js";
+
+export interface FunnelPlan {
+  /** One workspace event id per step; undefined for a name never ingested (no user reaches that step). */
+  stepEventIds: readonly (number | undefined)[];
+  /** dateFrom 00:00 UTC: the first instant an entry event may have. */
+  entryFromMs: number;
+  /** dateTo + 1 day 00:00 UTC. */
+  entryToMsExclusive: number;
+  /** conversionWindow × 1000: ts(ek) - ts(e1) <= windowMs. */
+  windowMs: number;
+}
+
+/**
+ * Cells (entry users × distinct step names) gathered at once: 4 Mi cells keep
+ * the offset and cursor arrays at 16 MiB each.
+ */
+const chunkCellsMax = 1 << 22;
+
+/** Dense entry index + 1 per user slot (user - userLo); all zero between queries. */
+const userEntryIndexes = new GrowableInt32();
+/** The slots set in userEntryIndexes, to zero them again. */
+const entryUserSlots = new GrowableInt32();
+const cellOffsets = new ScratchInt32();
+const cellCursors = new ScratchInt32();
+const cellTimes = new ScratchFloat64();
+const shardRows: RowRange = { start: 0, end: 0 };
+
+/** Users per step (stepEventIds.length entries): count[k] = users whose deepest step is >= k + 1. */
+export function funnelPartial(segments: readonly SegmentView[], plan: FunnelPlan, userLo: number, userHi: number): Float64Array {
+  const stepCount = plan.stepEventIds.length;
+  const counts = new Float64Array(stepCount);
+  let reachableStepCount = 0;
+  while (reachableStepCount < stepCount && plan.stepEventIds[reachableStepCount] !== undefined) reachableStepCount++;
+  if (reachableStepCount === 0 || userLo >= userHi) return counts;
+
+  // Distinct names: a repeated name is gathered once and shared by its steps.
+  const slotEventIds: number[] = [];
+  const stepSlots = new Int32Array(reachableStepCount);
+  for (let step = 0; step < reachableStepCount; step++) {
+    const eventId = plan.stepEventIds[step]!;
+    let slot = slotEventIds.indexOf(eventId);
+    if (slot < 0) {
+      slot = slotEventIds.length;
+      slotEventIds.push(eventId);
+    }
+    stepSlots[step] = slot;
+  }
+  const eventSlots = eventSlotTable(slotEventIds);
+  const horizonMs = plan.entryToMsExclusive + plan.windowMs;
+  const order = segmentsByDay(segments, plan.entryFromMs, horizonMs);
+
+  let entryUserCount = 0;
+  try {
+    entryUserCount = markEntryUsers(segments, order, slotEventIds[0], plan.entryFromMs, plan.entryToMsExclusive, userLo, userHi);
+    if (entryUserCount === 0) return counts;
+    const deepestUsers = new Float64Array(reachableStepCount + 1);
+    if (reachableStepCount === 1) {
+      deepestUsers[1] = entryUserCount;
+    } else {
+      const slotCount = slotEventIds.length;
+      const chunkUsersMax = Math.max(1, Math.floor(chunkCellsMax / slotCount));
+      const chunk: GatherChunk = {
+        segments,
+        order,
+        slotEventIds,
+        eventSlots,
+        fromMs: plan.entryFromMs,
+        toMsExclusive: horizonMs,
+        userLo,
+        userHi,
+        indexStart: 0,
+        indexEnd: 0,
+      };
+      const lastUsed = new Int32Array(slotCount);
+      for (let indexStart = 0; indexStart < entryUserCount; indexStart += chunkUsersMax) {
+        chunk.indexStart = indexStart;
+        chunk.indexEnd = Math.min(entryUserCount, indexStart + chunkUsersMax);
+        const cellCount = (chunk.indexEnd - chunk.indexStart) * slotCount;
+        const offsets = cellOffsets.get(cellCount + 1);
+        const times = gatherChunk(chunk, offsets, cellCount);
+        walkChunk(
+          offsets,
+          times,
+          chunk.indexEnd - chunk.indexStart,
+          slotCount,
+          stepSlots,
+          plan.entryToMsExclusive,
+          plan.windowMs,
+          lastUsed,
+          deepestUsers,
+        );
+      }
+    }
+    let reachedCount = 0;
+    for (let depth = reachableStepCount; depth >= 1; depth--) {
+      reachedCount += deepestUsers[depth];
+      counts[depth - 1] = reachedCount;
+    }
+    return counts;
+  } finally {
+    clearEntryUsers(entryUserCount);
+  }
+}
+
+/** Sum of the shards' partials. */
+export function mergeFunnelPartials(partials: readonly Float64Array[]): Float64Array {
+  return sumPartials(partials);
+}
+
+/** slot + 1 per event id (0: not a step), so an active segment's rows are routed with one load. */
+function eventSlotTable(slotEventIds: readonly number[]): Int32Array {
+  let eventIdMax = 0;
+  for (const eventId of slotEventIds) eventIdMax = Math.max(eventIdMax, eventId);
+  const table = new Int32Array(eventIdMax + 1);
+  for (let slot = 0; slot < slotEventIds.length; slot++) table[slotEventIds[slot]] = slot + 1;
+  return table;
+}
+
+// ---------------------------------------------------------------------------
+// Pass 1: entry users
+
+function markEntryUsers(
+  segments: readonly SegmentView[],
+  order: readonly number[],
+  entryEventId: number,
+  fromMs: number,
+  toMsExclusive: number,
+  userLo: number,
+  userHi: number,
+): number {
+  let indexes = userEntryIndexes.values;
+  let slots = entryUserSlots.values;
+  let entryUserCount = 0;
+  for (const segmentIndex of order) {
+    const segment = segments[segmentIndex];
+    if (segment.dayStartMs >= toMsExclusive || segment.dayStartMs + dayMs <= fromMs) continue;
+    const offsetLow = Math.max(0, fromMs - segment.dayStartMs);
+    const offsetHigh = Math.min(dayMs, toMsExclusive - segment.dayStartMs);
+    const { userIds, timeOffsetMs } = segment;
+    let rowStart = 0;
+    let rowEnd = segment.rowCount;
+    const eventIds = segment.eventIds;
+    if (segment.eventRowStart !== undefined) {
+      sealedShardRows(segment.eventRowStart, userIds, entryEventId, userLo, userHi, shardRows);
+      rowStart = shardRows.start;
+      rowEnd = shardRows.end;
+    }
+    for (let row = rowStart; row < rowEnd; row++) {
+      // Sealed rows are already the event's rows in the shard; active rows are checked here.
+      if (eventIds !== undefined) {
+        const user = userIds[row];
+        if (eventIds[row] !== entryEventId || user < userLo || user >= userHi) continue;
+      }
+      const offset = timeOffsetMs[row];
+      if (offset < offsetLow || offset >= offsetHigh) continue;
+      const slot = userIds[row] - userLo;
+      if (slot >= indexes.length) indexes = userEntryIndexes.grow(slot + 1);
+      if (indexes[slot] !== 0) continue;
+      if (entryUserCount >= slots.length) slots = entryUserSlots.grow(entryUserCount + 1);
+      slots[entryUserCount] = slot;
+      entryUserCount++;
+      indexes[slot] = entryUserCount;
+    }
+  }
+  return entryUserCount;
+}
+
+function clearEntryUsers(entryUserCount: number): void {
+  const indexes = userEntryIndexes.values;
+  const slots = entryUserSlots.values;
+  for (let index = 0; index < entryUserCount; index++) indexes[slots[index]] = 0;
+}
+
+// ---------------------------------------------------------------------------
+// Pass 2: gather times per (entry user, slot)
+
+interface GatherChunk {
+  segments: readonly SegmentView[];
+  order: readonly number[];
+  slotEventIds: readonly number[];
+  /** slot + 1 per event id, 0 when not a step. */
+  eventSlots: Int32Array;
+  fromMs: number;
+  toMsExclusive: number;
+  userLo: number;
+  userHi: number;
+  /** Entry users [indexStart, indexEnd) are gathered. */
+  indexStart: number;
+  indexEnd: number;
+}
+
+/**
+ * Fills offsets[0..cellCount] (cell c = (entry index - indexStart) × slotCount + slot
+ * holds times[offsets[c] .. offsets[c + 1])) and returns the times, each cell sorted.
+ */
+function gatherChunk(chunk: GatherChunk, offsets: Int32Array, cellCount: number): Float64Array {
+  offsets.fill(0, 0, cellCount + 1);
+  visitChunkRows(chunk, offsets, undefined, undefined);
+  for (let cell = 0; cell < cellCount; cell++) offsets[cell + 1] += offsets[cell];
+  const times = cellTimes.get(offsets[cellCount]);
+  const cursors = cellCursors.get(cellCount);
+  cursors.set(offsets.subarray(0, cellCount));
+  visitChunkRows(chunk, undefined, cursors, times);
+  for (let cell = 0; cell < cellCount; cell++) {
+    const start = offsets[cell];
+    const end = offsets[cell + 1];
+    for (let index = start + 1; index < end; index++) {
+      if (times[index] < times[index - 1]) {
+        times.subarray(start, end).sort();
+        break;
+      }
+    }
+  }
+  return times;
+}
+
+/**
+ * Visits the rows of the chunk's users and step names inside [fromMs, toMsExclusive):
+ * with `counts`, adds one per row to counts[cell + 1]; with `cursors` and `times`, writes each row's time.
+ */
+function visitChunkRows(
+  chunk: GatherChunk,
+  counts: Int32Array | undefined,
+  cursors: Int32Array | undefined,
+  times: Float64Array | undefined,
+): void {
+  const slotCount = chunk.slotEventIds.length;
+  for (const segmentIndex of chunk.order) {
+    const segment = chunk.segments[segmentIndex];
+    const offsetLow = Math.max(0, chunk.fromMs - segment.dayStartMs);
+    const offsetHigh = Math.min(dayMs, chunk.toMsExclusive - segment.dayStartMs);
+    if (segment.eventRowStart !== undefined) {
+      for (let slot = 0; slot < slotCount; slot++) {
+        sealedShardRows(segment.eventRowStart, segment.userIds, chunk.slotEventIds[slot], chunk.userLo, chunk.userHi, shardRows);
+        if (shardRows.start === shardRows.end) continue;
+        if (counts !== undefined) {
+          countSealedRows(segment, shardRows.start, shardRows.end, offsetLow, offsetHigh, chunk, slot, counts);
+        } else {
+          fillSealedRows(segment, shardRows.start, shardRows.end, offsetLow, offsetHigh, chunk, slot, cursors!, times!);
+        }
+      }
+    } else if (counts !== undefined) {
+      countActiveRows(segment, offsetLow, offsetHigh, chunk, counts);
+    } else {
+      fillActiveRows(segment, offsetLow, offsetHigh, chunk, cursors!, times!);
+    }
+  }
+}
+
+function countSealedRows(
+  segment: SegmentView,
+  rowStart: number,
+  rowEnd: number,
+  offsetLow: number,
+  offsetHigh: number,
+  chunk: GatherChunk,
+  slot: number,
+  counts: Int32Array,
+): void {
+  const { userIds, timeOffsetMs } = segment;
+  const indexes = userEntryIndexes.values;
+  const slotCount = chunk.slotEventIds.length;
+  const { userLo, indexStart } = chunk;
+  const chunkUserCount = chunk.indexEnd - indexStart;
+  for (let row = rowStart; row < rowEnd; row++) {
+    const userSlot = userIds[row] - userLo;
+    // index - 1 - indexStart as unsigned: non-entry users (index 0) and other chunks fall outside.
+    const chunkIndex = userSlot < indexes.length ? indexes[userSlot] - 1 - indexStart : -1;
+    if (chunkIndex < 0 || chunkIndex >= chunkUserCount) continue;
+    const offset = timeOffsetMs[row];
+    if (offset < offsetLow || offset >= offsetHigh) continue;
+    counts[chunkIndex * slotCount + slot + 1]++;
+  }
+}
+
+function fillSealedRows(
+  segment: SegmentView,
+  rowStart: number,
+  rowEnd: number,
+  offsetLow: number,
+  offsetHigh: number,
+  chunk: GatherChunk,
+  slot: number,
+  cursors: Int32Array,
+  times: Float64Array,
+): void {
+  const { userIds, timeOffsetMs, dayStartMs } = segment;
+  const indexes = userEntryIndexes.values;
+  const slotCount = chunk.slotEventIds.length;
+  const { userLo, indexStart } = chunk;
+  const chunkUserCount = chunk.indexEnd - indexStart;
+  for (let row = rowStart; row < rowEnd; row++) {
+    const userSlot = userIds[row] - userLo;
+    const chunkIndex = userSlot < indexes.length ? indexes[userSlot] - 1 - indexStart : -1;
+    if (chunkIndex < 0 || chunkIndex >= chunkUserCount) continue;
+    const offset = timeOffsetMs[row];
+    if (offset < offsetLow || offset >= offsetHigh) continue;
+    times[cursors[chunkIndex * slotCount + slot]++] = dayStartMs + offset;
+  }
+}
+
+function countActiveRows(segment: SegmentView, offsetLow: number, offsetHigh: number, chunk: GatherChunk, counts: Int32Array): void {
+  const { userIds, timeOffsetMs, rowCount } = segment;
+  const eventIds = segment.eventIds!;
+  const indexes = userEntryIndexes.values;
+  const { eventSlots, userLo, userHi, indexStart } = chunk;
+  const slotCount = chunk.slotEventIds.length;
+  const chunkUserCount = chunk.indexEnd - indexStart;
+  for (let row = 0; row < rowCount; row++) {
+    const eventId = eventIds[row];
+    const slotPlusOne = eventId < eventSlots.length ? eventSlots[eventId] : 0;
+    if (slotPlusOne === 0) continue;
+    const user = userIds[row];
+    if (user < userLo || user >= userHi) continue;
+    const userSlot = user - userLo;
+    const chunkIndex = userSlot < indexes.length ? indexes[userSlot] - 1 - indexStart : -1;
+    if (chunkIndex < 0 || chunkIndex >= chunkUserCount) continue;
+    const offset = timeOffsetMs[row];
+    if (offset < offsetLow || offset >= offsetHigh) continue;
+    counts[chunkIndex * slotCount + slotPlusOne]++;
+  }
+}
+
+function fillActiveRows(
+  segment: SegmentView,
+  offsetLow: number,
+  offsetHigh: number,
+  chunk: GatherChunk,
+  cursors: Int32Array,
+  times: Float64Array,
+): void {
+  const { userIds, timeOffsetMs, rowCount, dayStartMs } = segment;
+  const eventIds = segment.eventIds!;
+  const indexes = userEntryIndexes.values;
+  const { eventSlots, userLo, userHi, indexStart } = chunk;
+  const slotCount = chunk.slotEventIds.length;
+  const chunkUserCount = chunk.indexEnd - indexStart;
+  for (let row = 0; row < rowCount; row++) {
+    const eventId = eventIds[row];
+    const slotPlusOne = eventId < eventSlots.length ? eventSlots[eventId] : 0;
+    if (slotPlusOne === 0) continue;
+    const user = userIds[row];
+    if (user < userLo || user >= userHi) continue;
+    const userSlot = user - userLo;
+    const chunkIndex = userSlot < indexes.length ? indexes[userSlot] - 1 - indexStart : -1;
+    if (chunkIndex < 0 || chunkIndex >= chunkUserCount) continue;
+    const offset = timeOffsetMs[row];
+    if (offset < offsetLow || offset >= offsetHigh) continue;
+    times[cursors[chunkIndex * slotCount + slotPlusOne - 1]++] = dayStartMs + offset;
+  }
+}
+
+// ---------------------------------------------------------------------------
+// Pass 3: the greedy walk from every entry
+
+function walkChunk(
+  offsets: Int32Array,
+  times: Float64Array,
+  chunkUserCount: number,
+  slotCount: number,
+  stepSlots: Int32Array,
+  entryToMsExclusive: number,
+  windowMs: number,
+  lastUsed: Int32Array,
+  deepestUsers: Float64Array,
+): void {
+  const stepCount = stepSlots.length;
+  for (let chunkIndex = 0; chunkIndex < chunkUserCount; chunkIndex++) {
+    const cellBase = chunkIndex * slotCount;
+    // Slot 0 is the entry name (the first distinct name is steps[0]'s).
+    const entryStart = offsets[cellBase];
+    const entryEnd = offsets[cellBase + 1];
+    let deepest = 1;
+    for (let entry = entryStart; entry < entryEnd; entry++) {
+      const entryMs = times[entry];
+      if (entryMs >= entryToMsExclusive) break;
+      const windowEndMs = entryMs + windowMs;
+      for (let slot = 0; slot < slotCount; slot++) lastUsed[slot] = offsets[cellBase + slot] - 1;
+      lastUsed[0] = entry;
+      let previousMs = entryMs;
+      let depth = 1;
+      for (; depth < stepCount; depth++) {
+        const slot = stepSlots[depth];
+        const cellEnd = offsets[cellBase + slot + 1];
+        const next = lowerBoundTime(times, lastUsed[slot] + 1, cellEnd, previousMs);
+        if (next >= cellEnd || times[next] > windowEndMs) break;
+        lastUsed[slot] = next;
+        previousMs = times[next];
+      }
+      if (depth > deepest) {
+        deepest = depth;
+        if (deepest === stepCount) break;
+      }
+    }
+    deepestUsers[deepest]++;
+  }
+}

@@ -1,0 +1,41 @@
+/**
+ * The read side of a segment, as query kernels see it: typed arrays and
+ * dictionaries, nothing about files or threads. Sealed segments come from disk
+ * (sorted by event, user, time, with per-event user bitmaps); active segments
+ * come from the write path's column builders (arrival order, no bitmaps).
+ * Both live in SharedArrayBuffers, so every worker reads the same bytes.
+ */
+import type { RoaringBitmap32 } from "roaring";
+
+export type ValueIdColumn = Uint8Array | Uint16Array | Uint32Array;
+
+export interface PropertyColumn {
+  /** One value id per row; 0 means the property is not set (absent or null). */
+  valueIds: ValueIdColumn;
+  /** texts[id] is the property's text (SPEC §4) for id ≥ 1; texts[0] is unused. */
+  texts: readonly string[];
+}
+
+export interface SegmentView {
+  /** Unique and stable for sealed segments: workers cache decoded state under it. */
+  key: string;
+  /** UTC midnight of the segment's day, in ms since the epoch. Every row lies in [dayStartMs, dayStartMs + 86 400 000). */
+  dayStartMs: number;
+  rowCount: number;
+  /** Milliseconds since dayStartMs, one per row. */
+  timeOffsetMs: Uint32Array;
+  /** Dense workspace-wide user id, one per row. */
+  userIds: Uint32Array;
+  /**
+   * Sealed segments: rows are ordered by (eventId, userId, timeOffsetMs), and the
+   * rows of event e are [eventRowStart[e], eventRowStart[e + 1]). Event ids at or
+   * past eventRowStart.length - 1 have no rows. Undefined for active segments.
+   */
+  eventRowStart: Uint32Array | undefined;
+  /** Active segments: the event id of each row, rows in arrival order. Undefined for sealed segments. */
+  eventIds: Uint32Array | undefined;
+  /** The column of a workspace property key id, or undefined when no row of this segment sets it. */
+  property(keyId: number): PropertyColumn | undefined;
+  /** Sealed segments: the set of user ids having at least one row of the event (undefined: no row, or not available). */
+  userBitmap(eventId: number): RoaringBitmap32 | undefined;
+}

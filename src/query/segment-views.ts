@@ -1,0 +1,129 @@
+/**
+ * Worker side of segment sharing: turns the descriptors a query task carries
+ * into SegmentViews over the shared bytes. Sealed segments are immutable, so
+ * their views — parsed layout, decoded dictionaries, deserialized bitmaps —
+ * are cached per worker under the segment key and reused by later queries.
+ * Active segments change with every ingest, so their views are built per task.
+ */
+import roaring from "roaring";
+import { limits } from "../config/limits.js";
+import type { ActiveSegmentDescriptor, SealedSegmentDescriptor, SegmentDescriptor } from "../storage/segment-descriptor.js";
+import type { SegmentLayout } from "../storage/segment-format.js";
+import type { PropertyColumn, SegmentView } from "./segment-view.js";
+
+const { RoaringBitmap32 } = roaring;
+type Bitmap = InstanceType<typeof RoaringBitmap32>;
+
+class SealedView implements SegmentView {
+  readonly key: string;
+  readonly dayStartMs: number;
+  readonly rowCount: number;
+  readonly timeOffsetMs: Uint32Array;
+  readonly userIds: Uint32Array;
+  readonly eventRowStart: Uint32Array;
+  readonly eventIds = undefined;
+  readonly memoryBytes: number;
+  private readonly properties = new Map<number, PropertyColumn>();
+  private readonly bitmaps = new Map<number, Bitmap | undefined>();
+  private readonly bitmapEnds: Uint32Array;
+
+  constructor(
+    descriptor: SealedSegmentDescriptor,
+    private readonly layout: SegmentLayout,
+    private readonly memory: SharedArrayBuffer,
+  ) {
+    this.key = descriptor.key;
+    this.dayStartMs = descriptor.dayStartMs;
+    this.rowCount = layout.rowCount;
+    this.memoryBytes = layout.memoryBytes;
+    this.timeOffsetMs = new Uint32Array(memory, layout.time.offset, layout.rowCount);
+    this.userIds = new Uint32Array(memory, layout.user.offset, layout.rowCount);
+    this.eventRowStart = new Uint32Array(memory, layout.eventStart.offset, layout.eventCount + 1);
+    this.bitmapEnds = new Uint32Array(memory, layout.bitmapEnds.offset, layout.eventCount);
+  }
+
+  property(keyId: number): PropertyColumn | undefined {
+    const cached = this.properties.get(keyId);
+    if (cached) return cached;
+    const property = this.layout.properties.find((candidate) => candidate.keyId === keyId);
+    if (!property) return undefined;
+    const rows = this.layout.rowCount;
+    const valueIds =
+      property.width === 1
+        ? new Uint8Array(this.memory, property.values.offset, rows)
+        : property.width === 2
+          ? new Uint16Array(this.memory, property.values.offset, rows)
+          : new Uint32Array(this.memory, property.values.offset, rows);
+    const ends = new Uint32Array(this.memory, property.textEnds.offset, property.valueCount + 1);
+    // Buffer.from over shared memory copies nothing; toString decodes each text once per worker.
+    const bytes = Buffer.from(this.memory, property.texts.offset, property.texts.bytes);
+    const texts = new Array<string>(property.valueCount + 1);
+    texts[0] = "";
+    for (let id = 1; id <= property.valueCount; id++) texts[id] = bytes.toString("utf8", ends[id - 1], ends[id]);
+    const column = { valueIds, texts };
+    this.properties.set(keyId, column);
+    return column;
+  }
+
+  userBitmap(eventId: number): Bitmap | undefined {
+    if (eventId >= this.layout.eventCount) return undefined;
+    if (this.bitmaps.has(eventId)) return this.bitmaps.get(eventId);
+    let bitmap: Bitmap | undefined;
+    const start = eventId === 0 ? 0 : this.bitmapEnds[eventId - 1];
+    const end = this.bitmapEnds[eventId];
+    if (end > start) {
+      // Copy out of shared memory: the addon wants an ordinary buffer.
+      const bytes = Buffer.from(new Uint8Array(this.memory, this.layout.bitmaps.offset + start, end - start));
+      bitmap = RoaringBitmap32.deserialize(bytes, true);
+    }
+    this.bitmaps.set(eventId, bitmap);
+    return bitmap;
+  }
+}
+
+function activeView(descriptor: ActiveSegmentDescriptor): SegmentView {
+  const rows = descriptor.rowCount;
+  const properties = new Map<number, PropertyColumn>();
+  for (const property of descriptor.properties) {
+    properties.set(property.keyId, { valueIds: new Uint32Array(property.valueIds, 0, rows), texts: property.texts });
+  }
+  return {
+    key: descriptor.key,
+    dayStartMs: descriptor.dayStartMs,
+    rowCount: rows,
+    timeOffsetMs: new Uint32Array(descriptor.time, 0, rows),
+    userIds: new Uint32Array(descriptor.user, 0, rows),
+    eventRowStart: undefined,
+    eventIds: new Uint32Array(descriptor.event, 0, rows),
+    property: (keyId) => properties.get(keyId),
+    userBitmap: () => undefined,
+  };
+}
+
+/** Least recently used sealed views, bounded by the bytes they keep alive. */
+const sealedViews = new Map<string, SealedView>();
+let sealedViewBytes = 0;
+
+function sealedView(descriptor: SealedSegmentDescriptor): SealedView {
+  const cached = sealedViews.get(descriptor.key);
+  if (cached) {
+    sealedViews.delete(descriptor.key);
+    sealedViews.set(descriptor.key, cached);
+    return cached;
+  }
+  const layout = JSON.parse(descriptor.layoutJson) as SegmentLayout;
+  const view = new SealedView(descriptor, layout, descriptor.memory);
+  sealedViews.set(descriptor.key, view);
+  sealedViewBytes += view.memoryBytes;
+  for (const [key, victim] of sealedViews) {
+    if (sealedViewBytes <= limits.segmentCacheBytesMax) break;
+    if (victim === view) continue;
+    sealedViews.delete(key);
+    sealedViewBytes -= victim.memoryBytes;
+  }
+  return view;
+}
+
+export function segmentViews(descriptors: readonly SegmentDescriptor[]): SegmentView[] {
+  return descriptors.map((descriptor) => (descriptor.kind === "sealed" ? sealedView(descriptor) : activeView(descriptor)));
+}

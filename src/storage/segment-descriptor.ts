@@ -1,0 +1,27 @@
+/**
+ * What a query task receives about one segment. Column bytes travel as
+ * SharedArrayBuffer handles (shared, never copied); a sealed segment's layout
+ * travels as a JSON string, which workers parse once and cache under the
+ * segment's key, because a string clones as one memcpy.
+ */
+export type SegmentDescriptor = SealedSegmentDescriptor | ActiveSegmentDescriptor;
+
+export interface SealedSegmentDescriptor {
+  kind: "sealed";
+  key: string;
+  dayStartMs: number;
+  layoutJson: string;
+  memory: SharedArrayBuffer;
+}
+
+export interface ActiveSegmentDescriptor {
+  kind: "active";
+  key: string;
+  dayStartMs: number;
+  rowCount: number;
+  time: SharedArrayBuffer;
+  user: SharedArrayBuffer;
+  event: SharedArrayBuffer;
+  /** Only the property keys the query filters on, with the texts known when the query started. */
+  properties: Array<{ keyId: number; valueIds: SharedArrayBuffer; texts: string[] }>;
+}

@@ -1,0 +1,304 @@
+/**
+ * Sealed segments: immutable column files for one workspace and UTC day,
+ * published atomically (a tmp_ directory renamed into place). Rows are sorted
+ * by (event id, user id, time), so an event's rows are one contiguous run — a
+ * day's total is a subtraction — and each event carries a roaring bitmap of the
+ * users it has, for funnels and retention.
+ *
+ *   _meta.json            layout, row count, per-file byte length and CRC32
+ *   time.u32              ms since the UTC day start
+ *   user.u32              dense user id
+ *   event-start.u32       rows of event e are [start[e], start[e + 1])
+ *   bitmaps.roaring       portable roaring bitmaps, one per event, concatenated
+ *   bitmap-end.u32        byte end of each event's bitmap
+ *   prop-<key>.u8|u16|u32 value id per row (0 = not set)
+ *   prop-<key>.text-end.u32, prop-<key>.text.utf8   the value dictionary
+ *   uuid-row.u32, uuid.b16   rows that carried a uuid, and their 16 bytes (dedupe only)
+ *
+ * In memory a segment is one SharedArrayBuffer holding every query column at
+ * the offsets of its layout, so a query task passes one handle per segment.
+ * Sealing and loading both run in the worker pool, off the main thread.
+ */
+import { strict as assert } from "node:assert";
+import { closeSync, existsSync, mkdirSync, openSync, readFileSync, readSync, renameSync, rmSync } from "node:fs";
+import { dirname, join } from "node:path";
+import { crc32 } from "node:zlib";
+import roaring from "roaring";
+import { fsyncDirectory, writeFileDurably } from "./files.js";
+
+const { RoaringBitmap32 } = roaring;
+
+export const segmentFormatVersion = 1;
+
+export interface ColumnSpan {
+  file: string;
+  /** Byte offset inside the segment's SharedArrayBuffer (query columns only). */
+  offset: number;
+  bytes: number;
+  crc: number;
+}
+
+export interface PropertyLayout {
+  keyId: number;
+  /** Bytes per value id: 1, 2 or 4. */
+  width: 1 | 2 | 4;
+  /** Distinct texts, id 0 (not set) excluded. */
+  valueCount: number;
+  values: ColumnSpan;
+  textEnds: ColumnSpan;
+  texts: ColumnSpan;
+}
+
+export interface SegmentLayout {
+  format: number;
+  rowCount: number;
+  dayStartMs: number;
+  /** Number of event ids covered by eventStart (eventStart has eventCount + 1 entries). */
+  eventCount: number;
+  time: ColumnSpan;
+  user: ColumnSpan;
+  eventStart: ColumnSpan;
+  bitmaps: ColumnSpan;
+  bitmapEnds: ColumnSpan;
+  properties: PropertyLayout[];
+  /** Not loaded for queries: read at start-up to rebuild the uuid set. */
+  uuidRows: ColumnSpan | undefined;
+  uuids: ColumnSpan | undefined;
+  /** SharedArrayBuffer size holding every query column. */
+  memoryBytes: number;
+}
+
+export interface LoadSegmentResult {
+  kind: "load-segment";
+  layout: SegmentLayout;
+  memory: SharedArrayBuffer;
+}
+
+export interface SealInput {
+  directory: string;
+  dayStartMs: number;
+  rowCount: number;
+  timeOffsetMs: Uint32Array;
+  userIds: Uint32Array;
+  eventIds: Uint32Array;
+  uuidPresent: Uint8Array;
+  uuidBytes: Uint8Array;
+  properties: Array<{ keyId: number; valueIds: Uint32Array; texts: string[] }>;
+  fsync: boolean;
+}
+
+function align8(value: number): number {
+  return (value + 7) & ~7;
+}
+
+/** Sorts, encodes and publishes one segment; returns its in-memory form. */
+export function sealSegment(input: SealInput): LoadSegmentResult {
+  const { rowCount, timeOffsetMs, userIds, eventIds } = input;
+
+  // Order rows by (event, user, time): a counting sort by event, then each
+  // event's rows by a single float key (user · 2^27 + ms in day, exact below
+  // 2^26 users; a comparator takes over beyond that).
+  let eventCount = 0;
+  for (let row = 0; row < rowCount; row++) if (eventIds[row] + 1 > eventCount) eventCount = eventIds[row] + 1;
+  const eventStart = new Uint32Array(eventCount + 1);
+  for (let row = 0; row < rowCount; row++) eventStart[eventIds[row] + 1]++;
+  for (let event = 0; event < eventCount; event++) eventStart[event + 1] += eventStart[event];
+  const order = new Uint32Array(rowCount);
+  const cursor = eventStart.slice(0, eventCount);
+  for (let row = 0; row < rowCount; row++) order[cursor[eventIds[row]]++] = row;
+  const sortKey = new Float64Array(rowCount);
+  let maxUser = 0;
+  for (let row = 0; row < rowCount; row++) if (userIds[row] > maxUser) maxUser = userIds[row];
+  const compactKey = maxUser < 2 ** 26;
+  for (let row = 0; row < rowCount; row++) sortKey[row] = userIds[row] * 134_217_728 + timeOffsetMs[row];
+  for (let event = 0; event < eventCount; event++) {
+    const run = order.subarray(eventStart[event], eventStart[event + 1]);
+    if (compactKey) run.sort((a, b) => sortKey[a] - sortKey[b] || a - b);
+    else run.sort((a, b) => userIds[a] - userIds[b] || timeOffsetMs[a] - timeOffsetMs[b] || a - b);
+  }
+
+  const time = new Uint32Array(rowCount);
+  const user = new Uint32Array(rowCount);
+  for (let index = 0; index < rowCount; index++) {
+    time[index] = timeOffsetMs[order[index]];
+    user[index] = userIds[order[index]];
+  }
+
+  // Per-event user bitmaps, portable format.
+  const bitmapParts: Uint8Array[] = [];
+  const bitmapEnds = new Uint32Array(eventCount);
+  let bitmapBytes = 0;
+  for (let event = 0; event < eventCount; event++) {
+    if (eventStart[event + 1] > eventStart[event]) {
+      const bitmap = new RoaringBitmap32(user.subarray(eventStart[event], eventStart[event + 1]));
+      bitmap.runOptimize();
+      const serialized = bitmap.serialize(true);
+      bitmapParts.push(serialized);
+      bitmapBytes += serialized.length;
+    }
+    bitmapEnds[event] = bitmapBytes;
+  }
+  const bitmaps = Buffer.concat(bitmapParts, bitmapBytes);
+
+  // Properties: permute, keep only the texts this segment uses, narrowest id width.
+  const properties: Array<{ keyId: number; width: 1 | 2 | 4; values: Uint8Array | Uint16Array | Uint32Array; textEnds: Uint32Array; texts: Buffer }> = [];
+  for (const property of input.properties) {
+    const remap = new Uint32Array(property.texts.length);
+    const usedTexts: string[] = [""];
+    const permuted = new Uint32Array(rowCount);
+    for (let index = 0; index < rowCount; index++) {
+      const oldId = property.valueIds[order[index]];
+      if (oldId === 0) continue;
+      let newId = remap[oldId];
+      if (newId === 0) {
+        newId = usedTexts.length;
+        usedTexts.push(property.texts[oldId]);
+        remap[oldId] = newId;
+      }
+      permuted[index] = newId;
+    }
+    if (usedTexts.length === 1) continue;
+    const width: 1 | 2 | 4 = usedTexts.length <= 0xff ? 1 : usedTexts.length <= 0xffff ? 2 : 4;
+    const values = width === 1 ? Uint8Array.from(permuted) : width === 2 ? Uint16Array.from(permuted) : permuted;
+    const encodedTexts = usedTexts.map((text) => Buffer.from(text, "utf8"));
+    const textEnds = new Uint32Array(usedTexts.length);
+    let end = 0;
+    for (let id = 0; id < encodedTexts.length; id++) {
+      end += encodedTexts[id].length;
+      textEnds[id] = end;
+    }
+    properties.push({ keyId: property.keyId, width, values, textEnds, texts: Buffer.concat(encodedTexts, end) });
+  }
+
+  // uuids: only the rows that carried one (new row numbers), for dedupe rebuild.
+  const uuidRowList: number[] = [];
+  for (let index = 0; index < rowCount; index++) if (input.uuidPresent[order[index]]) uuidRowList.push(index);
+  const uuidRows = Uint32Array.from(uuidRowList);
+  const uuids = new Uint8Array(uuidRows.length * 16);
+  for (let index = 0; index < uuidRows.length; index++) {
+    const source = order[uuidRows[index]] * 16;
+    uuids.set(input.uuidBytes.subarray(source, source + 16), index * 16);
+  }
+
+  // Lay the query columns out in one shared buffer.
+  let memoryBytes = 0;
+  const place = (file: string, bytes: Uint8Array): { span: ColumnSpan; bytes: Uint8Array } => {
+    const span: ColumnSpan = { file, offset: memoryBytes, bytes: bytes.byteLength, crc: crc32(bytes) };
+    memoryBytes = align8(memoryBytes + bytes.byteLength);
+    return { span, bytes };
+  };
+  const asBytes = (array: ArrayBufferView) => new Uint8Array(array.buffer, array.byteOffset, array.byteLength);
+  const placed = [
+    place("time.u32", asBytes(time)),
+    place("user.u32", asBytes(user)),
+    place("event-start.u32", asBytes(eventStart)),
+    place("bitmaps.roaring", asBytes(bitmaps)),
+    place("bitmap-end.u32", asBytes(bitmapEnds)),
+  ];
+  const propertyLayouts: PropertyLayout[] = [];
+  for (const property of properties) {
+    const valuesPlaced = place(`prop-${property.keyId}.u${property.width * 8}`, asBytes(property.values));
+    const endsPlaced = place(`prop-${property.keyId}.text-end.u32`, asBytes(property.textEnds));
+    const textsPlaced = place(`prop-${property.keyId}.text.utf8`, asBytes(property.texts));
+    placed.push(valuesPlaced, endsPlaced, textsPlaced);
+    propertyLayouts.push({
+      keyId: property.keyId,
+      width: property.width,
+      valueCount: property.textEnds.length - 1,
+      values: valuesPlaced.span,
+      textEnds: endsPlaced.span,
+      texts: textsPlaced.span,
+    });
+  }
+  const memory = new SharedArrayBuffer(Math.max(8, memoryBytes));
+  const memoryView = new Uint8Array(memory);
+  for (const { span, bytes } of placed) memoryView.set(bytes, span.offset);
+
+  const uuidRowsSpan: ColumnSpan | undefined = uuidRows.length ? { file: "uuid-row.u32", offset: -1, bytes: uuidRows.byteLength, crc: crc32(asBytes(uuidRows)) } : undefined;
+  const uuidsSpan: ColumnSpan | undefined = uuidRows.length ? { file: "uuid.b16", offset: -1, bytes: uuids.byteLength, crc: crc32(uuids) } : undefined;
+
+  const layout: SegmentLayout = {
+    format: segmentFormatVersion,
+    rowCount,
+    dayStartMs: input.dayStartMs,
+    eventCount,
+    time: placed[0].span,
+    user: placed[1].span,
+    eventStart: placed[2].span,
+    bitmaps: placed[3].span,
+    bitmapEnds: placed[4].span,
+    properties: propertyLayouts,
+    uuidRows: uuidRowsSpan,
+    uuids: uuidsSpan,
+    memoryBytes: memory.byteLength,
+  };
+
+  // Publish: every file into tmp_<name>, fsync each, then one rename makes the segment exist.
+  const parent = dirname(input.directory);
+  mkdirSync(parent, { recursive: true });
+  const temporary = join(parent, `tmp_${input.directory.slice(parent.length + 1)}`);
+  rmSync(temporary, { recursive: true, force: true });
+  mkdirSync(temporary);
+  for (const { span, bytes } of placed) writeFileDurably(join(temporary, span.file), bytes, input.fsync);
+  if (uuidRowsSpan) {
+    writeFileDurably(join(temporary, uuidRowsSpan.file), asBytes(uuidRows), input.fsync);
+    writeFileDurably(join(temporary, uuidsSpan!.file), uuids, input.fsync);
+  }
+  writeFileDurably(join(temporary, "_meta.json"), JSON.stringify(layout), input.fsync);
+  if (input.fsync) fsyncDirectory(temporary);
+  renameSync(temporary, input.directory);
+  if (input.fsync) fsyncDirectory(parent);
+  return { kind: "load-segment", layout, memory };
+}
+
+export class SegmentCorruptError extends Error {}
+
+export function readSegmentLayout(directory: string): SegmentLayout {
+  const layout = JSON.parse(readFileSync(join(directory, "_meta.json"), "utf8")) as SegmentLayout;
+  if (layout.format !== segmentFormatVersion) throw new SegmentCorruptError(`${directory}: unknown segment format ${layout.format}`);
+  return layout;
+}
+
+function readSpan(directory: string, span: ColumnSpan, target: Uint8Array): void {
+  const path = join(directory, span.file);
+  const fd = openSync(path, "r");
+  try {
+    let read = 0;
+    while (read < span.bytes) {
+      const count = readSync(fd, target, read, span.bytes - read, read);
+      if (count === 0) throw new SegmentCorruptError(`${path}: shorter than ${span.bytes} bytes`);
+      read += count;
+    }
+  } finally {
+    closeSync(fd);
+  }
+  if (crc32(target.subarray(0, span.bytes)) !== span.crc) throw new SegmentCorruptError(`${path}: checksum mismatch`);
+}
+
+/** Reads a sealed segment's query columns into one shared buffer, verifying every checksum. */
+export function loadSegment(directory: string): LoadSegmentResult {
+  const layout = readSegmentLayout(directory);
+  const memory = new SharedArrayBuffer(layout.memoryBytes);
+  const spans = [layout.time, layout.user, layout.eventStart, layout.bitmaps, layout.bitmapEnds];
+  for (const property of layout.properties) spans.push(property.values, property.textEnds, property.texts);
+  for (const span of spans) readSpan(directory, span, new Uint8Array(memory, span.offset, span.bytes));
+  // Row counts are checked after reading as well as before writing (STYLE rule 2).
+  assert.equal(layout.time.bytes, layout.rowCount * 4, `${directory}: time column disagrees with row count`);
+  assert.equal(layout.user.bytes, layout.rowCount * 4, `${directory}: user column disagrees with row count`);
+  const eventStart = new Uint32Array(memory, layout.eventStart.offset, layout.eventCount + 1);
+  assert.equal(eventStart[layout.eventCount], layout.rowCount, `${directory}: event runs disagree with row count`);
+  return { kind: "load-segment", layout, memory };
+}
+
+/** The 16-byte uuids a segment holds (start-up dedupe rebuild). */
+export function readSegmentUuids(directory: string, layout: SegmentLayout): Uint8Array {
+  if (!layout.uuids) return new Uint8Array(0);
+  const target = new Uint8Array(layout.uuids.bytes);
+  readSpan(directory, layout.uuids, target);
+  return target;
+}
+
+export function segmentExists(directory: string): boolean {
+  return existsSync(join(directory, "_meta.json"));
+}
+

@@ -1,0 +1,536 @@
+/**
+ * The store: every workspace's dictionaries, sealed segments and active
+ * segments, the WAL, checkpoints and crash recovery. It lives on the main
+ * thread, which is the single writer: chunks are applied here in WAL order, so
+ * dictionary ids and uuid dedupe need no locks. CPU-heavy work — sorting and
+ * encoding segments, reading them back — runs in the worker pool.
+ *
+ * Life of a row: worker encodes a chunk → `commit` checks uuids, appends a WAL
+ * record → after the group's fdatasync the chunk is applied to the active
+ * segment of its (workspace, UTC day) → the request is answered. A checkpoint
+ * later rotates the WAL, freezes every active segment, seals each into column
+ * files, appends the dictionaries, publishes `_checkpoint.json`, and deletes
+ * the old WAL files.
+ */
+import { strict as assert } from "node:assert";
+import { existsSync, mkdirSync, readdirSync, readFileSync, rmSync } from "node:fs";
+import { limits } from "../config/limits.js";
+import { decodeChunk, filterChunk, type DecodedChunk } from "../ingest/chunk-codec.js";
+import { SharedColumn } from "./column-builder.js";
+import { Dictionary } from "./dictionary.js";
+import { publishFileAtomically } from "./files.js";
+import {
+  checkpointPath,
+  dayDirectory,
+  dictionaryPath,
+  isWorkspaceId,
+  segmentDirectory,
+  walFilePath,
+  workspaceDirectory,
+  workspacesDirectory,
+} from "./paths.js";
+import type { ActiveSegmentDescriptor, SealedSegmentDescriptor, SegmentDescriptor } from "./segment-descriptor.js";
+import { readSegmentLayout, readSegmentUuids, type LoadSegmentResult, type SegmentLayout } from "./segment-format.js";
+import { UuidSet } from "./uuid-set.js";
+import { encodeRecord, listWalSequences, readWalFile, truncateWalFile, WriteAheadLog } from "./wal.js";
+
+export const dayMs = 86_400_000;
+
+export function dayLabel(dayStartMs: number): string {
+  return new Date(dayStartMs).toISOString().slice(0, 10);
+}
+
+/** Property values of one key in one active segment: a local dictionary, id 0 = not set. */
+class ActiveProperty {
+  readonly valueIds = new SharedColumn(Uint32Array, 1);
+  readonly texts: string[] = [""];
+  private readonly ids = new Map<string, number>();
+
+  intern(text: string): number {
+    let id = this.ids.get(text);
+    if (id === undefined) {
+      id = this.texts.length;
+      this.texts.push(text);
+      this.ids.set(text, id);
+    }
+    return id;
+  }
+}
+
+export class ActiveSegment {
+  rowCount = 0;
+  readonly time = new SharedColumn(Uint32Array, 1);
+  readonly user = new SharedColumn(Uint32Array, 1);
+  readonly event = new SharedColumn(Uint32Array, 1);
+  readonly uuidPresent = new SharedColumn(Uint8Array, 1);
+  readonly uuid = new SharedColumn(Uint8Array, 16);
+  readonly properties = new Map<number, ActiveProperty>();
+
+  constructor(
+    readonly key: string,
+    readonly dayStartMs: number,
+  ) {}
+
+  /** Reserves one row; columns grow by doubling. */
+  appendRow(): number {
+    const row = this.rowCount++;
+    if (row >= this.time.values.length) {
+      const rows = this.rowCount;
+      this.time.ensureRows(rows);
+      this.user.ensureRows(rows);
+      this.event.ensureRows(rows);
+      this.uuidPresent.ensureRows(rows);
+      this.uuid.ensureRows(rows);
+    }
+    return row;
+  }
+
+  property(keyId: number): ActiveProperty {
+    let property = this.properties.get(keyId);
+    if (property === undefined) {
+      property = new ActiveProperty();
+      this.properties.set(keyId, property);
+    }
+    property.valueIds.ensureRows(this.time.values.length);
+    return property;
+  }
+
+  describe(filterKeyIds: readonly number[]): ActiveSegmentDescriptor {
+    const properties: ActiveSegmentDescriptor["properties"] = [];
+    for (const keyId of filterKeyIds) {
+      const property = this.properties.get(keyId);
+      if (property) properties.push({ keyId, valueIds: property.valueIds.buffer, texts: property.texts.slice() });
+    }
+    return {
+      kind: "active",
+      key: this.key,
+      dayStartMs: this.dayStartMs,
+      rowCount: this.rowCount,
+      time: this.time.buffer,
+      user: this.user.buffer,
+      event: this.event.buffer,
+      properties,
+    };
+  }
+}
+
+export class SealedSegment {
+  memory: SharedArrayBuffer | undefined;
+  private layoutJson: string | undefined;
+  loading: Promise<void> | undefined;
+  lastUsed = 0;
+
+  constructor(
+    readonly key: string,
+    readonly directory: string,
+    readonly dayStartMs: number,
+    public layout: SegmentLayout,
+  ) {}
+
+  attach(result: LoadSegmentResult): void {
+    this.layout = result.layout;
+    this.memory = result.memory;
+  }
+
+  describe(): SealedSegmentDescriptor {
+    assert(this.memory, "segment must be loaded before it is described");
+    this.layoutJson ??= JSON.stringify(this.layout);
+    return { kind: "sealed", key: this.key, dayStartMs: this.dayStartMs, layoutJson: this.layoutJson, memory: this.memory };
+  }
+}
+
+interface DayPartition {
+  sealed: SealedSegment[];
+  /** Frozen at a checkpoint and being sealed; still queried from memory. */
+  sealing: ActiveSegment[];
+  active: ActiveSegment | undefined;
+}
+
+export class WorkspaceStore {
+  readonly events: Dictionary;
+  readonly users: Dictionary;
+  readonly keys: Dictionary;
+  readonly uuids = new UuidSet();
+  readonly days = new Map<number, DayPartition>();
+  private activeSequence = 0;
+
+  constructor(
+    readonly id: string,
+    readonly directory: string,
+    dataDir: string,
+  ) {
+    mkdirSync(directory, { recursive: true });
+    this.events = Dictionary.load(dictionaryPath(dataDir, id, "events"));
+    this.users = Dictionary.load(dictionaryPath(dataDir, id, "users"));
+    this.keys = Dictionary.load(dictionaryPath(dataDir, id, "keys"));
+  }
+
+  partition(dayStartMs: number): DayPartition {
+    let partition = this.days.get(dayStartMs);
+    if (partition === undefined) {
+      partition = { sealed: [], sealing: [], active: undefined };
+      this.days.set(dayStartMs, partition);
+    }
+    return partition;
+  }
+
+  activeSegment(dayStartMs: number): ActiveSegment {
+    const partition = this.partition(dayStartMs);
+    partition.active ??= new ActiveSegment(`${this.id}/${dayLabel(dayStartMs)}/active-${++this.activeSequence}`, dayStartMs);
+    return partition.active;
+  }
+
+  /** Segments overlapping [fromMs, toMs), day order. Loading of sealed ones is the caller's. */
+  segmentsIn(fromMs: number, toMs: number): Array<SealedSegment | ActiveSegment> {
+    const days = [...this.days.keys()].filter((day) => day + dayMs > fromMs && day < toMs).sort((a, b) => a - b);
+    const segments: Array<SealedSegment | ActiveSegment> = [];
+    for (const day of days) {
+      const partition = this.days.get(day)!;
+      segments.push(...partition.sealed, ...partition.sealing);
+      if (partition.active && partition.active.rowCount > 0) segments.push(partition.active);
+    }
+    return segments;
+  }
+
+  get userCount(): number {
+    return this.users.size;
+  }
+}
+
+export interface CommitResult {
+  /** Rows stored (uuid repeats of earlier events removed). */
+  storedCount: number;
+}
+
+export interface StoreTasks {
+  seal(segment: ActiveSegment, directory: string, workspaceId: string): Promise<LoadSegmentResult>;
+  load(directory: string): Promise<LoadSegmentResult>;
+}
+
+export class Store {
+  readonly workspaces = new Map<string, WorkspaceStore>();
+  private wal!: WriteAheadLog;
+  private checkpointSequence = 0;
+  private checkpointRunning: Promise<void> | undefined;
+  private rowsSinceCheckpoint = 0;
+  private checkpointTimer: NodeJS.Timeout | undefined;
+  private closed = false;
+  private tasks!: StoreTasks;
+  private cachedBytes = 0;
+  private useClock = 0;
+  /** Rows applied since start, for figures. */
+  rowsApplied = 0;
+
+  private constructor(
+    readonly dataDir: string,
+    private readonly fsync: boolean,
+  ) {}
+
+  /** Recovers the store: drops unpublished segments, loads dictionaries and segment catalogs, replays the WAL. */
+  static open(dataDir: string, fsync: boolean): Store {
+    const store = new Store(dataDir, fsync);
+    mkdirSync(workspacesDirectory(dataDir), { recursive: true });
+    store.checkpointSequence = existsSync(checkpointPath(dataDir))
+      ? (JSON.parse(readFileSync(checkpointPath(dataDir), "utf8")) as { walSequence: number }).walSequence
+      : 0;
+
+    for (const workspaceId of readdirSync(workspacesDirectory(dataDir))) {
+      if (!isWorkspaceId(workspaceId)) continue;
+      const workspace = store.workspace(workspaceId);
+      for (const day of readdirSync(workspace.directory)) {
+        if (!/^\d{4}-\d{2}-\d{2}$/.test(day)) continue;
+        const dayStartMs = Date.parse(`${day}T00:00:00Z`);
+        for (const segmentName of readdirSync(dayDirectory(dataDir, workspaceId, day)).sort()) {
+          const directory = segmentDirectory(dataDir, workspaceId, day, segmentName);
+          const match = /^seg-(\d+)-(\d+)$/.exec(segmentName);
+          // tmp_ directories and segments of a checkpoint that never completed are not part of the store.
+          if (match === null || Number(match[1]) > store.checkpointSequence) {
+            rmSync(directory, { recursive: true, force: true });
+            continue;
+          }
+          const layout = readSegmentLayout(directory);
+          const segment = new SealedSegment(`${workspaceId}/${day}/${segmentName}`, directory, dayStartMs, layout);
+          workspace.partition(dayStartMs).sealed.push(segment);
+          const uuids = readSegmentUuids(directory, layout);
+          for (let offset = 0; offset < uuids.length; offset += 16) workspace.uuids.add(uuids, offset);
+        }
+      }
+    }
+
+    // Replay every WAL file the last checkpoint did not cover, cutting torn tails.
+    const sequences = listWalSequences(dataDir);
+    let appendSequence = Math.max(store.checkpointSequence, 1);
+    for (const sequence of sequences) {
+      if (sequence < store.checkpointSequence) continue;
+      const path = walFilePath(dataDir, sequence);
+      const { records, validBytes, fileBytes } = readWalFile(path);
+      if (validBytes < fileBytes) truncateWalFile(path, validBytes);
+      for (const record of records) {
+        if (!isWorkspaceId(record.workspaceId)) continue;
+        const chunk = decodeChunk(record.payload);
+        const workspace = store.workspace(record.workspaceId);
+        if (chunk.uuidPresent) {
+          for (let row = 0; row < chunk.rowCount; row++) if (chunk.uuidPresent[row]) workspace.uuids.add(chunk.uuidBytes!, row * 16);
+        }
+        store.apply(workspace, chunk);
+        store.rowsSinceCheckpoint += chunk.rowCount;
+      }
+      appendSequence = sequence;
+    }
+    store.wal = WriteAheadLog.open(dataDir, appendSequence, fsync);
+    store.wal.deleteBefore(Math.min(appendSequence, store.checkpointSequence));
+    return store;
+  }
+
+  /** Starts background checkpoints; `tasks` runs seal and load work in the pool. */
+  start(tasks: StoreTasks): void {
+    this.tasks = tasks;
+    this.checkpointTimer = setInterval(() => {
+      if (this.rowsSinceCheckpoint > 0) void this.checkpoint();
+    }, limits.checkpointIntervalMs);
+    this.checkpointTimer.unref();
+  }
+
+  workspace(workspaceId: string): WorkspaceStore {
+    let workspace = this.workspaces.get(workspaceId);
+    if (workspace === undefined) {
+      workspace = new WorkspaceStore(workspaceId, workspaceDirectory(this.dataDir, workspaceId), this.dataDir);
+      this.workspaces.set(workspaceId, workspace);
+    }
+    return workspace;
+  }
+
+  get writeQueueBytes(): number {
+    return this.wal.queuedBytes;
+  }
+
+  /**
+   * Makes a worker's chunk durable and visible. Resolves after the fdatasync of
+   * its group and after its rows are applied, so a query that starts after the
+   * resolution counts them. Rejects when the disk failed; nothing is then stored.
+   */
+  async commit(workspaceId: string, chunkBuffer: ArrayBuffer): Promise<CommitResult> {
+    assert(!this.closed, "store is closed");
+    const workspace = this.workspace(workspaceId);
+    let chunk = decodeChunk(new Uint8Array(chunkBuffer));
+    let bytes = new Uint8Array(chunkBuffer);
+
+    // Claim uuids now, so a concurrent retry of the same events is recognised
+    // while this one is still on its way to disk.
+    const claimed: number[] = [];
+    if (chunk.uuidPresent) {
+      let keep: Uint8Array | undefined;
+      for (let row = 0; row < chunk.rowCount; row++) {
+        if (!chunk.uuidPresent[row]) continue;
+        if (workspace.uuids.add(chunk.uuidBytes!, row * 16)) {
+          claimed.push(row);
+        } else {
+          keep ??= new Uint8Array(chunk.rowCount).fill(1);
+          keep[row] = 0;
+        }
+      }
+      if (keep) {
+        const uuidBytes = chunk.uuidBytes!;
+        const claimedBytes = claimed.map((row) => uuidBytes.slice(row * 16, row * 16 + 16));
+        bytes = new Uint8Array(filterChunk(chunk, keep));
+        chunk = decodeChunk(bytes);
+        if (chunk.rowCount === 0) return { storedCount: 0 };
+        return this.appendAndApply(workspace, chunk, bytes, claimedBytes);
+      }
+    }
+    const uuidBytes = chunk.uuidBytes;
+    const claimedBytes = claimed.map((row) => uuidBytes!.slice(row * 16, row * 16 + 16));
+    return this.appendAndApply(workspace, chunk, bytes, claimedBytes);
+  }
+
+  private async appendAndApply(workspace: WorkspaceStore, chunk: DecodedChunk, bytes: Uint8Array, claimedUuids: Uint8Array[]): Promise<CommitResult> {
+    const record = encodeRecord(workspace.id, bytes);
+    try {
+      await this.wal.append(record, () => this.apply(workspace, chunk));
+    } catch (error) {
+      for (const uuid of claimedUuids) workspace.uuids.delete(uuid);
+      throw error;
+    }
+    this.rowsSinceCheckpoint += chunk.rowCount;
+    if (this.rowsSinceCheckpoint >= limits.checkpointRowsMax || this.wal.fileBytes >= limits.checkpointWalBytesMax) {
+      void this.checkpoint();
+    }
+    return { storedCount: chunk.rowCount };
+  }
+
+  /** Appends a decoded chunk's rows to the active segments of their days (main thread, WAL order). */
+  apply(workspace: WorkspaceStore, chunk: DecodedChunk): void {
+    const { rowCount, strings } = chunk;
+    // Each distinct string of the chunk is looked up once.
+    const eventIdOfString = new Int32Array(strings.length).fill(-1);
+    const userIdOfString = new Int32Array(strings.length).fill(-1);
+    const rowSegment = new Array<ActiveSegment>(rowCount);
+    const rowIndex = new Uint32Array(rowCount);
+    let lastDayStartMs = -1;
+    let segment: ActiveSegment | undefined;
+    for (let row = 0; row < rowCount; row++) {
+      const timeMs = chunk.timeMs[row];
+      const dayStartMs = timeMs - (timeMs % dayMs);
+      if (dayStartMs !== lastDayStartMs) {
+        segment = workspace.activeSegment(dayStartMs);
+        lastDayStartMs = dayStartMs;
+      }
+      const nameString = chunk.eventNameString[row];
+      let eventId = eventIdOfString[nameString];
+      if (eventId < 0) eventId = eventIdOfString[nameString] = workspace.events.intern(strings[nameString]);
+      const distinctString = chunk.distinctIdString[row];
+      let userId = userIdOfString[distinctString];
+      if (userId < 0) userId = userIdOfString[distinctString] = workspace.users.intern(strings[distinctString]);
+      const target = segment!.appendRow();
+      segment!.time.values[target] = timeMs - dayStartMs;
+      segment!.user.values[target] = userId;
+      segment!.event.values[target] = eventId;
+      if (chunk.uuidPresent?.[row]) {
+        segment!.uuidPresent.values[target] = 1;
+        segment!.uuid.values.set(chunk.uuidBytes!.subarray(row * 16, row * 16 + 16), target * 16);
+      }
+      rowSegment[row] = segment!;
+      rowIndex[row] = target;
+    }
+    for (let key = 0; key < chunk.keyStrings.length; key++) {
+      const keyId = workspace.keys.intern(strings[chunk.keyStrings[key]]);
+      for (let entry = chunk.entryStarts[key]; entry < chunk.entryStarts[key + 1]; entry++) {
+        const row = chunk.entryRows[entry];
+        const property = rowSegment[row].property(keyId);
+        property.valueIds.values[rowIndex[row]] = property.intern(strings[chunk.entryValues[entry]]);
+      }
+    }
+    this.rowsApplied += rowCount;
+  }
+
+  /**
+   * Seals every active segment. Crash-safe at every step: segments are named
+   * after the new WAL sequence and ignored at start-up until `_checkpoint.json`
+   * names that sequence, which is written only after every segment and the
+   * dictionaries are durable.
+   */
+  checkpoint(): Promise<void> {
+    if (this.checkpointRunning) return this.checkpointRunning;
+    this.checkpointRunning = this.runCheckpoint().finally(() => {
+      this.checkpointRunning = undefined;
+    });
+    return this.checkpointRunning;
+  }
+
+  private async runCheckpoint(): Promise<void> {
+    const frozen: Array<{ workspace: WorkspaceStore; partition: DayPartition; segment: ActiveSegment }> = [];
+    const dictionarySizes = new Map<WorkspaceStore, [number, number, number]>();
+    // Rotation and freezing happen in one synchronous step once the WAL is idle:
+    // every row of the old files is in a frozen segment, and no other row is.
+    const newSequence = await this.wal.rotate(() => {
+      for (const workspace of this.workspaces.values()) {
+        for (const partition of workspace.days.values()) {
+          if (partition.active && partition.active.rowCount > 0) {
+            frozen.push({ workspace, partition, segment: partition.active });
+            partition.sealing.push(partition.active);
+            partition.active = undefined;
+          }
+        }
+        dictionarySizes.set(workspace, [workspace.events.size, workspace.users.size, workspace.keys.size]);
+      }
+      this.rowsSinceCheckpoint = 0;
+    });
+
+    const sealed: Array<{ partition: DayPartition; active: ActiveSegment; segment: SealedSegment; result: LoadSegmentResult }> = [];
+    let segmentNumber = 0;
+    await Promise.all(
+      frozen.map(async ({ workspace, partition, segment }) => {
+        const day = dayLabel(segment.dayStartMs);
+        const name = `seg-${String(newSequence).padStart(12, "0")}-${String(++segmentNumber).padStart(6, "0")}`;
+        const directory = segmentDirectory(this.dataDir, workspace.id, day, name);
+        const result = await this.tasks.seal(segment, directory, workspace.id);
+        assert.equal(result.layout.rowCount, segment.rowCount, "sealed segment lost rows");
+        sealed.push({ partition, active: segment, segment: new SealedSegment(`${workspace.id}/${day}/${name}`, directory, segment.dayStartMs, result.layout), result });
+      }),
+    );
+
+    for (const [workspace, [events, users, keys]] of dictionarySizes) {
+      workspace.events.persist(dictionaryPath(this.dataDir, workspace.id, "events"), events, this.fsync);
+      workspace.users.persist(dictionaryPath(this.dataDir, workspace.id, "users"), users, this.fsync);
+      workspace.keys.persist(dictionaryPath(this.dataDir, workspace.id, "keys"), keys, this.fsync);
+    }
+    publishFileAtomically(checkpointPath(this.dataDir), JSON.stringify({ walSequence: newSequence }), this.fsync);
+    this.checkpointSequence = newSequence;
+
+    // The sealed form replaces the frozen one in memory, already loaded.
+    for (const { partition, active, segment, result } of sealed) {
+      segment.attach(result);
+      this.touch(segment, result.layout.memoryBytes);
+      partition.sealing.splice(partition.sealing.indexOf(active), 1);
+      partition.sealed.push(segment);
+    }
+    this.wal.deleteBefore(newSequence);
+  }
+
+  /** Descriptors of every segment a query over [fromMs, toMs) must read, loading sealed ones as needed. */
+  async snapshot(workspaceId: string, fromMs: number, toMs: number, filterKeyIds: readonly number[]): Promise<SegmentDescriptor[]> {
+    const workspace = this.workspaces.get(workspaceId);
+    if (workspace === undefined) return [];
+    const segments = workspace.segmentsIn(fromMs, toMs);
+    // Describe active segments now: rows acknowledged before this moment are counted.
+    const descriptors = segments.map((segment) => (segment instanceof ActiveSegment ? segment.describe(filterKeyIds) : undefined));
+    const loads: Promise<void>[] = [];
+    for (const segment of segments) if (segment instanceof SealedSegment && !segment.memory) loads.push(this.ensureLoaded(segment));
+    await Promise.all(loads);
+    return segments.map((segment, index) => descriptors[index] ?? (segment as SealedSegment).describe());
+  }
+
+  private ensureLoaded(segment: SealedSegment): Promise<void> {
+    segment.loading ??= this.tasks.load(segment.directory).then(
+      (result) => {
+        segment.attach(result);
+        segment.loading = undefined;
+        this.touch(segment, result.layout.memoryBytes);
+      },
+      (error) => {
+        segment.loading = undefined;
+        throw error;
+      },
+    );
+    return segment.loading;
+  }
+
+  private touch(segment: SealedSegment, bytes: number): void {
+    segment.lastUsed = ++this.useClock;
+    this.cachedBytes += bytes;
+    if (this.cachedBytes <= limits.segmentCacheBytesMax) return;
+    // Over budget: drop the least recently loaded segments from memory (they reload on demand).
+    const loaded: SealedSegment[] = [];
+    for (const workspace of this.workspaces.values()) {
+      for (const partition of workspace.days.values()) for (const sealed of partition.sealed) if (sealed.memory && sealed !== segment) loaded.push(sealed);
+    }
+    loaded.sort((a, b) => a.lastUsed - b.lastUsed);
+    for (const victim of loaded) {
+      if (this.cachedBytes <= limits.segmentCacheBytesMax) break;
+      this.cachedBytes -= victim.layout.memoryBytes;
+      victim.memory = undefined;
+    }
+  }
+
+  /** Bytes of segment columns held in memory. */
+  get residentSegmentBytes(): number {
+    return this.cachedBytes;
+  }
+
+  /** Flushes the WAL and seals everything, so the next start replays nothing. */
+  async close(): Promise<void> {
+    if (this.closed) return;
+    clearInterval(this.checkpointTimer);
+    await this.wal.idle();
+    if (this.checkpointRunning) await this.checkpointRunning;
+    if (this.rowsSinceCheckpoint > 0 || this.hasActiveRows()) await this.checkpoint();
+    this.closed = true;
+    await this.wal.close();
+  }
+
+  private hasActiveRows(): boolean {
+    for (const workspace of this.workspaces.values()) for (const partition of workspace.days.values()) if (partition.active?.rowCount) return true;
+    return false;
+  }
+}
+

@@ -1,0 +1,238 @@
+/**
+ * Write-ahead log with group commit. Every accepted chunk becomes one record;
+ * records that arrive while a write + fdatasync is in flight wait and go down
+ * together in the next group, so throughput is bounded by bandwidth, not by the
+ * disk's fsync rate. A record's promise resolves only after the fdatasync that
+ * covers it succeeded: that is the moment ingest may answer 200 (SPEC §2).
+ *
+ * Record: u32 magic, u32 payload bytes, u32 crc32(payload), u32 workspace id
+ * bytes; then the workspace id (ASCII) padded to 8, then the chunk, padded to 8.
+ * A torn, zeroed or garbage tail fails the magic/length/CRC check and is cut off
+ * at start-up.
+ *
+ * One WAL for all workspaces: one fdatasync per group covers every workspace.
+ * Files rotate at checkpoints; a file is deleted once a checkpoint has sealed
+ * every row it holds into segment files.
+ */
+import { strict as assert } from "node:assert";
+import { closeSync, fdatasyncSync, ftruncateSync, fstatSync, mkdirSync, openSync, readdirSync, readFileSync, unlinkSync } from "node:fs";
+import { fdatasync, writev } from "node:fs";
+import { crc32 } from "node:zlib";
+import { limits } from "../config/limits.js";
+import { walDirectory, walFilePath } from "./paths.js";
+import { fsyncDirectory } from "./files.js";
+
+const recordMagic = 0x314c5745; // "EWL1"
+const recordHeaderBytes = 16;
+
+function align8(value: number): number {
+  return (value + 7) & ~7;
+}
+
+export interface WalRecord {
+  workspaceId: string;
+  /** The encoded chunk. */
+  payload: Uint8Array;
+}
+
+interface PendingGroupEntry {
+  bytes: Buffer;
+  /** Runs synchronously once the record is durable, before any later group starts. */
+  onDurable: () => void;
+  resolve: () => void;
+  reject: (error: Error) => void;
+}
+
+export class WalUnavailableError extends Error {}
+
+export function encodeRecord(workspaceId: string, chunk: Uint8Array): Buffer {
+  const idBytes = Buffer.from(workspaceId, "ascii");
+  const payloadOffset = align8(recordHeaderBytes + idBytes.length);
+  const total = align8(payloadOffset + chunk.length);
+  const record = Buffer.alloc(total);
+  idBytes.copy(record, recordHeaderBytes);
+  record.set(chunk, payloadOffset);
+  record.writeUInt32LE(recordMagic, 0);
+  record.writeUInt32LE(chunk.length, 4);
+  // The CRC covers the workspace id and the payload, so a record cannot be misfiled.
+  record.writeUInt32LE(crc32(record.subarray(recordHeaderBytes, payloadOffset + chunk.length)), 8);
+  record.writeUInt32LE(idBytes.length, 12);
+  return record;
+}
+
+/** Reads the valid records of one WAL file; returns them and the byte length of the valid prefix. */
+export function readWalFile(path: string): { records: WalRecord[]; validBytes: number; fileBytes: number } {
+  const bytes = readFileSync(path);
+  const records: WalRecord[] = [];
+  let offset = 0;
+  while (offset + recordHeaderBytes <= bytes.length) {
+    if (bytes.readUInt32LE(offset) !== recordMagic) break;
+    const payloadBytes = bytes.readUInt32LE(offset + 4);
+    const expectedCrc = bytes.readUInt32LE(offset + 8);
+    const idBytes = bytes.readUInt32LE(offset + 12);
+    if (idBytes > 64) break;
+    const payloadOffset = offset + align8(recordHeaderBytes + idBytes);
+    const end = payloadOffset + payloadBytes;
+    if (end > bytes.length) break;
+    if (crc32(bytes.subarray(offset + recordHeaderBytes, end)) !== expectedCrc) break;
+    const workspaceId = bytes.toString("ascii", offset + recordHeaderBytes, offset + recordHeaderBytes + idBytes);
+    // Copy so the payload is 8-byte aligned for typed-array views.
+    records.push({ workspaceId, payload: new Uint8Array(bytes.subarray(payloadOffset, end)) });
+    offset = payloadOffset + align8(payloadBytes);
+    if (offset > bytes.length) offset = bytes.length;
+  }
+  return { records, validBytes: offset, fileBytes: bytes.length };
+}
+
+export function listWalSequences(dataDir: string): number[] {
+  mkdirSync(walDirectory(dataDir), { recursive: true });
+  return readdirSync(walDirectory(dataDir))
+    .filter((name) => /^\d{12}\.wal$/.test(name))
+    .map((name) => Number(name.slice(0, 12)))
+    .sort((a, b) => a - b);
+}
+
+export class WriteAheadLog {
+  private fd: number;
+  private position: number;
+  private pending: PendingGroupEntry[] = [];
+  private pendingBytes = 0;
+  private flushing = false;
+  /** Set after a write or fsync failed and the file could not be cut back: every append fails until reopened. */
+  private broken: Error | undefined;
+  private idleWaiters: Array<() => void> = [];
+
+  private constructor(
+    private readonly dataDir: string,
+    public sequence: number,
+    private readonly fsyncEnabled: boolean,
+  ) {
+    this.fd = openSync(walFilePath(dataDir, sequence), "a+");
+    this.position = fstatSync(this.fd).size;
+  }
+
+  /** Opens the WAL for appending at `sequence` (a new file when absent). */
+  static open(dataDir: string, sequence: number, fsyncEnabled: boolean): WriteAheadLog {
+    mkdirSync(walDirectory(dataDir), { recursive: true });
+    const log = new WriteAheadLog(dataDir, sequence, fsyncEnabled);
+    fsyncDirectory(walDirectory(dataDir));
+    return log;
+  }
+
+  get queuedBytes(): number {
+    return this.pendingBytes;
+  }
+
+  get fileBytes(): number {
+    return this.position;
+  }
+
+  /** Resolves once the record is durable; rejects when the write or fsync failed (the record then never counts). */
+  append(record: Buffer, onDurable: () => void): Promise<void> {
+    if (this.broken) return Promise.reject(new WalUnavailableError(`write-ahead log unavailable: ${this.broken.message}`));
+    return new Promise<void>((resolve, reject) => {
+      this.pending.push({ bytes: record, onDurable, resolve, reject });
+      this.pendingBytes += record.length;
+      if (!this.flushing) this.flush();
+    });
+  }
+
+  private flush(): void {
+    if (this.pending.length === 0) {
+      this.flushing = false;
+      for (const waiter of this.idleWaiters.splice(0)) waiter();
+      return;
+    }
+    this.flushing = true;
+    // Take what fits in one group; the rest waits for the next.
+    let groupBytes = 0;
+    let count = 0;
+    while (count < this.pending.length && count < 1000) {
+      groupBytes += this.pending[count].bytes.length;
+      count++;
+      if (groupBytes >= limits.groupCommitBytesMax) break;
+    }
+    const group = this.pending.splice(0, count);
+    this.pendingBytes -= groupBytes;
+    const startPosition = this.position;
+    const buffers = group.map((entry) => entry.bytes);
+
+    const fail = (error: Error) => {
+      // Cut the file back so a record that was never acknowledged is not replayed half-way
+      // through a later group; if even that fails, stop taking writes rather than guess.
+      try {
+        ftruncateSync(this.fd, startPosition);
+        if (this.fsyncEnabled) fdatasyncSync(this.fd);
+        this.position = startPosition;
+      } catch (truncateError) {
+        this.broken = truncateError as Error;
+      }
+      for (const entry of group) entry.reject(error);
+      this.flush();
+    };
+
+    writev(this.fd, buffers, startPosition, (writeError, bytesWritten) => {
+      if (writeError) return fail(writeError);
+      if (bytesWritten !== groupBytes) return fail(new Error(`short write: ${bytesWritten} of ${groupBytes} bytes`));
+      const finish = (syncError: Error | null) => {
+        if (syncError) return fail(syncError);
+        this.position = startPosition + groupBytes;
+        for (const entry of group) {
+          entry.onDurable();
+          entry.resolve();
+        }
+        this.flush();
+      };
+      if (this.fsyncEnabled) fdatasync(this.fd, finish);
+      else finish(null);
+    });
+  }
+
+  /** Resolves when nothing is queued or in flight. */
+  idle(): Promise<void> {
+    if (!this.flushing && this.pending.length === 0) return Promise.resolve();
+    return new Promise((resolve) => this.idleWaiters.push(resolve));
+  }
+
+  /**
+   * Switches appends to a new file once nothing is queued or in flight, and runs
+   * `atSwitch` in the same synchronous step, so the caller can freeze state that
+   * matches the old files exactly. Returns the new file's sequence.
+   */
+  async rotate(atSwitch: () => void): Promise<number> {
+    while (this.flushing || this.pending.length > 0) await this.idle();
+    closeSync(this.fd);
+    this.sequence += 1;
+    this.fd = openSync(walFilePath(this.dataDir, this.sequence), "a+");
+    this.position = fstatSync(this.fd).size;
+    atSwitch();
+    fsyncDirectory(walDirectory(this.dataDir));
+    return this.sequence;
+  }
+
+  /** Deletes WAL files with a sequence below `sequence` (their rows are sealed). */
+  deleteBefore(sequence: number): void {
+    assert(sequence <= this.sequence);
+    for (const existing of listWalSequences(this.dataDir)) {
+      if (existing < sequence) unlinkSync(walFilePath(this.dataDir, existing));
+    }
+    fsyncDirectory(walDirectory(this.dataDir));
+  }
+
+  async close(): Promise<void> {
+    await this.idle();
+    closeSync(this.fd);
+  }
+}
+
+/** Cuts a WAL file to its valid prefix (start-up recovery). */
+export function truncateWalFile(path: string, validBytes: number): void {
+  const fd = openSync(path, "r+");
+  try {
+    ftruncateSync(fd, validBytes);
+    fdatasyncSync(fd);
+  } finally {
+    closeSync(fd);
+  }
+}
+

@@ -1,0 +1,64 @@
+/**
+ * The only place that knows Piscina. One pool runs every kind of task; its
+ * queue is bounded (STYLE rule 7), and a full queue is reported to callers as
+ * `PoolSaturatedError`, which ingest answers with 503 + Retry-After.
+ */
+import { Piscina } from "piscina";
+import { limits } from "../config/limits.js";
+import type { IngestTask, IngestTaskResult, LoadSegmentTask, SealTask } from "./protocol.js";
+import type { QueryTask, QueryTaskResult } from "../query/query-protocol.js";
+import type { LoadSegmentResult } from "../storage/segment-format.js";
+
+export class PoolSaturatedError extends Error {}
+
+export class WorkerPool {
+  private readonly piscina: Piscina;
+
+  constructor(readonly threadCount: number) {
+    this.piscina = new Piscina({
+      filename: new URL("./worker.js", import.meta.url).href,
+      minThreads: threadCount,
+      maxThreads: threadCount,
+      // Queries and ingest share the pool; more than one task per thread in flight only adds latency.
+      concurrentTasksPerWorker: 1,
+      // The queue bound is applied to ingest only (see `ingest`): a checkpoint's seal
+      // tasks and queries must never be refused because ingest filled the queue.
+      idleTimeout: Number.MAX_SAFE_INTEGER,
+      // Workers must not keep a stopping process alive, and must not die of a big sort.
+      resourceLimits: { maxOldGenerationSizeMb: 16 * 1024 },
+    });
+  }
+
+  get queueSize(): number {
+    return this.piscina.queueSize;
+  }
+
+  get saturated(): boolean {
+    return this.piscina.queueSize >= limits.workerQueueTasksMax;
+  }
+
+  private async run<T>(task: unknown, transferList?: ArrayBuffer[]): Promise<T> {
+    return (await this.piscina.run(task, transferList ? { transferList } : undefined)) as T;
+  }
+
+  ingest(task: IngestTask): Promise<IngestTaskResult> {
+    if (this.saturated) return Promise.reject(new PoolSaturatedError("worker queue is full"));
+    return this.run(task, [task.bodies]);
+  }
+
+  seal(task: SealTask): Promise<LoadSegmentResult> {
+    return this.run(task);
+  }
+
+  load(task: LoadSegmentTask): Promise<LoadSegmentResult> {
+    return this.run(task);
+  }
+
+  query(task: QueryTask): Promise<QueryTaskResult> {
+    return this.run(task);
+  }
+
+  async close(): Promise<void> {
+    await this.piscina.close({ force: false });
+  }
+}

@@ -1,0 +1,159 @@
+/**
+ * Test harness: starts the real Eventide server (`node dist/src/main.js`, built by
+ * `npm test` before vitest runs) as a child process on port 0 with its own data
+ * directory, reads the credentials and URLs it prints, and talks HTTP to it.
+ * Nothing here mocks storage or HTTP: every test goes through the same process a
+ * user runs.
+ */
+import { spawn, type ChildProcess } from "node:child_process";
+import { mkdtempSync, rmSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join, resolve } from "node:path";
+import { createInterface } from "node:readline";
+
+export const repoRoot = resolve(import.meta.dirname, "..", "..");
+export const mainScript = join(repoRoot, "dist", "src", "main.js");
+
+export interface ServerHandle {
+  queryUrl: string;
+  ingestUrl: string;
+  /** Credentials of the `default` workspace printed on first start (undefined when the store already had one). */
+  apiKey: string;
+  token: string;
+  workspaceId: string;
+  dataDir: string;
+  process: ChildProcess;
+  /** Every stdout line printed so far. */
+  stdoutLines: string[];
+  stderr(): string;
+  /** SIGTERM and wait for exit; resolves with the exit code. */
+  stop(): Promise<number | null>;
+  /** SIGKILL and wait for exit. */
+  kill(): Promise<void>;
+}
+
+export interface StartOptions {
+  dataDir?: string;
+  env?: Record<string, string>;
+  workers?: number;
+  /** Credentials to report when the store already has a workspace (restart). */
+  credentials?: { apiKey: string; token: string; workspaceId: string };
+  startTimeoutMs?: number;
+}
+
+export function makeDataDir(prefix = "eventide-test-"): string {
+  return mkdtempSync(join(tmpdir(), prefix));
+}
+
+export function removeDataDir(dir: string): void {
+  rmSync(dir, { recursive: true, force: true });
+}
+
+export async function startServer(options: StartOptions = {}): Promise<ServerHandle> {
+  const dataDir = options.dataDir ?? makeDataDir();
+  const child = spawn(process.execPath, [mainScript], {
+    cwd: repoRoot,
+    env: {
+      ...process.env,
+      EVENTIDE_QUERY_PORT: "0",
+      EVENTIDE_INGEST_PORT: "0",
+      EVENTIDE_HOST: "127.0.0.1",
+      EVENTIDE_DATA_DIR: dataDir,
+      EVENTIDE_WORKERS: String(options.workers ?? 2),
+      ...options.env,
+    },
+    stdio: ["ignore", "pipe", "pipe"],
+  });
+  const stdoutLines: string[] = [];
+  let stderrText = "";
+  child.stderr!.setEncoding("utf8");
+  child.stderr!.on("data", (chunk: string) => {
+    stderrText += chunk;
+    if (stderrText.length > 1 << 20) stderrText = stderrText.slice(-(1 << 19));
+  });
+  const exited = new Promise<number | null>((resolveExit) => child.once("exit", (code) => resolveExit(code)));
+
+  const ready = new Promise<{ queryUrl: string; ingestUrl: string; created?: Record<string, string> }>(
+    (resolveReady, rejectReady) => {
+      let created: Record<string, string> | undefined;
+      const lines = createInterface({ input: child.stdout! });
+      lines.on("line", (line) => {
+        stdoutLines.push(line);
+        let parsed: Record<string, string>;
+        try {
+          parsed = JSON.parse(line);
+        } catch {
+          return;
+        }
+        if (parsed.event === "workspace-created") created = parsed;
+        if (parsed.event === "listening") resolveReady({ queryUrl: parsed.queryUrl, ingestUrl: parsed.ingestUrl, created });
+      });
+      child.once("exit", (code) =>
+        rejectReady(new Error(`server exited with ${code} before listening; stderr:\n${stderrText}`)),
+      );
+      const timeoutMs = options.startTimeoutMs ?? 20_000;
+      setTimeout(() => rejectReady(new Error(`server did not listen within ${timeoutMs} ms; stderr:\n${stderrText}`)), timeoutMs).unref();
+    },
+  );
+  const { queryUrl, ingestUrl, created } = await ready;
+  const credentials = created
+    ? { apiKey: created.apiKey, token: created.token, workspaceId: created.workspaceId }
+    : options.credentials ?? { apiKey: "", token: "", workspaceId: "" };
+  return {
+    queryUrl,
+    ingestUrl,
+    ...credentials,
+    dataDir,
+    process: child,
+    stdoutLines,
+    stderr: () => stderrText,
+    async stop() {
+      if (child.exitCode !== null || child.signalCode !== null) return child.exitCode;
+      child.kill("SIGTERM");
+      return exited;
+    },
+    async kill() {
+      if (child.exitCode !== null || child.signalCode !== null) return;
+      child.kill("SIGKILL");
+      await exited;
+    },
+  };
+}
+
+export interface JsonResponse {
+  status: number;
+  headers: Headers;
+  body: any;
+  text: string;
+}
+
+/** POST a JSON value (or a raw string/Buffer body) and parse the JSON answer. */
+export async function post(
+  url: string,
+  body: unknown,
+  options: { token?: string; headers?: Record<string, string>; raw?: boolean; method?: string } = {},
+): Promise<JsonResponse> {
+  const headers: Record<string, string> = { "content-type": "application/json", ...options.headers };
+  if (options.token !== undefined) headers.authorization = `Bearer ${options.token}`;
+  const payload = options.raw ? (body as string | Uint8Array) : JSON.stringify(body);
+  const response = await fetch(url, { method: options.method ?? "POST", headers, body: payload as BodyInit });
+  const text = await response.text();
+  let parsed: unknown;
+  try {
+    parsed = JSON.parse(text);
+  } catch {
+    parsed = undefined;
+  }
+  return { status: response.status, headers: response.headers, body: parsed, text };
+}
+
+/** Ingest events through /ingest/batch in chunks of at most 1 000; throws unless every event is accepted. */
+export async function ingestAll(server: Pick<ServerHandle, "ingestUrl" | "apiKey">, events: object[]): Promise<void> {
+  for (let start = 0; start < events.length; start += 1000) {
+    const chunk = events.slice(start, start + 1000);
+    const response = await post(`${server.ingestUrl}/ingest/batch`, { apiKey: server.apiKey, events: chunk });
+    if (response.status !== 200 || response.body?.accepted !== chunk.length) {
+      throw new Error(`batch ingest failed: ${response.status} ${response.text.slice(0, 500)}`);
+    }
+  }
+}

@@ -1,0 +1,342 @@
+/**
+ * Differential test of the whole query path: seeded random events go in through
+ * the real ingest endpoints (shuffled, in batches and one by one, some sent
+ * twice with the same uuid), then hundreds of random trend, funnel and
+ * retention queries go to the real query endpoints, and every answer must equal,
+ * exactly, what the naive reference (test/reference) computes from the same
+ * events. One seed also restarts the server midway and checks that nothing
+ * changed. A failure prints the seed (replay it with EVENTIDE_TEST_SEEDS=<seed>),
+ * each differing query and both answers.
+ */
+import { isDeepStrictEqual } from "node:util";
+import { describe, it } from "vitest";
+import {
+  type FunnelQuery,
+  type RetentionQuery,
+  type StoredEvent,
+  type TrendQuery,
+  dayMs,
+  filterOperators,
+  formatDay,
+  referenceFunnel,
+  referenceRetention,
+  referenceTrend,
+} from "../reference/reference.js";
+import {
+  type GeneratedDataset,
+  type WireEvent,
+  Random,
+  generateDataset,
+  seedsFromEnvironment,
+  toStoredEvents,
+  toWireEvent,
+} from "../helpers/random.js";
+import { type JsonResponse, type ServerHandle, post, removeDataDir, startServer } from "../helpers/server.js";
+
+const seeds = seedsFromEnvironment("EVENTIDE_TEST_SEEDS", [20_240_101, 7_654_321]);
+/** Three seeds × 180 = 540 queries per run, plus the replay after the restart. */
+const queriesPerSeed = 180;
+const queriesInFlightMax = 8;
+/** Which seed restarts its server halfway through its queries; the first one also resends events with their uuid. */
+const restartSeedIndex = 1;
+const duplicateSeedIndex = 0;
+const mismatchesPrintedMax = 8;
+const unknownEventName = "never_ingested_event";
+const unknownPropertyKeys = ["missing_key", "hasOwnProperty", "__defineGetter__"];
+
+type GeneratedQuery =
+  | { kind: "trend"; body: TrendQuery }
+  | { kind: "funnel"; body: FunnelQuery }
+  | { kind: "retention"; body: RetentionQuery };
+
+// ---------------------------------------------------------------------------
+// Random queries
+
+function randomDateRange(random: Random, dataset: GeneratedDataset): { dateFrom: string; dateTo: string } {
+  const first = dataset.firstDayMs;
+  const last = first + (dataset.dayCount - 1) * dayMs;
+  const day = (offsetDays: number, from = first): number => from + offsetDays * dayMs;
+  let fromMs: number;
+  let toMs: number;
+  switch (random.integer(0, 6)) {
+    case 0: // one day, sometimes just outside the data
+      fromMs = toMs = day(random.integer(-2, dataset.dayCount + 1));
+      break;
+    case 1: // the whole span
+      fromMs = first;
+      toMs = last;
+      break;
+    case 2: // wider than the data on both sides
+      fromMs = day(-random.integer(1, 7));
+      toMs = day(random.integer(1, 7), last);
+      break;
+    case 3: // starts before the data
+      fromMs = day(-random.integer(1, 10));
+      toMs = day(random.integer(0, dataset.dayCount - 1));
+      break;
+    case 4: // ends after the data
+      fromMs = day(random.integer(0, dataset.dayCount - 1));
+      toMs = day(random.integer(1, 10), last);
+      break;
+    case 5: // entirely after the data
+      fromMs = day(random.integer(8, 12), last);
+      toMs = fromMs + random.integer(0, 5) * dayMs;
+      break;
+    default: {
+      // anywhere in and around the data
+      const one = day(random.integer(-3, dataset.dayCount + 2));
+      const other = day(random.integer(-3, dataset.dayCount + 2));
+      fromMs = Math.min(one, other);
+      toMs = Math.max(one, other);
+    }
+  }
+  return { dateFrom: formatDay(fromMs), dateTo: formatDay(toMs) };
+}
+
+function randomEventName(random: Random, dataset: GeneratedDataset): string {
+  return random.chance(0.06) ? unknownEventName : random.pick(dataset.eventNames);
+}
+
+function randomFilterValue(random: Random, dataset: GeneratedDataset): string {
+  const text = random.pick(dataset.filterValues);
+  if (random.chance(0.2) && text.length > 1) {
+    // A substring, so contains has something to find.
+    const start = random.integer(0, text.length - 1);
+    return text.slice(start, random.integer(start + 1, text.length));
+  }
+  return text;
+}
+
+function randomTrend(random: Random, dataset: GeneratedDataset, ordinal: number): TrendQuery {
+  const body: TrendQuery = { event: randomEventName(random, dataset), ...randomDateRange(random, dataset) };
+  // groupBy and the first filter's op cycle, so every one of them is exercised on every run.
+  const groupBy = ([undefined, "hour", "day", "week", "month"] as const)[ordinal % 5];
+  if (groupBy !== undefined) body.groupBy = groupBy;
+  const math = random.pick([undefined, "total", "unique"] as const);
+  if (math !== undefined) body.math = math;
+  const filterCount = random.pick([0, 1, 1, 1, 2, 2, 3]);
+  if (filterCount > 0 || random.chance(0.1)) body.filters = [];
+  for (let index = 0; index < filterCount; index++) {
+    const op = index === 0 ? filterOperators[Math.floor(ordinal / 5) % filterOperators.length] : random.pick(filterOperators);
+    const property = random.chance(0.1) ? random.pick(unknownPropertyKeys) : random.pick(dataset.propertyKeys);
+    const filter: NonNullable<TrendQuery["filters"]>[number] = { property, op };
+    if ((op !== "is_set" && op !== "is_not_set") || random.chance(0.5)) filter.value = randomFilterValue(random, dataset);
+    body.filters!.push(filter);
+  }
+  return body;
+}
+
+function randomFunnel(random: Random, dataset: GeneratedDataset): FunnelQuery {
+  const stepCount = random.integer(1, 6);
+  const steps: string[] = [];
+  for (let index = 0; index < stepCount; index++) {
+    const previous = steps[index - 1];
+    if (previous !== undefined && random.chance(0.2)) steps.push(random.pick(steps));
+    else if (previous !== undefined && dataset.eventNames.includes(previous) && random.chance(0.4)) {
+      // The generator's follow-ups take the next name, so this makes deep funnels.
+      steps.push(dataset.eventNames[(dataset.eventNames.indexOf(previous) + 1) % dataset.eventNames.length]);
+    } else steps.push(randomEventName(random, dataset));
+  }
+  const body: FunnelQuery = { steps, ...randomDateRange(random, dataset) };
+  const windowSeconds = random.pick([undefined, 1, 60, 3600, 86_400, 259_200, 604_800, 2_592_000, 31_536_000, -1]);
+  if (windowSeconds !== undefined) body.conversionWindow = windowSeconds === -1 ? random.integer(1, 1_000_000) : windowSeconds;
+  return body;
+}
+
+function randomRetention(random: Random, dataset: GeneratedDataset): RetentionQuery {
+  const cohortEvent = randomEventName(random, dataset);
+  const retentionEvent = random.chance(0.3) ? cohortEvent : randomEventName(random, dataset);
+  const body: RetentionQuery = { cohortEvent, retentionEvent, ...randomDateRange(random, dataset) };
+  const windowDays = random.pick([undefined, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10]);
+  if (windowDays !== undefined) body.windowDays = windowDays;
+  return body;
+}
+
+function randomQueries(random: Random, dataset: GeneratedDataset, count: number): GeneratedQuery[] {
+  const queries: GeneratedQuery[] = [];
+  let trendOrdinal = 0;
+  for (let index = 0; index < count; index++) {
+    const slot = index % 20;
+    if (slot < 9) queries.push({ kind: "trend", body: randomTrend(random, dataset, trendOrdinal++) });
+    else if (slot < 16) queries.push({ kind: "funnel", body: randomFunnel(random, dataset) });
+    else queries.push({ kind: "retention", body: randomRetention(random, dataset) });
+  }
+  return queries;
+}
+
+function referenceAnswer(events: readonly StoredEvent[], query: GeneratedQuery): unknown {
+  switch (query.kind) {
+    case "trend":
+      return referenceTrend(events, query.body);
+    case "funnel":
+      return referenceFunnel(events, query.body);
+    case "retention":
+      return referenceRetention(events, query.body);
+  }
+}
+
+// ---------------------------------------------------------------------------
+// Ingest
+
+/**
+ * Sends every generated event once (and, on one seed, some a second time with
+ * the same uuid, which must not be stored again), in random order: a few dozen
+ * one by one through /ingest, four at a time, the rest in batches of random size.
+ */
+async function ingestInRandomOrder(server: ServerHandle, random: Random, dataset: GeneratedDataset, duplicates: boolean): Promise<void> {
+  const wire: WireEvent[] = dataset.events.map((generated) => toWireEvent(random, generated));
+  if (duplicates) {
+    for (const generated of dataset.events) {
+      if (generated.uuid !== undefined && random.chance(0.06)) wire.push(toWireEvent(random, generated));
+    }
+  }
+  random.shuffle(wire);
+  const singles = wire.splice(0, Math.min(48, Math.floor(wire.length / 10)));
+  const batches: WireEvent[][] = [];
+  while (wire.length > 0) batches.push(wire.splice(0, random.integer(1, 600)));
+
+  const failure = (what: string, response: JsonResponse): Error =>
+    new Error(`seed ${dataset.seed}: ${what} answered ${response.status} ${response.text.slice(0, 1000)}`);
+  const sendSingles = async (events: WireEvent[]): Promise<void> => {
+    await Promise.all(
+      events.map(async (event) => {
+        const response = await post(`${server.ingestUrl}/ingest`, { apiKey: server.apiKey, ...event });
+        if (response.status !== 200 || response.body?.ok !== true) throw failure(`/ingest of ${JSON.stringify(event)}`, response);
+      }),
+    );
+  };
+  for (const batch of batches) {
+    const response = await post(`${server.ingestUrl}/ingest/batch`, { apiKey: server.apiKey, events: batch });
+    if (response.status !== 200 || response.body?.accepted !== batch.length || response.body?.errors !== undefined) {
+      throw failure(`/ingest/batch of ${batch.length} events`, response);
+    }
+    await sendSingles(singles.splice(0, 4));
+  }
+  while (singles.length > 0) await sendSingles(singles.splice(0, 4));
+}
+
+// ---------------------------------------------------------------------------
+// Comparison
+
+async function runConcurrently<T>(items: readonly T[], task: (item: T) => Promise<void>): Promise<void> {
+  let next = 0;
+  const worker = async (): Promise<void> => {
+    while (next < items.length) await task(items[next++]);
+  };
+  await Promise.all(Array.from({ length: Math.min(queriesInFlightMax, items.length) }, worker));
+}
+
+function truncate(text: string, length = 4000): string {
+  return text.length <= length ? text : `${text.slice(0, length)}… (${text.length} characters)`;
+}
+
+/** Both answers, or for long lists only the elements that differ, so a failure stays readable. */
+function describeDifference(expected: unknown, got: unknown): string {
+  const key = ["data", "steps", "cohorts"].find(
+    (name) => Array.isArray((expected as Record<string, unknown>)[name]) && Array.isArray((got as Record<string, unknown> | undefined)?.[name]),
+  );
+  if (key !== undefined) {
+    const expectedList = (expected as Record<string, unknown[]>)[key];
+    const gotList = (got as Record<string, unknown[]>)[key];
+    if (expectedList.length > 12 && expectedList.length === gotList.length && Object.keys(got as object).length === 1) {
+      const lines: string[] = [];
+      for (let index = 0; index < expectedList.length && lines.length < 10; index++) {
+        if (!isDeepStrictEqual(expectedList[index], gotList[index])) {
+          lines.push(`  ${key}[${index}] expected ${JSON.stringify(expectedList[index])} got ${JSON.stringify(gotList[index])}`);
+        }
+      }
+      return `${expectedList.length} elements, differing:\n${lines.join("\n")}`;
+    }
+  }
+  return `expected: ${truncate(JSON.stringify(expected))}\n  got: ${truncate(JSON.stringify(got))}`;
+}
+
+interface Mismatch {
+  ordinal: number;
+  query: GeneratedQuery;
+  detail: string;
+}
+
+function mismatchReport(seed: number, mismatches: readonly Mismatch[], queryCount: number, notes: readonly string[]): string {
+  const shown = mismatches.slice(0, mismatchesPrintedMax).map(
+    (mismatch) =>
+      `seed ${seed}, query #${mismatch.ordinal}: POST /api/v1/query/${mismatch.query.kind} ${JSON.stringify(mismatch.query.body)}\n  ${mismatch.detail}`,
+  );
+  const kinds = new Map<string, number>();
+  for (const mismatch of mismatches) kinds.set(mismatch.query.kind, (kinds.get(mismatch.query.kind) ?? 0) + 1);
+  return [
+    `seed ${seed}: ${mismatches.length} of ${queryCount} answers differ from the reference (${[...kinds].map(([kind, count]) => `${kind} ${count}`).join(", ")}); replay with EVENTIDE_TEST_SEEDS=${seed}`,
+    ...notes,
+    ...shown,
+    mismatches.length > shown.length ? `… and ${mismatches.length - shown.length} more` : "",
+  ].join("\n\n");
+}
+
+// ---------------------------------------------------------------------------
+
+describe("the query engine answers exactly as the reference on seeded random data", () => {
+  for (const [seedIndex, seed] of seeds.entries()) {
+    const restart = seedIndex === restartSeedIndex;
+    const duplicates = seedIndex === duplicateSeedIndex;
+    const title = `seed ${seed}${duplicates ? ", with resent uuids" : ""}${restart ? ", with a restart halfway" : ""}`;
+
+    it(title, async () => {
+      const random = new Random(seed);
+      const dataset = generateDataset(random, { uuids: duplicates });
+      const events = toStoredEvents(dataset.events);
+      const queries = randomQueries(random, dataset, queriesPerSeed);
+      const expected = new Map<number, unknown>();
+      const answers = new Map<number, unknown>();
+      const mismatches: Mismatch[] = [];
+      const notes: string[] = [];
+
+      let server = await startServer();
+      const dataDir = server.dataDir;
+      const credentials = { apiKey: server.apiKey, token: server.token, workspaceId: server.workspaceId };
+      try {
+        try {
+          await ingestInRandomOrder(server, random, dataset, duplicates);
+        } catch (error) {
+          throw new Error(`seed ${seed}: ingest failed: ${(error as Error).message}\nstderr:\n${server.stderr().slice(-2000)}`);
+        }
+
+        const ask = async (ordinal: number, phase: "first" | "after restart"): Promise<void> => {
+          const query = queries[ordinal];
+          const response = await post(`${server.queryUrl}/api/v1/query/${query.kind}`, query.body, { token: server.token });
+          if (!expected.has(ordinal)) expected.set(ordinal, referenceAnswer(events, query));
+          const want = expected.get(ordinal);
+          if (response.status !== 200) {
+            mismatches.push({ ordinal, query, detail: `${phase}: expected 200 ${truncate(JSON.stringify(want), 1500)}\n  got: ${response.status} ${truncate(response.text, 1500)}` });
+            return;
+          }
+          if (phase === "after restart" && answers.has(ordinal) && !isDeepStrictEqual(answers.get(ordinal), response.body)) {
+            mismatches.push({ ordinal, query, detail: `changed across the restart:\n  ${describeDifference(answers.get(ordinal), response.body)}` });
+          }
+          answers.set(ordinal, response.body);
+          if (!isDeepStrictEqual(response.body, want)) {
+            mismatches.push({ ordinal, query, detail: `${phase}: ${describeDifference(want, response.body)}` });
+          }
+        };
+
+        const ordinals = queries.map((_, ordinal) => ordinal);
+        const half = restart ? Math.floor(ordinals.length / 2) : ordinals.length;
+        await runConcurrently(ordinals.slice(0, half), (ordinal) => ask(ordinal, "first"));
+        if (restart) {
+          const exitCode = await server.stop();
+          if (exitCode !== 0) notes.push(`seed ${seed}: SIGTERM exit code was ${exitCode}, not 0; stderr:\n${server.stderr().slice(-2000)}`);
+          server = await startServer({ dataDir, credentials });
+          // The first half again, on the restarted server, then the rest.
+          await runConcurrently(ordinals.slice(0, half), (ordinal) => ask(ordinal, "after restart"));
+          await runConcurrently(ordinals.slice(half), (ordinal) => ask(ordinal, "first"));
+        }
+        if (mismatches.length > 0 || notes.length > 0) {
+          mismatches.sort((left, right) => left.ordinal - right.ordinal);
+          throw new Error(mismatchReport(seed, mismatches, queries.length, notes));
+        }
+      } finally {
+        await server.stop();
+        removeDataDir(dataDir);
+      }
+    });
+  }
+});

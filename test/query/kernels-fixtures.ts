@@ -1,0 +1,120 @@
+/**
+ * In-memory SegmentViews for kernel tests and benchmarks, built from plain
+ * columns the way the store lays them out: sealed segments sorted by
+ * (event, user, time) with eventRowStart and per-event user bitmaps, active
+ * segments in arrival order with an event-id column. No files, no threads.
+ */
+import roaring from "roaring";
+import type { PropertyColumn, SegmentView, ValueIdColumn } from "../../src/query/segment-view.js";
+
+const { RoaringBitmap32 } = roaring;
+type RoaringBitmap32 = InstanceType<typeof RoaringBitmap32>;
+
+/** mulberry32: a small seeded PRNG, so that a failing case can be replayed from its seed. */
+export function seededRandom(seed: number): () => number {
+  let state = seed >>> 0;
+  return () => {
+    state = (state + 0x6d2b79f5) >>> 0;
+    let mixed = state;
+    mixed = Math.imul(mixed ^ (mixed >>> 15), mixed | 1);
+    mixed ^= mixed + Math.imul(mixed ^ (mixed >>> 7), mixed | 61);
+    return ((mixed ^ (mixed >>> 14)) >>> 0) / 4_294_967_296;
+  };
+}
+
+export interface PropertyInput {
+  keyId: number;
+  /** One per row; 0 = not set. */
+  valueIds: Uint32Array;
+  /** texts[id] for id >= 1; texts[0] unused. */
+  texts: string[];
+}
+
+export interface SegmentInput {
+  dayStartMs: number;
+  eventIds: Uint32Array;
+  userIds: Uint32Array;
+  timeOffsetMs: Uint32Array;
+  properties: PropertyInput[];
+}
+
+export type ValueIdWidth = 8 | 16 | 32;
+
+export interface SealedOptions {
+  /** Per-event user bitmaps; false models a sealed segment whose bitmaps are not available. */
+  bitmaps: boolean;
+  /** Extra trailing eventRowStart entries (event ids with no rows but inside the table). */
+  eventRowStartPadding: number;
+  valueIdWidth: ValueIdWidth;
+}
+
+function narrowValueIds(valueIds: Uint32Array, textCount: number, width: ValueIdWidth): ValueIdColumn {
+  if (width === 8 && textCount <= 256) return Uint8Array.from(valueIds);
+  if (width !== 32 && textCount <= 65_536) return Uint16Array.from(valueIds);
+  return Uint32Array.from(valueIds);
+}
+
+function propertyColumns(properties: readonly PropertyInput[], order: Uint32Array | undefined, width: ValueIdWidth): Map<number, PropertyColumn> {
+  const columns = new Map<number, PropertyColumn>();
+  for (const property of properties) {
+    const valueIds = order === undefined ? property.valueIds : property.valueIds.map((_, row) => property.valueIds[order[row]]);
+    if (!valueIds.some((id) => id !== 0)) continue; // SegmentView: undefined when no row sets the key
+    columns.set(property.keyId, { valueIds: narrowValueIds(valueIds, property.texts.length, width), texts: property.texts });
+  }
+  return columns;
+}
+
+export function sealedSegment(key: string, input: SegmentInput, options: SealedOptions): SegmentView {
+  const rowCount = input.eventIds.length;
+  const order = Uint32Array.from({ length: rowCount }, (_, row) => row);
+  order.sort(
+    (left, right) =>
+      input.eventIds[left] - input.eventIds[right] ||
+      input.userIds[left] - input.userIds[right] ||
+      input.timeOffsetMs[left] - input.timeOffsetMs[right],
+  );
+  const eventIds = order.map((row) => input.eventIds[row]);
+  const userIds = order.map((row) => input.userIds[row]);
+  const timeOffsetMs = order.map((row) => input.timeOffsetMs[row]);
+  let eventIdMax = -1;
+  for (const eventId of eventIds) eventIdMax = Math.max(eventIdMax, eventId);
+  const eventRowStart = new Uint32Array(eventIdMax + 2 + options.eventRowStartPadding);
+  for (let eventId = 0, row = 0; eventId < eventRowStart.length; eventId++) {
+    while (row < rowCount && eventIds[row] < eventId) row++;
+    eventRowStart[eventId] = row;
+  }
+  const bitmaps = new Map<number, RoaringBitmap32>();
+  if (options.bitmaps) {
+    for (let eventId = 0; eventId <= eventIdMax; eventId++) {
+      const users = userIds.subarray(eventRowStart[eventId], eventRowStart[eventId + 1]);
+      if (users.length > 0) bitmaps.set(eventId, new RoaringBitmap32(users));
+    }
+  }
+  const columns = propertyColumns(input.properties, order, options.valueIdWidth);
+  return {
+    key,
+    dayStartMs: input.dayStartMs,
+    rowCount,
+    timeOffsetMs,
+    userIds,
+    eventRowStart,
+    eventIds: undefined,
+    property: (keyId) => columns.get(keyId),
+    userBitmap: (eventId) => bitmaps.get(eventId),
+  };
+}
+
+export function activeSegment(key: string, input: SegmentInput, valueIdWidth: ValueIdWidth): SegmentView {
+  const columns = propertyColumns(input.properties, undefined, valueIdWidth);
+  return {
+    key,
+    dayStartMs: input.dayStartMs,
+    rowCount: input.eventIds.length,
+    timeOffsetMs: input.timeOffsetMs,
+    userIds: input.userIds,
+    eventRowStart: undefined,
+    eventIds: input.eventIds,
+    property: (keyId) => columns.get(keyId),
+    userBitmap: () => undefined,
+  };
+}
