@@ -116,3 +116,42 @@ function compileComparison(passes: Uint8Array, texts: readonly string[], op: "gt
     passes[id] = holds ? 1 : 0;
   }
 }
+
+/**
+ * Compiled filters of sealed segments, kept across queries by this thread. A
+ * sealed segment's dictionary never changes, so a pass table compiled for
+ * (segment, key, op, value) stays right; a dashboard repeating one filtered
+ * query over a high-cardinality property (50 k URLs per day) then compiles it
+ * once instead of per query. Bounded by bytes, least recently used first out.
+ */
+export class CompiledFilterCache {
+  private readonly entries = new Map<string, { texts: readonly string[]; compiled: CompiledFilter }>();
+  private bytes = 0;
+
+  constructor(private readonly bytesMax: number) {}
+
+  compile(segmentKey: string, keyId: number, texts: readonly string[], op: FilterOp, value: string | undefined): CompiledFilter {
+    const cacheKey = `${segmentKey}\u0000${keyId}\u0000${op}\u0000${value ?? ""}`;
+    const entry = this.entries.get(cacheKey);
+    if (entry !== undefined && entry.texts === texts) {
+      this.entries.delete(cacheKey);
+      this.entries.set(cacheKey, entry);
+      return entry.compiled;
+    }
+    const compiled = compileFilter(texts, op, value);
+    if (entry !== undefined) {
+      this.entries.delete(cacheKey);
+      this.bytes -= entry.compiled.passes.length;
+    }
+    if (compiled.passes.length <= this.bytesMax) {
+      this.entries.set(cacheKey, { texts, compiled });
+      this.bytes += compiled.passes.length;
+      for (const [oldestKey, oldest] of this.entries) {
+        if (this.bytes <= this.bytesMax) break;
+        this.entries.delete(oldestKey);
+        this.bytes -= oldest.compiled.passes.length;
+      }
+    }
+    return compiled;
+  }
+}

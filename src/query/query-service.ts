@@ -59,10 +59,8 @@ export class QueryService {
   private async fanOut(workspace: WorkspaceStore | undefined, query: QueryPlan, fromMs: number, toMs: number, filterKeyIds: number[], length: number): Promise<Float64Array> {
     const total = new Float64Array(length);
     if (workspace === undefined) return total;
-    const segments = await this.store.snapshot(workspace.id, fromMs, toMs, filterKeyIds);
+    const { segments, rowCount: rows } = await this.store.snapshot(workspace.id, fromMs, toMs, filterKeyIds);
     if (segments.length === 0) return total;
-    let rows = 0;
-    for (const segment of segments) rows += segment.kind === "active" ? segment.rowCount : JSON.parse(segment.layoutJson).rowCount;
     const userCount = workspace.userCount;
     const shardCount = rows < fanOutRowsMin ? 1 : this.pool.threadCount;
     const shardUsers = Math.ceil(userCount / shardCount);

@@ -95,7 +95,16 @@ export class ActiveSegment {
     return property;
   }
 
+  /**
+   * Property columns grow only when written; before readers see `rowCount` rows,
+   * every column must cover them (rows never written read as 0, "not set").
+   */
+  coverAllRows(): void {
+    for (const property of this.properties.values()) property.valueIds.ensureRows(this.rowCount);
+  }
+
   describe(filterKeyIds: readonly number[]): ActiveSegmentDescriptor {
+    this.coverAllRows();
     const properties: ActiveSegmentDescriptor["properties"] = [];
     for (const keyId of filterKeyIds) {
       const property = this.properties.get(keyId);
@@ -443,6 +452,7 @@ export class Store {
         const day = dayLabel(segment.dayStartMs);
         const name = `seg-${String(newSequence).padStart(12, "0")}-${String(++segmentNumber).padStart(6, "0")}`;
         const directory = segmentDirectory(this.dataDir, workspace.id, day, name);
+        segment.coverAllRows();
         const result = await this.tasks.seal(segment, directory, workspace.id);
         assert.equal(result.layout.rowCount, segment.rowCount, "sealed segment lost rows");
         sealed.push({ partition, active: segment, segment: new SealedSegment(`${workspace.id}/${day}/${name}`, directory, segment.dayStartMs, result.layout), result });
@@ -468,16 +478,18 @@ export class Store {
   }
 
   /** Descriptors of every segment a query over [fromMs, toMs) must read, loading sealed ones as needed. */
-  async snapshot(workspaceId: string, fromMs: number, toMs: number, filterKeyIds: readonly number[]): Promise<SegmentDescriptor[]> {
+  async snapshot(workspaceId: string, fromMs: number, toMs: number, filterKeyIds: readonly number[]): Promise<{ segments: SegmentDescriptor[]; rowCount: number }> {
     const workspace = this.workspaces.get(workspaceId);
-    if (workspace === undefined) return [];
+    if (workspace === undefined) return { segments: [], rowCount: 0 };
     const segments = workspace.segmentsIn(fromMs, toMs);
     // Describe active segments now: rows acknowledged before this moment are counted.
     const descriptors = segments.map((segment) => (segment instanceof ActiveSegment ? segment.describe(filterKeyIds) : undefined));
     const loads: Promise<void>[] = [];
     for (const segment of segments) if (segment instanceof SealedSegment && !segment.memory) loads.push(this.ensureLoaded(segment));
     await Promise.all(loads);
-    return segments.map((segment, index) => descriptors[index] ?? (segment as SealedSegment).describe());
+    let rowCount = 0;
+    for (const segment of segments) rowCount += segment instanceof ActiveSegment ? segment.rowCount : segment.layout.rowCount;
+    return { segments: segments.map((segment, index) => descriptors[index] ?? (segment as SealedSegment).describe()), rowCount };
   }
 
   private ensureLoaded(segment: SealedSegment): Promise<void> {

@@ -218,6 +218,35 @@ const numberValues = [
 /** Extra filter values: boundaries of the numeric pattern and texts no value has. */
 const extraFilterValues = ["", "0", "-0", "5", "10", "1e3", "2500", "-3", " 5", "abc", "1e400", "-1e400", "true", "null", "x"];
 
+/** Values for gt, gte, lt and lte: mostly numeric, so that the comparison decides, with a few the pattern refuses. */
+export const numericFilterValues = [
+  "0",
+  "-0",
+  "1",
+  "4",
+  "5",
+  "6",
+  "9",
+  "10",
+  "10.5",
+  "100",
+  "2500",
+  "1e3",
+  "2.5E3",
+  "-3",
+  "-3.25",
+  "0.1",
+  "2.5e-7",
+  "1e21",
+  "9007199254740991",
+  "1e400",
+  "-1e400",
+  " 5",
+  "+5",
+  ".5",
+  "abc",
+];
+
 function randomValue(random: Random, depth = 0): unknown {
   const kind = random.integer(0, 9);
   if (kind <= 3) return random.pick(stringValues);
@@ -247,7 +276,10 @@ function valueForKey(random: Random, key: string): unknown {
     case "price":
     case "amount":
     case "n":
-      return random.chance(0.6) ? random.pick(numberValues) : random.pick(["10", "9", "2.5e3", "-0", " 5", "1e400", "-3.25", "007"]);
+      // Half numbers, half strings: numeric ones, and ones that Number() parses but the SPEC's pattern refuses.
+      return random.chance(0.5)
+        ? random.pick(numberValues)
+        : random.pick(["10", "9", "2.5e3", "-0", "1e400", "-3.25", "007", "5", " 5", "5 ", "+5", ".5", "1.", "0x10", "Infinity", "1e5", "abc"]);
     case "flag":
       return random.pick([true, false, null, "true"]);
     default:

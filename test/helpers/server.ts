@@ -136,7 +136,7 @@ export async function post(
   const headers: Record<string, string> = { "content-type": "application/json", ...options.headers };
   if (options.token !== undefined) headers.authorization = `Bearer ${options.token}`;
   const payload = options.raw ? (body as string | Uint8Array) : JSON.stringify(body);
-  const response = await fetch(url, { method: options.method ?? "POST", headers, body: payload as BodyInit });
+  const response = await fetch(url, { method: options.method ?? "POST", headers, body: payload as never });
   const text = await response.text();
   let parsed: unknown;
   try {

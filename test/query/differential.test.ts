@@ -4,13 +4,15 @@
  * twice with the same uuid), then hundreds of random trend, funnel and
  * retention queries go to the real query endpoints, and every answer must equal,
  * exactly, what the naive reference (test/reference) computes from the same
- * events. One seed also restarts the server midway and checks that nothing
- * changed. A failure prints the seed (replay it with EVENTIDE_TEST_SEEDS=<seed>),
+ * events. Seeds take turns at variants (see `variants`); one restarts the
+ * server midway and checks that nothing changed. A failure prints the seed and
+ * variant (replay with EVENTIDE_TEST_VARIANT=<variant> EVENTIDE_TEST_SEEDS=<seed>),
  * each differing query and both answers.
  */
 import { isDeepStrictEqual } from "node:util";
 import { describe, it } from "vitest";
 import {
+  type FilterOperator,
   type FunnelQuery,
   type RetentionQuery,
   type StoredEvent,
@@ -27,6 +29,7 @@ import {
   type WireEvent,
   Random,
   generateDataset,
+  numericFilterValues,
   seedsFromEnvironment,
   toStoredEvents,
   toWireEvent,
@@ -37,9 +40,28 @@ const seeds = seedsFromEnvironment("EVENTIDE_TEST_SEEDS", [20_240_101, 7_654_321
 /** Three seeds × 180 = 540 queries per run, plus the replay after the restart. */
 const queriesPerSeed = 180;
 const queriesInFlightMax = 8;
-/** Which seed restarts its server halfway through its queries; the first one also resends events with their uuid. */
-const restartSeedIndex = 1;
-const duplicateSeedIndex = 0;
+/**
+ * Seeds take turns at three variants: resending some events with their uuid
+ * (which must not store them twice), restarting the server halfway through the
+ * queries (which seals every segment), and checkpointing every few hundred rows
+ * during ingest (so queries read sealed and active segments of the same day).
+ */
+const variants = ["resent-uuids", "restart", "checkpoints"] as const;
+type Variant = (typeof variants)[number];
+const variantDescriptions: Record<Variant, string> = {
+  "resent-uuids": "some events resent with their uuid",
+  restart: "a restart halfway",
+  checkpoints: "a checkpoint every few hundred rows",
+};
+const frequentCheckpointRows = "300";
+
+/** The variant of the seed at `seedIndex`; EVENTIDE_TEST_VARIANT forces one, to replay a failure as it ran. */
+function variantOf(seedIndex: number): Variant {
+  const forced = process.env.EVENTIDE_TEST_VARIANT;
+  if (forced === undefined || forced === "") return variants[seedIndex % variants.length];
+  if (!(variants as readonly string[]).includes(forced)) throw new Error(`EVENTIDE_TEST_VARIANT must be one of ${variants.join(", ")}`);
+  return forced as Variant;
+}
 const mismatchesPrintedMax = 8;
 const unknownEventName = "never_ingested_event";
 const unknownPropertyKeys = ["missing_key", "hasOwnProperty", "__defineGetter__"];
@@ -97,7 +119,8 @@ function randomEventName(random: Random, dataset: GeneratedDataset): string {
   return random.chance(0.06) ? unknownEventName : random.pick(dataset.eventNames);
 }
 
-function randomFilterValue(random: Random, dataset: GeneratedDataset): string {
+function randomFilterValue(random: Random, dataset: GeneratedDataset, op: FilterOperator): string {
+  if ((op === "gt" || op === "gte" || op === "lt" || op === "lte") && random.chance(0.75)) return random.pick(numericFilterValues);
   const text = random.pick(dataset.filterValues);
   if (random.chance(0.2) && text.length > 1) {
     // A substring, so contains has something to find.
@@ -120,7 +143,7 @@ function randomTrend(random: Random, dataset: GeneratedDataset, ordinal: number)
     const op = index === 0 ? filterOperators[Math.floor(ordinal / 5) % filterOperators.length] : random.pick(filterOperators);
     const property = random.chance(0.1) ? random.pick(unknownPropertyKeys) : random.pick(dataset.propertyKeys);
     const filter: NonNullable<TrendQuery["filters"]>[number] = { property, op };
-    if ((op !== "is_set" && op !== "is_not_set") || random.chance(0.5)) filter.value = randomFilterValue(random, dataset);
+    if ((op !== "is_set" && op !== "is_not_set") || random.chance(0.5)) filter.value = randomFilterValue(random, dataset, op);
     body.filters!.push(filter);
   }
   return body;
@@ -257,7 +280,7 @@ interface Mismatch {
   detail: string;
 }
 
-function mismatchReport(seed: number, mismatches: readonly Mismatch[], queryCount: number, notes: readonly string[]): string {
+function mismatchReport(seed: number, variant: Variant, mismatches: readonly Mismatch[], queryCount: number, notes: readonly string[]): string {
   const shown = mismatches.slice(0, mismatchesPrintedMax).map(
     (mismatch) =>
       `seed ${seed}, query #${mismatch.ordinal}: POST /api/v1/query/${mismatch.query.kind} ${JSON.stringify(mismatch.query.body)}\n  ${mismatch.detail}`,
@@ -265,7 +288,7 @@ function mismatchReport(seed: number, mismatches: readonly Mismatch[], queryCoun
   const kinds = new Map<string, number>();
   for (const mismatch of mismatches) kinds.set(mismatch.query.kind, (kinds.get(mismatch.query.kind) ?? 0) + 1);
   return [
-    `seed ${seed}: ${mismatches.length} of ${queryCount} answers differ from the reference (${[...kinds].map(([kind, count]) => `${kind} ${count}`).join(", ")}); replay with EVENTIDE_TEST_SEEDS=${seed}`,
+    `seed ${seed}: ${mismatches.length} of ${queryCount} answers differ from the reference (${[...kinds].map(([kind, count]) => `${kind} ${count}`).join(", ")}); replay with EVENTIDE_TEST_VARIANT=${variant} EVENTIDE_TEST_SEEDS=${seed}`,
     ...notes,
     ...shown,
     mismatches.length > shown.length ? `… and ${mismatches.length - shown.length} more` : "",
@@ -276,9 +299,11 @@ function mismatchReport(seed: number, mismatches: readonly Mismatch[], queryCoun
 
 describe("the query engine answers exactly as the reference on seeded random data", () => {
   for (const [seedIndex, seed] of seeds.entries()) {
-    const restart = seedIndex === restartSeedIndex;
-    const duplicates = seedIndex === duplicateSeedIndex;
-    const title = `seed ${seed}${duplicates ? ", with resent uuids" : ""}${restart ? ", with a restart halfway" : ""}`;
+    const variant = variantOf(seedIndex);
+    const restart = variant === "restart";
+    const duplicates = variant === "resent-uuids";
+    const serverOptions = variant === "checkpoints" ? { env: { EVENTIDE_CHECKPOINT_ROWS_MAX: frequentCheckpointRows } } : {};
+    const title = `seed ${seed}, with ${variantDescriptions[variant]}`;
 
     it(title, async () => {
       const random = new Random(seed);
@@ -290,14 +315,14 @@ describe("the query engine answers exactly as the reference on seeded random dat
       const mismatches: Mismatch[] = [];
       const notes: string[] = [];
 
-      let server = await startServer();
+      let server = await startServer(serverOptions);
       const dataDir = server.dataDir;
       const credentials = { apiKey: server.apiKey, token: server.token, workspaceId: server.workspaceId };
       try {
         try {
           await ingestInRandomOrder(server, random, dataset, duplicates);
         } catch (error) {
-          throw new Error(`seed ${seed}: ingest failed: ${(error as Error).message}\nstderr:\n${server.stderr().slice(-2000)}`);
+          throw new Error(`seed ${seed} (${variant}): ingest failed: ${(error as Error).message}\nstderr:\n${server.stderr().slice(-2000)}`);
         }
 
         const ask = async (ordinal: number, phase: "first" | "after restart"): Promise<void> => {
@@ -324,14 +349,14 @@ describe("the query engine answers exactly as the reference on seeded random dat
         if (restart) {
           const exitCode = await server.stop();
           if (exitCode !== 0) notes.push(`seed ${seed}: SIGTERM exit code was ${exitCode}, not 0; stderr:\n${server.stderr().slice(-2000)}`);
-          server = await startServer({ dataDir, credentials });
+          server = await startServer({ ...serverOptions, dataDir, credentials });
           // The first half again, on the restarted server, then the rest.
           await runConcurrently(ordinals.slice(0, half), (ordinal) => ask(ordinal, "after restart"));
           await runConcurrently(ordinals.slice(half), (ordinal) => ask(ordinal, "first"));
         }
         if (mismatches.length > 0 || notes.length > 0) {
           mismatches.sort((left, right) => left.ordinal - right.ordinal);
-          throw new Error(mismatchReport(seed, mismatches, queries.length, notes));
+          throw new Error(mismatchReport(seed, variant, mismatches, queries.length, notes));
         }
       } finally {
         await server.stop();

@@ -19,8 +19,8 @@
 import roaring from "roaring";
 import type { SegmentView } from "../segment-view.js";
 import { EpochMarks, ScratchUint32 } from "./scratch.js";
-import { segmentsByDay, sealedShardRows, type RowRange } from "./rows.js";
-import { sumPartials } from "./trend.js";
+import { segmentsByDay, sealedShardRows, selectActiveUsers, type RowRange } from "./rows.js";
+import { sumPartials } from "./partials.js";
 
 const { RoaringBitmap32 } = roaring;
 type RoaringBitmap32 = InstanceType<typeof RoaringBitmap32>;
@@ -182,23 +182,6 @@ function periodUserSets(
     sets[period] = union;
   }
   return sets;
-}
-
-function selectActiveUsers(
-  eventIds: Uint32Array,
-  userIds: Uint32Array,
-  rowCount: number,
-  eventId: number,
-  userLo: number,
-  userHi: number,
-  users: Uint32Array,
-): number {
-  let userCount = 0;
-  for (let row = 0; row < rowCount; row++) {
-    const user = userIds[row];
-    if (eventIds[row] === eventId && user >= userLo && user < userHi) users[userCount++] = user;
-  }
-  return userCount;
 }
 
 /** weeks[p][k] = |cohort(p) ∩ did(p + k)|, one CRoaring intersection count per pair. */

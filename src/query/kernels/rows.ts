@@ -74,3 +74,21 @@ export function segmentsByDay(segments: readonly SegmentView[], fromMs: number, 
   indexes.sort((left, right) => segments[left].dayStartMs - segments[right].dayStartMs);
   return indexes;
 }
+
+/** User ids of an active segment's rows of eventId in [userLo, userHi), in row order (repeats kept); returns how many. */
+export function selectActiveUsers(
+  eventIds: Uint32Array,
+  userIds: Uint32Array,
+  rowCount: number,
+  eventId: number,
+  userLo: number,
+  userHi: number,
+  users: Uint32Array,
+): number {
+  let userCount = 0;
+  for (let row = 0; row < rowCount; row++) {
+    const user = userIds[row];
+    if (eventIds[row] === eventId && user >= userLo && user < userHi) users[userCount++] = user;
+  }
+  return userCount;
+}

@@ -1,0 +1,256 @@
+/**
+ * HTTP conformance helpers (test/http/*): raw requests through node:http, so a
+ * test controls the method, every header, Content-Length versus chunked
+ * bodies, and still sees the answer when the server refuses a large body
+ * early and closes the connection while the client is writing. Also: the
+ * error-shape assertion of SPEC §1, trend counting for "was it stored?"
+ * checks, the `eventide` CLI, and polling for changes the server must see
+ * within a bound.
+ */
+import { execFile } from "node:child_process";
+import { request as httpRequest, type IncomingHttpHeaders } from "node:http";
+import { join } from "node:path";
+import { expect } from "vitest";
+import { repoRoot, type ServerHandle } from "./server.js";
+
+export const mebibyte = 1024 * 1024;
+
+export interface HttpAnswer {
+  status: number;
+  headers: IncomingHttpHeaders;
+  text: string;
+  /** The body parsed as JSON; undefined when it is not JSON. */
+  body: any;
+}
+
+export interface SendOptions {
+  method?: string;
+  headers?: Record<string, string>;
+  /** Bearer token for the query API. */
+  token?: string;
+  /** Raw body bytes; sent as is. */
+  body?: string | Uint8Array;
+  /** Send the body with Transfer-Encoding: chunked (no Content-Length), in pieces of this many bytes. */
+  chunkBytes?: number;
+}
+
+/**
+ * One request on its own connection. Resolves with the answer even when the
+ * server answers before the body is fully sent and closes the socket (a 413
+ * refused on Content-Length): write errors after the answer are expected then.
+ */
+export function send(url: string, options: SendOptions = {}): Promise<HttpAnswer> {
+  const headers: Record<string, string> = { ...options.headers };
+  if (options.token !== undefined) headers.authorization = `Bearer ${options.token}`;
+  const body = options.body === undefined ? undefined : typeof options.body === "string" ? Buffer.from(options.body, "utf8") : Buffer.from(options.body);
+  if (body !== undefined && options.chunkBytes === undefined) headers["content-length"] = String(body.length);
+  // A large body announces itself with Expect: 100-continue, as curl does, so a
+  // server that refuses on Content-Length answers before the body is written and
+  // the answer cannot be lost to a write error on the socket it closes.
+  const expectContinue = body !== undefined && options.chunkBytes === undefined && body.length > 64 * 1024;
+  if (expectContinue) headers.expect = "100-continue";
+  return new Promise((resolve, reject) => {
+    let answered = false;
+    const request = httpRequest(url, { method: options.method ?? "POST", headers, agent: false }, (response) => {
+      answered = true;
+      const chunks: Buffer[] = [];
+      let settled = false;
+      const finish = () => {
+        if (settled) return;
+        settled = true;
+        const text = Buffer.concat(chunks).toString("utf8");
+        let parsed: unknown;
+        try {
+          parsed = JSON.parse(text);
+        } catch {
+          parsed = undefined;
+        }
+        resolve({ status: response.statusCode ?? 0, headers: response.headers, text, body: parsed });
+      };
+      response.on("data", (chunk: Buffer) => chunks.push(chunk));
+      response.on("end", finish);
+      response.on("close", finish);
+      response.on("error", finish);
+    });
+    request.on("error", (error) => {
+      if (!answered) reject(error);
+    });
+    if (body === undefined) {
+      request.end();
+    } else if (expectContinue) {
+      let sent = false;
+      const sendBody = () => {
+        if (sent || answered || request.destroyed) return;
+        sent = true;
+        request.end(body);
+      };
+      request.on("continue", sendBody);
+      request.flushHeaders();
+      // A server that ignores Expect gets the body anyway after a short wait (curl waits 1 s).
+      setTimeout(sendBody, 300).unref();
+    } else if (options.chunkBytes === undefined) {
+      request.end(body);
+    } else {
+      // One piece per turn of the event loop, so an early answer is read (and
+      // writing stops) before the server closes the connection under a write.
+      const piece = options.chunkBytes;
+      let offset = 0;
+      const writeMore = () => {
+        if (answered || request.destroyed) return;
+        if (offset >= body.length) return void request.end();
+        const next = body.subarray(offset, offset + piece);
+        offset += next.length;
+        if (request.write(next)) setImmediate(writeMore);
+        else request.once("drain", () => setImmediate(writeMore));
+      };
+      writeMore();
+    }
+  });
+}
+
+/** POST a JSON value. */
+export function sendJson(url: string, value: unknown, options: Omit<SendOptions, "body"> = {}): Promise<HttpAnswer> {
+  return send(url, { ...options, headers: { "content-type": "application/json", ...options.headers }, body: JSON.stringify(value) });
+}
+
+/**
+ * SPEC §1: every error is `{"ok":false,"error":{"code","message"}}` with a JSON
+ * content type. `code` may list the codes the SPEC leaves open; `field`, when
+ * given, must appear in the message.
+ */
+export function expectError(answer: HttpAnswer, status: number, code: string | string[], field?: string | RegExp): void {
+  const context = `${answer.status} ${answer.text.slice(0, 300)}`;
+  expect(answer.status, context).toBe(status);
+  expect(answer.headers["content-type"], context).toMatch(/^application\/json\b/);
+  expect(answer.body, context).toBeTypeOf("object");
+  expect(Object.keys(answer.body).sort(), context).toEqual(["error", "ok"]);
+  expect(answer.body.ok, context).toBe(false);
+  expect(Object.keys(answer.body.error).sort(), context).toEqual(["code", "message"]);
+  if (typeof code === "string") expect(answer.body.error.code, context).toBe(code);
+  else expect(code, context).toContain(answer.body.error.code);
+  expect(answer.body.error.message, context).toBeTypeOf("string");
+  expect(answer.body.error.message.length, context).toBeGreaterThan(0);
+  if (typeof field === "string") expect(answer.body.error.message, context).toContain(field);
+  else if (field !== undefined) expect(answer.body.error.message, context).toMatch(field);
+}
+
+export function expectOk(answer: HttpAnswer): any {
+  expect(answer.status, answer.text.slice(0, 500)).toBe(200);
+  expect(answer.headers["content-type"]).toMatch(/^application\/json\b/);
+  return answer.body;
+}
+
+/** A JSON object serialized to exactly `totalBytes` bytes by padding an ignored `pad` field (SPEC §1: unknown fields are ignored). */
+export function paddedJson(value: Record<string, unknown>, totalBytes: number): string {
+  const bare = JSON.stringify({ ...value, pad: "" });
+  const missing = totalBytes - Buffer.byteLength(bare, "utf8");
+  if (missing < 0) throw new Error(`cannot pad ${bare.length} bytes down to ${totalBytes}`);
+  const text = JSON.stringify({ ...value, pad: "x".repeat(missing) });
+  expect(Buffer.byteLength(text, "utf8")).toBe(totalBytes);
+  return text;
+}
+
+let nameCounter = 0;
+/** An event name no other test of this process uses, so tests can share one server. */
+export function uniqueName(label: string): string {
+  nameCounter += 1;
+  return `${label}-${nameCounter}-${Math.random().toString(36).slice(2, 8)}`;
+}
+
+export type Server = Pick<ServerHandle, "queryUrl" | "ingestUrl" | "apiKey" | "token">;
+
+export function ingestOne(server: Pick<Server, "ingestUrl">, apiKey: string, event: Record<string, unknown>): Promise<HttpAnswer> {
+  return sendJson(`${server.ingestUrl}/ingest`, { apiKey, ...event });
+}
+
+export function ingestBatch(server: Pick<Server, "ingestUrl">, apiKey: string, events: unknown[]): Promise<HttpAnswer> {
+  return sendJson(`${server.ingestUrl}/ingest/batch`, { apiKey, events });
+}
+
+export interface TrendQuery {
+  event: string;
+  dateFrom: string;
+  dateTo: string;
+  groupBy?: string;
+  math?: string;
+  filters?: unknown[];
+}
+
+/** The `data` of a trend query that must succeed. */
+export async function trendData(server: Pick<Server, "queryUrl">, token: string, query: TrendQuery): Promise<Array<{ date: string; count: number }>> {
+  const answer = await sendJson(`${server.queryUrl}/api/v1/query/trend`, query, { token });
+  expect(answer.status, answer.text.slice(0, 300)).toBe(200);
+  return answer.body.data;
+}
+
+/** Total (or unique) count of `event` over a date range. */
+export async function countEvents(
+  server: Pick<Server, "queryUrl">,
+  token: string,
+  event: string,
+  dateFrom: string,
+  dateTo = dateFrom,
+  math: "total" | "unique" = "total",
+): Promise<number> {
+  const data = await trendData(server, token, { event, dateFrom, dateTo, math });
+  return data.reduce((sum, bucket) => sum + bucket.count, 0);
+}
+
+/** `YYYY-MM-DD` of the UTC day holding timeMs. */
+export function utcDate(timeMs: number): string {
+  return new Date(timeMs).toISOString().slice(0, 10);
+}
+
+/** Yesterday..tomorrow (UTC): holds every event stamped with the server's time during the test, even across midnight. */
+export function aroundToday(): [string, string] {
+  const nowMs = Date.now();
+  return [utcDate(nowMs - 86_400_000), utcDate(nowMs + 86_400_000)];
+}
+
+export function addDays(date: string, days: number): string {
+  return utcDate(Date.parse(`${date}T00:00:00Z`) + days * 86_400_000);
+}
+
+export interface CliResult {
+  code: number | null;
+  stdout: string;
+  stderr: string;
+  output: any;
+}
+
+/** `node bin/eventide.js ARGS` against a data directory (a running server's, usually). */
+export function eventide(dataDir: string, ...args: string[]): Promise<CliResult> {
+  const env: NodeJS.ProcessEnv = { ...process.env, EVENTIDE_DATA_DIR: dataDir };
+  return new Promise((resolve) => {
+    execFile(process.execPath, [join(repoRoot, "bin", "eventide.js"), ...args], { cwd: repoRoot, env, timeout: 30_000 }, (error, stdout, stderr) => {
+      const code = error ? (typeof error.code === "number" ? error.code : null) : 0;
+      let output: unknown;
+      try {
+        output = JSON.parse(stdout);
+      } catch {
+        output = undefined;
+      }
+      resolve({ code, stdout, stderr, output });
+    });
+  });
+}
+
+/** Runs the CLI and returns its one JSON line, failing the test unless it exits 0. */
+export async function eventideOk(dataDir: string, ...args: string[]): Promise<any> {
+  const result = await eventide(dataDir, ...args);
+  expect(result.code, `${args.join(" ")}: ${result.stdout}${result.stderr}`).toBe(0);
+  return result.output;
+}
+
+/**
+ * Polls `condition` until it holds and returns how long that took; fails when it
+ * still does not hold after `deadlineMs`.
+ */
+export async function elapsedUntil(condition: () => Promise<boolean>, deadlineMs: number, intervalMs = 25): Promise<number> {
+  const startMs = Date.now();
+  for (;;) {
+    if (await condition()) return Date.now() - startMs;
+    if (Date.now() - startMs > deadlineMs) throw new Error(`condition did not hold within ${deadlineMs} ms`);
+    await new Promise((resolve) => setTimeout(resolve, intervalMs));
+  }
+}
