@@ -17,6 +17,19 @@ function printLine(value: object): void {
   process.stdout.write(`${JSON.stringify(value)}\n`);
 }
 
+/** Set once a signal arrived; start-up checks it between steps and the handler runs once ready. */
+let stopRequested: string | undefined;
+let stopNow: ((signal: string) => void) | undefined;
+
+// Registered before anything is printed: a signal that arrives during start-up
+// must still end in an orderly stop and exit 0, not the default kill.
+for (const signal of ["SIGTERM", "SIGINT"] as const) {
+  process.on(signal, () => {
+    if (stopNow) stopNow(signal);
+    else stopRequested ??= signal;
+  });
+}
+
 async function main(): Promise<void> {
   const config = loadConfig();
   const startedAtMs = Date.now();
@@ -46,7 +59,6 @@ async function main(): Promise<void> {
   const ingest = new IngestService(pool, store, credentials);
   const query = new QueryService(pool, store);
   const http = await startHttp({ config, credentials, ingest, query });
-  printLine({ event: "listening", queryUrl: http.queryUrl, ingestUrl: http.ingestUrl });
   console.error(`eventide: ready in ${Date.now() - startedAtMs} ms (${store.rowsApplied} rows replayed, ${config.workerCount} workers, data in ${config.dataDir})`);
 
   let stopping = false;
@@ -70,8 +82,9 @@ async function main(): Promise<void> {
       process.exit(1);
     }
   };
-  process.on("SIGTERM", () => void stop("SIGTERM"));
-  process.on("SIGINT", () => void stop("SIGINT"));
+  stopNow = (signal) => void stop(signal);
+  printLine({ event: "listening", queryUrl: http.queryUrl, ingestUrl: http.ingestUrl });
+  if (stopRequested) stopNow(stopRequested);
 }
 
 main().catch((error) => {

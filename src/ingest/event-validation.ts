@@ -59,7 +59,7 @@ export function validateBodies(bodies: readonly BodyInput[], shape: IngestShape)
   const builders = new Map<string, { builder: ChunkBuilder; seenUuids: Set<string>; chunkIndex: number }>();
   const order: Array<{ apiKey: string; builder: ChunkBuilder }> = [];
   const results = bodies.map((body) =>
-    validateBody(body.bytes, body.gzip, shape, body.receivedAtMs, (apiKey) => {
+    validateBodyIsolated(body.bytes, body.gzip, shape, body.receivedAtMs, (apiKey) => {
       let entry = shape === "single" ? builders.get(apiKey) : undefined;
       if (entry === undefined) {
         entry = { builder: new ChunkBuilder(), seenUuids: new Set(), chunkIndex: order.length };
@@ -74,6 +74,21 @@ export function validateBodies(bodies: readonly BodyInput[], shape: IngestShape)
 }
 
 type BuilderFor = (apiKey: string) => { builder: ChunkBuilder; seenUuids: Set<string>; chunkIndex: number };
+
+/**
+ * One body's failure must not fail the other bodies gathered into the same
+ * task: an unexpected exception answers 500 for that body alone. (Rows it may
+ * have added before throwing are not at risk: addEvent appends a row only
+ * after every check of its event passed.)
+ */
+function validateBodyIsolated(bytes: Uint8Array, gzip: boolean, shape: IngestShape, receivedAtMs: number, builderFor: BuilderFor): IngestBodyResult {
+  try {
+    return validateBody(bytes, gzip, shape, receivedAtMs, builderFor);
+  } catch (error) {
+    console.error("ingest: validation failed unexpectedly", error);
+    return { kind: "rejected", error: { code: "internal_error", message: "internal error" } };
+  }
+}
 
 export function bodyBytesMax(shape: IngestShape): number {
   return shape === "batch" ? limits.batchBodyBytesMax : limits.ingestBodyBytesMax;
@@ -166,6 +181,7 @@ function addEvent(
   if (name.length < 1 || name.length > limits.eventNameLengthMax) {
     return `event: must be 1–${limits.eventNameLengthMax} characters`;
   }
+  if (!name.isWellFormed()) return notWellFormed("event");
 
   const rawDistinctId = event.distinctId;
   let distinctId: string;
@@ -174,6 +190,7 @@ function addEvent(
     if (rawDistinctId.length < 1 || rawDistinctId.length > limits.distinctIdLengthMax) {
       return `distinctId: must be 1–${limits.distinctIdLengthMax} characters`;
     }
+    if (!rawDistinctId.isWellFormed()) return notWellFormed("distinctId");
     distinctId = rawDistinctId;
   } else if (typeof rawDistinctId === "number" && Number.isFinite(rawDistinctId)) {
     distinctId = String(rawDistinctId);
@@ -217,12 +234,13 @@ function addEvent(
     let upperBoundBytes = 2;
     for (let index = 0; index < keys.length; index++) {
       const value = properties[keys[index]];
+      if (!keys[index].isWellFormed() || (typeof value === "string" && !value.isWellFormed())) return notWellFormed(`properties.${keys[index]}`);
       const text = propertyText(value);
       texts[index] = text ?? "";
       upperBoundBytes += 6 * keys[index].length + 4 + (typeof value === "string" ? 6 * text!.length + 2 : text === undefined ? 4 : 6 * text.length);
     }
     if (upperBoundBytes > limits.propertiesBytesMax) {
-      const exactBytes = Buffer.byteLength(JSON.stringify(properties), "utf8");
+      const exactBytes = Buffer.byteLength(compactJson(properties), "utf8");
       if (exactBytes > limits.propertiesBytesMax) return `properties: larger than ${limits.propertiesBytesMax} bytes`;
     }
   }
@@ -242,6 +260,14 @@ function addEvent(
   return undefined;
 }
 
+/**
+ * Stored strings are UTF-8, which cannot hold a lone surrogate: such a string is
+ * refused rather than stored altered, so every stored text round-trips exactly.
+ */
+function notWellFormed(field: string): string {
+  return `${field}: contains a lone UTF-16 surrogate (not valid Unicode text)`;
+}
+
 const uuidPattern = /^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$/;
 
 /** SPEC §4 "text" of a property value; undefined for null (not set). */
@@ -254,10 +280,60 @@ export function propertyText(value: unknown): string | undefined {
     case "boolean":
       return value ? "true" : "false";
     case "object":
-      return value === null ? undefined : JSON.stringify(value);
+      return value === null ? undefined : compactJson(value);
     default:
       return undefined;
   }
+}
+
+/**
+ * JSON.stringify, except that nesting deeper than the engine's recursion limit
+ * (JSON.parse accepts ~60 KB of `[[[…]]]` that JSON.stringify cannot print) is
+ * serialized iteratively, with the same output.
+ */
+export function compactJson(value: unknown): string {
+  try {
+    return JSON.stringify(value);
+  } catch (error) {
+    if (!(error instanceof RangeError)) throw error;
+    return iterativeJson(value);
+  }
+}
+
+function iterativeJson(root: unknown): string {
+  const parts: string[] = [];
+  // A stack of pending work: a value to print, or a literal to emit.
+  const stack: Array<{ value: unknown } | { literal: string }> = [{ value: root }];
+  while (stack.length > 0) {
+    const item = stack.pop()!;
+    if ("literal" in item) {
+      parts.push(item.literal);
+      continue;
+    }
+    const value = item.value;
+    if (value === null || typeof value !== "object") {
+      parts.push(JSON.stringify(value) ?? "null");
+    } else if (Array.isArray(value)) {
+      stack.push({ literal: "]" });
+      for (let index = value.length - 1; index >= 0; index--) {
+        const element = value[index];
+        stack.push({ value: element === undefined || typeof element === "function" ? null : element });
+        if (index > 0) stack.push({ literal: "," });
+      }
+      stack.push({ literal: "[" });
+    } else {
+      const record = value as Record<string, unknown>;
+      const keys = Object.keys(record).filter((key) => record[key] !== undefined && typeof record[key] !== "function");
+      stack.push({ literal: "}" });
+      for (let index = keys.length - 1; index >= 0; index--) {
+        stack.push({ value: record[keys[index]] });
+        stack.push({ literal: `${JSON.stringify(keys[index])}:` });
+        if (index > 0) stack.push({ literal: "," });
+      }
+      stack.push({ literal: "{" });
+    }
+  }
+  return parts.join("");
 }
 
 // YYYY-MM-DD, T (or t, or a space as RFC 3339 allows), HH:MM[:SS[.fraction]], optional zone.

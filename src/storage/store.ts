@@ -229,6 +229,9 @@ export class Store {
   private useClock = 0;
   /** Rows applied since start, for figures. */
   rowsApplied = 0;
+  private commitSequence = 0;
+  /** Commits that claimed uuids and are not yet durable, by commit id. */
+  private readonly commitsInFlight = new Map<number, Promise<void>>();
 
   private constructor(
     readonly dataDir: string,
@@ -321,50 +324,63 @@ export class Store {
   async commit(workspaceId: string, chunkBuffer: ArrayBuffer): Promise<CommitResult> {
     assert(!this.closed, "store is closed");
     const workspace = this.workspace(workspaceId);
-    let chunk = decodeChunk(new Uint8Array(chunkBuffer));
     let bytes = new Uint8Array(chunkBuffer);
+    let chunk = decodeChunk(bytes);
+    const commitId = ++this.commitSequence;
 
     // Claim uuids now, so a concurrent retry of the same events is recognised
-    // while this one is still on its way to disk.
-    const claimed: number[] = [];
+    // while this one is still on its way to disk. A repeat of a uuid whose
+    // commit is still in flight waits for that commit — and fails with it —
+    // before it may be acknowledged.
+    const claimedUuids: Uint8Array[] = [];
+    const awaitedCommits = new Set<Promise<void>>();
     if (chunk.uuidPresent) {
       let keep: Uint8Array | undefined;
+      const uuidBytes = chunk.uuidBytes!;
       for (let row = 0; row < chunk.rowCount; row++) {
         if (!chunk.uuidPresent[row]) continue;
-        if (workspace.uuids.add(chunk.uuidBytes!, row * 16)) {
-          claimed.push(row);
-        } else {
-          keep ??= new Uint8Array(chunk.rowCount).fill(1);
-          keep[row] = 0;
+        const owner = workspace.uuids.claim(uuidBytes, row * 16, commitId);
+        if (owner === -1) {
+          claimedUuids.push(uuidBytes.slice(row * 16, row * 16 + 16));
+          continue;
         }
+        keep ??= new Uint8Array(chunk.rowCount).fill(1);
+        keep[row] = 0;
+        const inFlight = this.commitsInFlight.get(owner);
+        if (inFlight) awaitedCommits.add(inFlight);
       }
       if (keep) {
-        const uuidBytes = chunk.uuidBytes!;
-        const claimedBytes = claimed.map((row) => uuidBytes.slice(row * 16, row * 16 + 16));
         bytes = new Uint8Array(filterChunk(chunk, keep));
         chunk = decodeChunk(bytes);
-        if (chunk.rowCount === 0) return { storedCount: 0 };
-        return this.appendAndApply(workspace, chunk, bytes, claimedBytes);
       }
     }
-    const uuidBytes = chunk.uuidBytes;
-    const claimedBytes = claimed.map((row) => uuidBytes!.slice(row * 16, row * 16 + 16));
-    return this.appendAndApply(workspace, chunk, bytes, claimedBytes);
+    const durable = chunk.rowCount === 0 ? Promise.resolve() : this.appendAndApply(workspace, chunk, bytes, claimedUuids, commitId);
+    await Promise.all([durable, ...awaitedCommits]);
+    return { storedCount: chunk.rowCount };
   }
 
-  private async appendAndApply(workspace: WorkspaceStore, chunk: DecodedChunk, bytes: Uint8Array, claimedUuids: Uint8Array[]): Promise<CommitResult> {
+  private appendAndApply(workspace: WorkspaceStore, chunk: DecodedChunk, bytes: Uint8Array, claimedUuids: Uint8Array[], commitId: number): Promise<void> {
     const record = encodeRecord(workspace.id, bytes);
-    try {
-      await this.wal.append(record, () => this.apply(workspace, chunk));
-    } catch (error) {
-      for (const uuid of claimedUuids) workspace.uuids.delete(uuid);
-      throw error;
-    }
-    this.rowsSinceCheckpoint += chunk.rowCount;
-    if (this.rowsSinceCheckpoint >= limits.checkpointRowsMax || this.wal.fileBytes >= limits.checkpointWalBytesMax) {
-      void this.checkpoint();
-    }
-    return { storedCount: chunk.rowCount };
+    const durable = this.wal.append(record, () => {
+      for (const uuid of claimedUuids) workspace.uuids.settle(uuid);
+      this.apply(workspace, chunk);
+    });
+    if (claimedUuids.length > 0) this.commitsInFlight.set(commitId, durable);
+    const settled = durable.then(
+      () => {
+        this.commitsInFlight.delete(commitId);
+        this.rowsSinceCheckpoint += chunk.rowCount;
+        if (this.rowsSinceCheckpoint >= limits.checkpointRowsMax || this.wal.fileBytes >= limits.checkpointWalBytesMax) {
+          void this.checkpoint();
+        }
+      },
+      (error: unknown) => {
+        this.commitsInFlight.delete(commitId);
+        for (const uuid of claimedUuids) workspace.uuids.delete(uuid);
+        throw error;
+      },
+    );
+    return settled;
   }
 
   /** Appends a decoded chunk's rows to the active segments of their days (main thread, WAL order). */

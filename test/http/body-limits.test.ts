@@ -1,0 +1,174 @@
+/**
+ * SPEC §6 body limits and §1 gzip, at their defaults: exactly the limit is
+ * accepted and one byte more is 413 payload_too_large with nothing stored,
+ * whether the size is declared (Content-Length) or only discovered while
+ * reading (chunked), and for gzip after decompression, without inflating a
+ * bomb.
+ */
+import { gzipSync } from "node:zlib";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { removeDataDir, startServer, type ServerHandle } from "../helpers/server.js";
+import { countEvents, expectError, expectOk, mebibyte, paddedJson, send, uniqueName } from "../helpers/http.js";
+
+let server: ServerHandle;
+
+beforeAll(async () => {
+  server = await startServer();
+});
+
+afterAll(async () => {
+  await server?.stop();
+  if (server) removeDataDir(server.dataDir);
+});
+
+const day = "2024-07-01";
+const at = `${day}T08:00:00Z`;
+const ingestBytesMax = mebibyte;
+const batchBytesMax = 20 * mebibyte;
+const queryBytesMax = mebibyte;
+
+const framings = [
+  ["with Content-Length", undefined],
+  ["chunked", 64 * 1024],
+] as const;
+
+function singleBody(event: string, totalBytes: number): string {
+  return paddedJson({ apiKey: server.apiKey, event, distinctId: "u", timestamp: at }, totalBytes);
+}
+
+function batchBody(event: string, totalBytes: number): string {
+  return paddedJson({ apiKey: server.apiKey, events: [{ event, distinctId: "u", timestamp: at }] }, totalBytes);
+}
+
+describe.each(framings)("/ingest body %s", (_, chunkBytes) => {
+  it("accepts a body of exactly 1 MiB and stores the event", async () => {
+    const event = uniqueName("ingest-max");
+    expectOk(await send(`${server.ingestUrl}/ingest`, { body: singleBody(event, ingestBytesMax), chunkBytes }));
+    expect(await countEvents(server, server.token, event, day)).toBe(1);
+  });
+
+  it("refuses 1 MiB + 1 byte with 413 payload_too_large and stores nothing", async () => {
+    const event = uniqueName("ingest-over");
+    expectError(await send(`${server.ingestUrl}/ingest`, { body: singleBody(event, ingestBytesMax + 1), chunkBytes }), 413, "payload_too_large");
+    expect(await countEvents(server, server.token, event, day)).toBe(0);
+  });
+});
+
+describe.each(framings)("/ingest/batch body %s", (_, chunkBytes) => {
+  it("accepts a body of exactly 20 MiB and stores its event", async () => {
+    const event = uniqueName("batch-max");
+    const answer = await send(`${server.ingestUrl}/ingest/batch`, { body: batchBody(event, batchBytesMax), chunkBytes });
+    expect(expectOk(answer)).toEqual({ ok: true, accepted: 1 });
+    expect(await countEvents(server, server.token, event, day)).toBe(1);
+  });
+
+  it("refuses 20 MiB + 1 byte with 413 payload_too_large and stores nothing", async () => {
+    const event = uniqueName("batch-over");
+    expectError(await send(`${server.ingestUrl}/ingest/batch`, { body: batchBody(event, batchBytesMax + 1), chunkBytes }), 413, "payload_too_large");
+    expect(await countEvents(server, server.token, event, day)).toBe(0);
+  });
+});
+
+it("applies the 20 MiB limit, not the 1 MiB one, to /ingest/batch", async () => {
+  const event = uniqueName("batch-two-mib");
+  expect(expectOk(await send(`${server.ingestUrl}/ingest/batch`, { body: batchBody(event, 2 * mebibyte) }))).toEqual({ ok: true, accepted: 1 });
+});
+
+describe.each(framings)("query bodies %s", (_, chunkBytes) => {
+  const trend = { event: "nothing", dateFrom: day, dateTo: day };
+
+  it("answers a trend body of exactly 1 MiB", async () => {
+    const answer = await send(`${server.queryUrl}/api/v1/query/trend`, { body: paddedJson(trend, queryBytesMax), token: server.token, chunkBytes });
+    expect(expectOk(answer)).toEqual({ data: [{ date: day, count: 0 }] });
+  });
+
+  it.each(["/api/v1/query/trend", "/api/v1/query/funnel", "/api/v1/query/retention", "/api/v1/internal/test-event"])(
+    "refuses 1 MiB + 1 byte on %s with 413 payload_too_large",
+    async (path) => {
+      const answer = await send(`${server.queryUrl}${path}`, { body: paddedJson(trend, queryBytesMax + 1), token: server.token, chunkBytes });
+      expectError(answer, 413, "payload_too_large");
+    },
+  );
+});
+
+describe("gzip", () => {
+  const gzipHeaders = { "content-encoding": "gzip", "content-type": "application/json" };
+
+  it("is accepted on /ingest and the event is stored", async () => {
+    const event = uniqueName("gzip-single");
+    const body = gzipSync(JSON.stringify({ apiKey: server.apiKey, event, distinctId: "u", timestamp: at }));
+    expect(expectOk(await send(`${server.ingestUrl}/ingest`, { body, headers: gzipHeaders }))).toEqual({ ok: true });
+    expect(await countEvents(server, server.token, event, day)).toBe(1);
+  });
+
+  it("is accepted on /ingest/batch and every event is stored", async () => {
+    const event = uniqueName("gzip-batch");
+    const events = Array.from({ length: 500 }, (_, index) => ({ event, distinctId: `u${index}`, timestamp: at }));
+    const body = gzipSync(JSON.stringify({ apiKey: server.apiKey, events }));
+    expect(expectOk(await send(`${server.ingestUrl}/ingest/batch`, { body, headers: gzipHeaders }))).toEqual({ ok: true, accepted: 500 });
+    expect(await countEvents(server, server.token, event, day)).toBe(500);
+  });
+
+  it("measures /ingest after decompression: exactly 1 MiB is accepted, 1 MiB + 1 is 413", async () => {
+    const [fits, over] = [uniqueName("gzip-single-max"), uniqueName("gzip-single-over")];
+    const fitting = gzipSync(singleBody(fits, ingestBytesMax));
+    const tooLarge = gzipSync(singleBody(over, ingestBytesMax + 1));
+    expect(tooLarge.length).toBeLessThan(ingestBytesMax / 10);
+    expectOk(await send(`${server.ingestUrl}/ingest`, { body: fitting, headers: gzipHeaders }));
+    expectError(await send(`${server.ingestUrl}/ingest`, { body: tooLarge, headers: gzipHeaders }), 413, "payload_too_large");
+    expect(await countEvents(server, server.token, fits, day)).toBe(1);
+    expect(await countEvents(server, server.token, over, day)).toBe(0);
+  });
+
+  it("measures /ingest/batch after decompression: exactly 20 MiB is accepted, 20 MiB + 1 is 413", async () => {
+    const [fits, over] = [uniqueName("gzip-batch-max"), uniqueName("gzip-batch-over")];
+    expect(expectOk(await send(`${server.ingestUrl}/ingest/batch`, { body: gzipSync(batchBody(fits, batchBytesMax)), headers: gzipHeaders }))).toEqual({ ok: true, accepted: 1 });
+    expectError(await send(`${server.ingestUrl}/ingest/batch`, { body: gzipSync(batchBody(over, batchBytesMax + 1)), headers: gzipHeaders }), 413, "payload_too_large");
+    expect(await countEvents(server, server.token, fits, day)).toBe(1);
+    expect(await countEvents(server, server.token, over, day)).toBe(0);
+  });
+
+  it.each(["/ingest", "/ingest/batch"])("refuses a gzip bomb (50 MiB of zeros in ~50 KB) on %s with 413 quickly", async (path) => {
+    const bomb = gzipSync(Buffer.alloc(50 * mebibyte), { level: 9 });
+    expect(bomb.length).toBeLessThan(100 * 1024);
+    const startMs = Date.now();
+    const answer = await send(`${server.ingestUrl}${path}`, { body: bomb, headers: gzipHeaders });
+    expectError(answer, 413, "payload_too_large");
+    expect(answer.headers["access-control-allow-origin"]).toBe("*");
+    expect(Date.now() - startMs).toBeLessThan(3000);
+  });
+
+  it("refuses a bomb that would inflate to valid JSON (50 MiB of whitespace) without storing its event", async () => {
+    const event = uniqueName("gzip-bomb-json");
+    const head = JSON.stringify({ apiKey: server.apiKey, events: [{ event, distinctId: "u", timestamp: at }] }).slice(0, -1);
+    const bomb = gzipSync(Buffer.concat([Buffer.from(`${head},"pad":"`), Buffer.alloc(50 * mebibyte, 0x20), Buffer.from('"}')]), { level: 9 });
+    const startMs = Date.now();
+    expectError(await send(`${server.ingestUrl}/ingest/batch`, { body: bomb, headers: gzipHeaders }), 413, "payload_too_large");
+    expect(Date.now() - startMs).toBeLessThan(3000);
+    expect(await countEvents(server, server.token, event, day)).toBe(0);
+  });
+
+  describe("that is corrupt", () => {
+    const event = "gzip-corrupt";
+    const valid = () => gzipSync(JSON.stringify({ apiKey: server.apiKey, events: [{ event, distinctId: "u", timestamp: at }] }));
+    const cases: Array<[string, () => Buffer]> = [
+      ["plain JSON labelled gzip", () => Buffer.from(JSON.stringify({ apiKey: server.apiKey, events: [{ event, distinctId: "u", timestamp: at }] }))],
+      ["truncated", () => valid().subarray(0, 20)],
+      [
+        "with a damaged checksum",
+        () => {
+          const bytes = Buffer.from(valid());
+          bytes[bytes.length - 6] ^= 0xff;
+          return bytes;
+        },
+      ],
+      ["random bytes after a gzip header", () => Buffer.concat([Buffer.from([0x1f, 0x8b, 0x08, 0, 0, 0, 0, 0, 0, 3]), Buffer.alloc(64, 0xa5)])],
+    ];
+
+    it.each(cases)("is refused when %s, with 400 on both endpoints, and nothing is stored", async (_, body) => {
+      expectError(await send(`${server.ingestUrl}/ingest/batch`, { body: body(), headers: gzipHeaders }), 400, ["invalid_json", "invalid_request"]);
+      expectError(await send(`${server.ingestUrl}/ingest`, { body: body(), headers: gzipHeaders }), 400, ["invalid_json", "invalid_request"]);
+      expect(await countEvents(server, server.token, event, day)).toBe(0);
+    });
+  });
+});

@@ -1,0 +1,118 @@
+/**
+ * Dictionary files are append-only blocks; a crash can leave a torn block at
+ * the end. Loading must keep every complete block, cut the rest off the file
+ * (so the next append is readable), and leave ids exactly as they were.
+ */
+import { appendFileSync, mkdtempSync, readFileSync, rmSync, statSync, truncateSync, writeFileSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { afterEach, beforeEach, describe, expect, it } from "vitest";
+import { Dictionary } from "../../src/storage/dictionary.js";
+
+const blockHeaderBytes = 16;
+
+let directory: string;
+let path: string;
+
+beforeEach(() => {
+  directory = mkdtempSync(join(tmpdir(), "eventide-dictionary-"));
+  path = join(directory, "_events.dict");
+});
+
+afterEach(() => {
+  rmSync(directory, { recursive: true, force: true });
+});
+
+const firstTexts = ["signup", "achat 🛒", "名前", "a\u0000b", "", "x".repeat(200)];
+const secondTexts = ["page view", "👩‍👩‍👧‍👦", "__proto__"];
+
+/** Writes two blocks; returns the byte length after the first. */
+function writeTwoBlocks(): number {
+  const dictionary = new Dictionary();
+  for (const text of firstTexts) dictionary.intern(text);
+  dictionary.persist(path, dictionary.size, false);
+  const firstBlockEnd = statSync(path).size;
+  for (const text of secondTexts) dictionary.intern(text);
+  dictionary.persist(path, dictionary.size, false);
+  return firstBlockEnd;
+}
+
+describe("a dictionary file", () => {
+  it("loads empty when the file does not exist", () => {
+    const dictionary = Dictionary.load(path);
+    expect(dictionary.size).toBe(0);
+    expect(dictionary.persistedCount).toBe(0);
+  });
+
+  it("round-trips texts and ids over several blocks", () => {
+    writeTwoBlocks();
+    const loaded = Dictionary.load(path);
+    expect(loaded.texts).toEqual([...firstTexts, ...secondTexts]);
+    expect(loaded.persistedCount).toBe(firstTexts.length + secondTexts.length);
+    for (const [id, text] of loaded.texts.entries()) expect(loaded.idOf(text)).toBe(id);
+  });
+
+  it("persists only entries below upTo, and nothing twice", () => {
+    const dictionary = new Dictionary();
+    for (const text of firstTexts) dictionary.intern(text);
+    dictionary.persist(path, 2, false);
+    dictionary.persist(path, 2, false);
+    dictionary.persist(path, 1, false);
+    expect(Dictionary.load(path).texts).toEqual(firstTexts.slice(0, 2));
+    dictionary.persist(path, firstTexts.length, false);
+    expect(Dictionary.load(path).texts).toEqual(firstTexts);
+  });
+
+  it.each([
+    ["inside the second block's header", (end: number) => end + 7],
+    ["right after the second block's header", (end: number) => end + blockHeaderBytes],
+    ["inside the second block's entries", (end: number) => end + blockHeaderBytes + 9],
+    ["one byte before the end", (_end: number, size: number) => size - 1],
+  ])("cuts a block torn %s and keeps the blocks before it", (_label, cutAt) => {
+    const firstBlockEnd = writeTwoBlocks();
+    truncateSync(path, cutAt(firstBlockEnd, statSync(path).size));
+    const loaded = Dictionary.load(path);
+    expect(loaded.texts).toEqual(firstTexts);
+    expect(statSync(path).size).toBe(firstBlockEnd);
+  });
+
+  it.each([
+    ["garbage", () => Buffer.from("this is not a dictionary block, just noise 0123456789")],
+    ["zeros", () => Buffer.alloc(4096)],
+    ["a block header promising more bytes than follow", () => {
+      const header = Buffer.alloc(blockHeaderBytes + 5);
+      header.writeUInt32LE(0x31434944, 0);
+      header.writeUInt32LE(3, 4);
+      header.writeUInt32LE(1000, 8);
+      return header;
+    }],
+  ])("cuts %s appended after the last block", (_label, tail) => {
+    writeTwoBlocks();
+    const sizeBefore = statSync(path).size;
+    appendFileSync(path, tail());
+    const loaded = Dictionary.load(path);
+    expect(loaded.texts).toEqual([...firstTexts, ...secondTexts]);
+    expect(statSync(path).size).toBe(sizeBefore);
+  });
+
+  it("drops a last block whose checksum does not match", () => {
+    const firstBlockEnd = writeTwoBlocks();
+    const bytes = readFileSync(path);
+    bytes[bytes.length - 2] ^= 0x40;
+    writeFileSync(path, bytes);
+    expect(Dictionary.load(path).texts).toEqual(firstTexts);
+    expect(statSync(path).size).toBe(firstBlockEnd);
+  });
+
+  it("appends readable blocks after a torn tail was cut, with the same ids as before", () => {
+    const firstBlockEnd = writeTwoBlocks();
+    truncateSync(path, firstBlockEnd + 20);
+    const recovered = Dictionary.load(path);
+    // The texts of the lost block come back (as WAL replay would re-intern them) with the ids they had.
+    for (const text of secondTexts) recovered.intern(text);
+    recovered.intern("new after recovery");
+    recovered.persist(path, recovered.size, false);
+    const reloaded = Dictionary.load(path);
+    expect(reloaded.texts).toEqual([...firstTexts, ...secondTexts, "new after recovery"]);
+  });
+});

@@ -1,0 +1,324 @@
+/**
+ * A sealed segment replaces its WAL rows for good: once a checkpoint deletes
+ * the WAL file, the column files are the only copy. sealSegment → loadSegment
+ * must give back every row — sorted by (event, user, time), with event runs,
+ * per-event user bitmaps, property texts and uuids — and any damaged column
+ * file must be refused with SegmentCorruptError rather than read as data.
+ */
+import { cpSync, existsSync, mkdtempSync, readdirSync, readFileSync, rmSync, truncateSync, writeFileSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import roaring from "roaring";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import {
+  loadSegment,
+  readSegmentLayout,
+  readSegmentUuids,
+  sealSegment,
+  SegmentCorruptError,
+  segmentExists,
+  type SealInput,
+  type SegmentLayout,
+} from "../../src/storage/segment-format.js";
+import { Random } from "../helpers/random.js";
+
+const { RoaringBitmap32 } = roaring;
+const dayStartMs = Date.UTC(2024, 2, 1);
+
+interface InputRow {
+  event: number;
+  user: number;
+  time: number;
+  uuid: string | undefined;
+  /** keyId → text (absent = not set). */
+  properties: Map<number, string>;
+}
+
+/** Builds a SealInput whose arrays are longer than rowCount, as an active segment's are. */
+function sealInput(directory: string, rows: InputRow[], keyIds: number[]): SealInput {
+  const capacity = rows.length + 37;
+  const timeOffsetMs = new Uint32Array(capacity).fill(0xdead);
+  const userIds = new Uint32Array(capacity).fill(0xbeef);
+  const eventIds = new Uint32Array(capacity).fill(0xfeed);
+  const uuidPresent = new Uint8Array(capacity).fill(1);
+  const uuidBytes = new Uint8Array(capacity * 16).fill(0x5a);
+  const properties = keyIds.map((keyId) => ({ keyId, valueIds: new Uint32Array(capacity).fill(0x7777), texts: [""] as string[], ids: new Map<string, number>() }));
+  for (const [row, input] of rows.entries()) {
+    timeOffsetMs[row] = input.time;
+    userIds[row] = input.user;
+    eventIds[row] = input.event;
+    uuidPresent[row] = input.uuid === undefined ? 0 : 1;
+    uuidBytes.fill(0, row * 16, row * 16 + 16);
+    if (input.uuid !== undefined) uuidBytes.set(Buffer.from(input.uuid.replaceAll("-", ""), "hex"), row * 16);
+    for (const property of properties) {
+      const text = input.properties.get(property.keyId);
+      if (text === undefined) {
+        property.valueIds[row] = 0;
+        continue;
+      }
+      let id = property.ids.get(text);
+      if (id === undefined) {
+        id = property.texts.length;
+        property.texts.push(text);
+        property.ids.set(text, id);
+      }
+      property.valueIds[row] = id;
+    }
+  }
+  // A text the segment's rows no longer use (it must not be written).
+  for (const property of properties) property.texts.push("unused text");
+  return {
+    directory,
+    dayStartMs,
+    rowCount: rows.length,
+    timeOffsetMs,
+    userIds,
+    eventIds,
+    uuidPresent,
+    uuidBytes,
+    properties: properties.map(({ keyId, valueIds, texts }) => ({ keyId, valueIds, texts })),
+    fsync: false,
+  };
+}
+
+function randomRows(random: Random, count: number): InputRow[] {
+  const rows: InputRow[] = [];
+  for (let index = 0; index < count; index++) {
+    // Event 3 never occurs: its run must be empty, and its bitmap too.
+    let event = random.integer(0, 6);
+    if (event === 3) event = 4;
+    const properties = new Map<number, string>();
+    if (random.chance(0.7)) properties.set(0, random.pick(["free", "pro", "über", "🚀", "a\u0000b"]));
+    if (random.chance(0.4)) properties.set(5, `n-${random.integer(0, 400)}`);
+    // Key 9 is never set: no file for it.
+    rows.push({
+      event,
+      user: random.chance(0.05) ? random.integer(0, 3_000_000) : random.integer(0, 300),
+      // Duplicate (event, user, time) triples happen: several events in one millisecond.
+      time: random.chance(0.1) ? 0 : random.chance(0.05) ? 86_399_999 : random.integer(0, 86_399_999),
+      uuid: random.chance(0.5) ? random.uuid() : undefined,
+      properties,
+    });
+  }
+  return rows;
+}
+
+/** Reads the segment's rows back from its shared buffer and uuid files, in stored order. */
+function storedRows(directory: string, layout: SegmentLayout, memory: SharedArrayBuffer): InputRow[] {
+  const time = new Uint32Array(memory, layout.time.offset, layout.rowCount);
+  const user = new Uint32Array(memory, layout.user.offset, layout.rowCount);
+  const eventStart = new Uint32Array(memory, layout.eventStart.offset, layout.eventCount + 1);
+  const rows: InputRow[] = [];
+  for (let event = 0; event < layout.eventCount; event++) {
+    for (let row = eventStart[event]; row < eventStart[event + 1]; row++) {
+      rows.push({ event, user: user[row], time: time[row], uuid: undefined, properties: new Map() });
+    }
+  }
+  for (const property of layout.properties) {
+    const values =
+      property.width === 1
+        ? new Uint8Array(memory, property.values.offset, layout.rowCount)
+        : property.width === 2
+          ? new Uint16Array(memory, property.values.offset, layout.rowCount)
+          : new Uint32Array(memory, property.values.offset, layout.rowCount);
+    const textEnds = new Uint32Array(memory, property.textEnds.offset, property.valueCount + 1);
+    const texts = Buffer.from(memory, property.texts.offset, property.texts.bytes);
+    for (let row = 0; row < layout.rowCount; row++) {
+      const id = values[row];
+      if (id !== 0) rows[row].properties.set(property.keyId, texts.toString("utf8", textEnds[id - 1], textEnds[id]));
+    }
+  }
+  if (layout.uuidRows) {
+    const uuidRows = new Uint32Array(readFileSync(join(directory, layout.uuidRows.file)).buffer.slice(0));
+    const uuids = readSegmentUuids(directory, layout);
+    for (let index = 0; index < uuidRows.length; index++) {
+      const hex = Buffer.from(uuids.subarray(index * 16, index * 16 + 16)).toString("hex");
+      rows[uuidRows[index]].uuid = `${hex.slice(0, 8)}-${hex.slice(8, 12)}-${hex.slice(12, 16)}-${hex.slice(16, 20)}-${hex.slice(20)}`;
+    }
+  }
+  return rows;
+}
+
+function rowKey(row: InputRow): string {
+  const properties = [...row.properties].sort(([a], [b]) => a - b);
+  return JSON.stringify([row.event, row.user, row.time, row.uuid ?? null, properties]);
+}
+
+let root: string;
+
+beforeAll(() => {
+  root = mkdtempSync(join(tmpdir(), "eventide-segment-"));
+});
+
+afterAll(() => {
+  rmSync(root, { recursive: true, force: true });
+});
+
+describe("a sealed segment", () => {
+  const random = new Random(31);
+  const rows = randomRows(random, 5000);
+  let directory: string;
+  let sealed: ReturnType<typeof sealSegment>;
+
+  beforeAll(() => {
+    directory = join(root, "2024-03-01", "seg-000000000002-000001");
+    sealed = sealSegment(sealInput(directory, rows, [0, 5, 9]));
+  });
+
+  it("is published under its name with no tmp_ directory left behind", () => {
+    expect(segmentExists(directory)).toBe(true);
+    expect(readdirSync(join(root, "2024-03-01"))).toEqual(["seg-000000000002-000001"]);
+    expect(readdirSync(directory).sort()).toContain("_meta.json");
+  });
+
+  it("loads back into the same layout and the same bytes", () => {
+    const loaded = loadSegment(directory);
+    expect(loaded.layout).toEqual(sealed.layout);
+    expect(readSegmentLayout(directory)).toEqual(sealed.layout);
+    const sealedBytes = new Uint8Array(sealed.memory);
+    const loadedBytes = new Uint8Array(loaded.memory);
+    expect(loadedBytes.length).toBe(sealedBytes.length);
+    // Column bytes (not the alignment padding, which a fresh buffer leaves zero either way) agree.
+    expect(Buffer.from(loadedBytes).equals(Buffer.from(sealedBytes))).toBe(true);
+  });
+
+  it("holds every input row exactly once, sorted by (event, user, time)", () => {
+    const loaded = loadSegment(directory);
+    expect(loaded.layout.rowCount).toBe(rows.length);
+    const stored = storedRows(directory, loaded.layout, loaded.memory);
+    expect(stored.map(rowKey).sort()).toEqual(rows.map(rowKey).sort());
+    for (let index = 1; index < stored.length; index++) {
+      const a = stored[index - 1];
+      const b = stored[index];
+      const ordered = a.event < b.event || (a.event === b.event && (a.user < b.user || (a.user === b.user && a.time <= b.time)));
+      expect(ordered, `rows ${index - 1} and ${index} out of order`).toBe(true);
+    }
+  });
+
+  it("has one run per event id, empty for an event with no rows", () => {
+    const loaded = loadSegment(directory);
+    const eventStart = new Uint32Array(loaded.memory, loaded.layout.eventStart.offset, loaded.layout.eventCount + 1);
+    expect(loaded.layout.eventCount).toBe(7);
+    expect(eventStart[0]).toBe(0);
+    expect(eventStart[7]).toBe(rows.length);
+    for (let event = 0; event < 7; event++) {
+      expect(eventStart[event + 1] - eventStart[event], `event ${event}`).toBe(rows.filter((row) => row.event === event).length);
+    }
+  });
+
+  it("has, per event, a bitmap of exactly the users with that event", () => {
+    const loaded = loadSegment(directory);
+    const memory = Buffer.from(loaded.memory);
+    const bitmapEnds = new Uint32Array(loaded.memory, loaded.layout.bitmapEnds.offset, loaded.layout.eventCount);
+    let start = 0;
+    for (let event = 0; event < loaded.layout.eventCount; event++) {
+      const end = bitmapEnds[event];
+      const expected = [...new Set(rows.filter((row) => row.event === event).map((row) => row.user))].sort((a, b) => a - b);
+      if (expected.length === 0) {
+        expect(end - start, `event ${event} has no users, so no bitmap bytes`).toBe(0);
+      } else {
+        const bytes = memory.subarray(loaded.layout.bitmaps.offset + start, loaded.layout.bitmaps.offset + end);
+        const bitmap = RoaringBitmap32.deserialize(bytes, true);
+        expect(bitmap.toArray(), `event ${event}`).toEqual(expected);
+      }
+      start = end;
+    }
+  });
+
+  it("keeps only the property texts its rows use, writes no file for a key no row sets", () => {
+    const keyIds = sealed.layout.properties.map((property) => property.keyId);
+    expect(keyIds).toEqual([0, 5]);
+    const plan = sealed.layout.properties[0];
+    expect(plan.width).toBe(1);
+    expect(plan.valueCount).toBe(new Set(rows.flatMap((row) => (row.properties.has(0) ? [row.properties.get(0)] : []))).size);
+    const texts = Buffer.from(sealed.memory, plan.texts.offset, plan.texts.bytes).toString("utf8");
+    expect(texts).not.toContain("unused text");
+    expect(readdirSync(directory).some((name) => name.startsWith("prop-9"))).toBe(false);
+  });
+
+  it("lists every uuid it holds, for the dedupe set rebuilt at start-up", () => {
+    const uuids = readSegmentUuids(directory, sealed.layout);
+    const stored = new Set<string>();
+    for (let offset = 0; offset < uuids.length; offset += 16) stored.add(Buffer.from(uuids.subarray(offset, offset + 16)).toString("hex"));
+    const expected = new Set(rows.filter((row) => row.uuid !== undefined).map((row) => row.uuid!.replaceAll("-", "")));
+    expect(uuids.length).toBe(expected.size * 16);
+    expect(stored).toEqual(expected);
+  });
+
+  it("refuses any column file with a flipped byte or cut short", () => {
+    // Row numbers of uuids are not read back by the store (only the uuid bytes are, and checked).
+    const files = readdirSync(directory).filter((name) => name !== "_meta.json" && name !== "uuid-row.u32");
+    expect(files.length).toBeGreaterThan(8);
+    for (const file of files) {
+      for (const damage of ["flip", "truncate"] as const) {
+        const copy = join(root, `damaged-${damage}-${file}`);
+        cpSync(directory, copy, { recursive: true });
+        const path = join(copy, file);
+        const bytes = readFileSync(path);
+        if (damage === "flip") {
+          bytes[Math.floor(bytes.length / 2)] ^= 0x10;
+          writeFileSync(path, bytes);
+        } else {
+          truncateSync(path, bytes.length - 1);
+        }
+        const layout = readSegmentLayout(copy);
+        const read = () => (file === "uuid.b16" ? readSegmentUuids(copy, layout) : loadSegment(copy));
+        expect(read, `${damage} ${file}`).toThrow(SegmentCorruptError);
+        rmSync(copy, { recursive: true, force: true });
+      }
+    }
+  });
+
+  it("refuses a missing column file or an unknown format", () => {
+    const copy = join(root, "damaged-missing");
+    cpSync(directory, copy, { recursive: true });
+    rmSync(join(copy, "user.u32"));
+    expect(() => loadSegment(copy)).toThrow();
+    const meta = JSON.parse(readFileSync(join(copy, "_meta.json"), "utf8"));
+    writeFileSync(join(copy, "_meta.json"), JSON.stringify({ ...meta, format: 99 }));
+    expect(() => readSegmentLayout(copy)).toThrow(SegmentCorruptError);
+  });
+});
+
+describe("sealing", () => {
+  it("uses 2- and 4-byte value ids when a key has more than 255 or 65 535 texts", () => {
+    const rows: InputRow[] = [];
+    for (let index = 0; index < 70_000; index++) {
+      rows.push({ event: index % 2, user: index % 1000, time: index, uuid: undefined, properties: new Map([[1, `wide-${index}`], [2, `mid-${index % 300}`]]) });
+    }
+    const directory = join(root, "2024-03-01", "seg-000000000003-000001");
+    const sealed = sealSegment(sealInput(directory, rows, [1, 2]));
+    expect(sealed.layout.properties.map((property) => [property.keyId, property.width])).toEqual([[1, 4], [2, 2]]);
+    expect(sealed.layout.uuids).toBeUndefined();
+    const loaded = loadSegment(directory);
+    expect(storedRows(directory, loaded.layout, loaded.memory).map(rowKey).sort()).toEqual(rows.map(rowKey).sort());
+  });
+
+  it("orders users beyond 2^26 by the exact comparator", () => {
+    const rows: InputRow[] = [
+      { event: 0, user: 2 ** 27 + 1, time: 5, uuid: undefined, properties: new Map() },
+      { event: 0, user: 2 ** 27, time: 86_399_999, uuid: undefined, properties: new Map() },
+      { event: 0, user: 2 ** 27, time: 1, uuid: undefined, properties: new Map() },
+      { event: 0, user: 3, time: 9, uuid: undefined, properties: new Map() },
+    ];
+    const directory = join(root, "2024-03-02", "seg-000000000004-000001");
+    sealSegment(sealInput(directory, rows, []));
+    const loaded = loadSegment(directory);
+    expect(storedRows(directory, loaded.layout, loaded.memory).map((row) => [row.user, row.time])).toEqual([
+      [3, 9],
+      [2 ** 27, 1],
+      [2 ** 27, 86_399_999],
+      [2 ** 27 + 1, 5],
+    ]);
+  });
+
+  it("replaces a tmp_ directory left by an earlier crash", () => {
+    const day = join(root, "2024-03-03");
+    const directory = join(day, "seg-000000000005-000001");
+    const leftover = join(day, "tmp_seg-000000000005-000001");
+    cpSync(join(root, "2024-03-01", "seg-000000000002-000001"), leftover, { recursive: true });
+    sealSegment(sealInput(directory, [{ event: 0, user: 1, time: 1, uuid: undefined, properties: new Map() }], []));
+    expect(existsSync(leftover)).toBe(false);
+    expect(loadSegment(directory).layout.rowCount).toBe(1);
+  });
+});

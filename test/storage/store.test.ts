@@ -1,0 +1,274 @@
+/**
+ * The store's crash recovery, in process and deterministic: the seal and load
+ * tasks run inline instead of in the pool, and a "crash" is opening a second
+ * Store on the same directory while the first is abandoned mid-flight (every
+ * write the first made went through a system call, as before a kill -9). Each
+ * test stops the first store at one step of the checkpoint protocol and checks
+ * that the reopened store counts every committed row once, with the right
+ * event names, and keeps deduplicating uuids.
+ */
+import { appendFileSync, existsSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { afterEach, beforeEach, describe, expect, it } from "vitest";
+import { ChunkBuilder } from "../../src/ingest/chunk-codec.js";
+import { checkpointPath, walFilePath } from "../../src/storage/paths.js";
+import { loadSegment, sealSegment, type LoadSegmentResult } from "../../src/storage/segment-format.js";
+import { ActiveSegment, Store, type StoreTasks } from "../../src/storage/store.js";
+import { readWalFile } from "../../src/storage/wal.js";
+import { Random } from "../helpers/random.js";
+
+const workspaceId = "feedc0de12345678";
+const dayStartMs = Date.UTC(2024, 2, 1);
+
+/** Seals inline exactly as the pool's worker does (src/workers/worker.ts runSeal). */
+function sealInline(segment: ActiveSegment, directory: string): LoadSegmentResult {
+  const rows = segment.rowCount;
+  return sealSegment({
+    directory,
+    dayStartMs: segment.dayStartMs,
+    rowCount: rows,
+    timeOffsetMs: new Uint32Array(segment.time.buffer, 0, rows),
+    userIds: new Uint32Array(segment.user.buffer, 0, rows),
+    eventIds: new Uint32Array(segment.event.buffer, 0, rows),
+    uuidPresent: new Uint8Array(segment.uuidPresent.buffer, 0, rows),
+    uuidBytes: new Uint8Array(segment.uuid.buffer, 0, rows * 16),
+    properties: [...segment.properties].map(([keyId, property]) => ({ keyId, valueIds: new Uint32Array(property.valueIds.buffer, 0, rows), texts: property.texts })),
+    fsync: false,
+  });
+}
+
+const inlineTasks: StoreTasks = {
+  seal: async (segment, directory) => sealInline(segment, directory),
+  load: async (directory) => loadSegment(directory),
+};
+
+/** Seals (so the files exist) but never reports back: the checkpoint stops before publishing. */
+const stalledTasks: StoreTasks = {
+  seal: (segment, directory) => {
+    sealInline(segment, directory);
+    return new Promise<LoadSegmentResult>(() => {});
+  },
+  load: async (directory) => loadSegment(directory),
+};
+
+interface Row {
+  event: string;
+  user: string;
+  dayOffset: number;
+  uuid?: string;
+  plan?: string;
+}
+
+function chunk(rows: Row[]): ArrayBuffer {
+  const builder = new ChunkBuilder();
+  for (const [index, row] of rows.entries()) {
+    const uuid = row.uuid === undefined ? undefined : Buffer.from(row.uuid.replaceAll("-", ""), "hex");
+    const added = builder.addRow(dayStartMs + row.dayOffset * 86_400_000 + index, row.event, row.user, uuid);
+    if (row.plan !== undefined) builder.addProperty(added, "plan", row.plan);
+  }
+  return builder.finish();
+}
+
+function rows(random: Random, count: number, names: string[], uuidShare: number): Row[] {
+  return Array.from({ length: count }, () => ({
+    event: random.pick(names),
+    user: `user-${random.integer(0, 50)}`,
+    dayOffset: random.integer(0, 2),
+    uuid: random.chance(uuidShare) ? random.uuid() : undefined,
+    plan: random.chance(0.02) ? "rare" : undefined,
+  }));
+}
+
+/** Rows per event name in one workspace, read through the store's catalog (sealed segments loaded from disk). */
+function countsByEvent(store: Store): Map<string, number> {
+  const counts = new Map<string, number>();
+  const workspace = store.workspaces.get(workspaceId);
+  if (workspace === undefined) return counts;
+  const add = (eventId: number, count: number) => {
+    const name = workspace.events.texts[eventId];
+    counts.set(name, (counts.get(name) ?? 0) + count);
+  };
+  for (const partition of workspace.days.values()) {
+    for (const sealed of partition.sealed) {
+      const { layout, memory } = loadSegment(sealed.directory);
+      const eventStart = new Uint32Array(memory, layout.eventStart.offset, layout.eventCount + 1);
+      for (let event = 0; event < layout.eventCount; event++) if (eventStart[event + 1] > eventStart[event]) add(event, eventStart[event + 1] - eventStart[event]);
+    }
+    for (const active of [...partition.sealing, ...(partition.active ? [partition.active] : [])]) {
+      for (let row = 0; row < active.rowCount; row++) add(active.event.values[row], 1);
+    }
+  }
+  return counts;
+}
+
+function expectedCounts(committed: Row[][]): Map<string, number> {
+  const counts = new Map<string, number>();
+  const uuids = new Set<string>();
+  for (const batch of committed) {
+    for (const row of batch) {
+      if (row.uuid !== undefined) {
+        if (uuids.has(row.uuid)) continue;
+        uuids.add(row.uuid);
+      }
+      counts.set(row.event, (counts.get(row.event) ?? 0) + 1);
+    }
+  }
+  return counts;
+}
+
+function open(dataDir: string, tasks: StoreTasks = inlineTasks): Store {
+  const store = Store.open(dataDir, false);
+  store.start(tasks);
+  return store;
+}
+
+function segmentNames(dataDir: string): string[] {
+  const names: string[] = [];
+  const root = join(dataDir, "ws", workspaceId);
+  if (!existsSync(root)) return names;
+  for (const day of readdirSync(root)) if (/^\d{4}-\d{2}-\d{2}$/.test(day)) names.push(...readdirSync(join(root, day)).map((name) => `${day}/${name}`));
+  return names.sort();
+}
+
+let dataDir: string;
+
+beforeEach(() => {
+  dataDir = mkdtempSync(join(tmpdir(), "eventide-store-"));
+});
+
+afterEach(() => {
+  rmSync(dataDir, { recursive: true, force: true });
+});
+
+describe("the store acknowledges", () => {
+  it("a repeat of a uuid batch still on its way to disk only once the first copy is written", async () => {
+    const store = Store.open(dataDir, true);
+    store.start(inlineTasks);
+    const random = new Random(1);
+    // A group in flight (write + fdatasync) makes the next record wait in the queue.
+    const inFlight = store.commit(workspaceId, chunk(rows(random, 2000, ["earlier"], 0)));
+    const batch = rows(random, 50, ["retried"], 1);
+    const original = store.commit(workspaceId, chunk(batch));
+    await store.commit(workspaceId, chunk(batch));
+    // SPEC §2: the repeat's 200 says its events are on disk, so the original's record must
+    // at least be written (kill -9 keeps written pages) when the repeat is acknowledged.
+    const records = readWalFile(walFilePath(dataDir, 1)).records.length;
+    await Promise.all([inFlight, original]);
+    await store.close();
+    expect(records, "WAL records written when the repeat was acknowledged").toBe(2);
+  });
+});
+
+describe("the store, reopened after a crash", () => {
+  it("counts rows that were only in the WAL once", async () => {
+    const random = new Random(2);
+    const committed = [rows(random, 300, ["a", "b 🚀"], 0.5), rows(random, 200, ["b 🚀", "c"], 0.5)];
+    const first = open(dataDir);
+    for (const batch of committed) await first.commit(workspaceId, chunk(batch));
+    const second = open(dataDir);
+    expect(countsByEvent(second)).toEqual(expectedCounts(committed));
+    await second.close();
+  });
+
+  it("drops the segments of a checkpoint that sealed but never published, and replays their rows once", async () => {
+    const random = new Random(3);
+    const committed = [rows(random, 400, ["a", "b"], 0.5)];
+    const first = open(dataDir);
+    await first.commit(workspaceId, chunk(committed[0]));
+    await first.checkpoint();
+    const publishedSegments = segmentNames(dataDir);
+    expect(publishedSegments.length).toBeGreaterThan(0);
+
+    committed.push(rows(random, 300, ["b", "c"], 0.5));
+    await first.commit(workspaceId, chunk(committed[1]));
+    // Swap in stalled tasks: the next checkpoint writes its segments, then hangs before publishing.
+    (first as unknown as { tasks: StoreTasks }).tasks = stalledTasks;
+    void first.checkpoint();
+    for (let attempt = 0; attempt < 100 && segmentNames(dataDir).length === publishedSegments.length; attempt++) await new Promise((resolve) => setTimeout(resolve, 5));
+    expect(segmentNames(dataDir).length).toBeGreaterThan(publishedSegments.length);
+
+    const second = open(dataDir);
+    expect(segmentNames(dataDir)).toEqual(publishedSegments);
+    expect(countsByEvent(second)).toEqual(expectedCounts(committed));
+    // The uuids of the replayed rows are known again.
+    expect((await second.commit(workspaceId, chunk(committed[1]))).storedCount).toBe(committed[1].filter((row) => row.uuid === undefined).length);
+    committed.push(committed[1]);
+    expect(countsByEvent(second)).toEqual(expectedCounts(committed));
+    await second.close();
+  });
+
+  it("keeps event ids right when the dictionaries were appended but the checkpoint was not published", async () => {
+    const random = new Random(4);
+    const committed = [rows(random, 200, ["alpha", "beta"], 0.3)];
+    const first = open(dataDir);
+    await first.commit(workspaceId, chunk(committed[0]));
+    await first.checkpoint();
+    committed.push(rows(random, 200, ["gamma", "delta", "alpha"], 0.3));
+    await first.commit(workspaceId, chunk(committed[1]));
+    const eventIds = first.workspace(workspaceId).events.texts.slice();
+    const checkpointBefore = readFileSync(checkpointPath(dataDir));
+    const walSequence = (JSON.parse(checkpointBefore.toString("utf8")) as { walSequence: number }).walSequence;
+    const walBefore = readFileSync(walFilePath(dataDir, walSequence));
+    await first.checkpoint();
+    // Undo the publish and the WAL deletion: the disk now looks like a crash just before
+    // `_checkpoint.json` was replaced, with the new dictionary blocks already appended.
+    writeFileSync(checkpointPath(dataDir), checkpointBefore);
+    writeFileSync(walFilePath(dataDir, walSequence), walBefore);
+
+    const second = open(dataDir);
+    expect(countsByEvent(second)).toEqual(expectedCounts(committed));
+    expect(second.workspace(workspaceId).events.texts).toEqual(eventIds);
+    committed.push(rows(random, 100, ["epsilon", "gamma"], 0.3));
+    await second.commit(workspaceId, chunk(committed[2]));
+    await second.close();
+
+    const third = open(dataDir);
+    expect(countsByEvent(third)).toEqual(expectedCounts(committed));
+    await third.close();
+  });
+
+  it("ignores a WAL file whose rows a published checkpoint already sealed", async () => {
+    const random = new Random(5);
+    const committed = [rows(random, 250, ["a", "b"], 0.5)];
+    const first = open(dataDir);
+    await first.commit(workspaceId, chunk(committed[0]));
+    const walBefore = readFileSync(walFilePath(dataDir, 1));
+    await first.checkpoint();
+    expect(existsSync(walFilePath(dataDir, 1))).toBe(false);
+    writeFileSync(walFilePath(dataDir, 1), walBefore); // as if the deletion never reached the disk
+
+    const second = open(dataDir);
+    expect(countsByEvent(second)).toEqual(expectedCounts(committed));
+    await second.close();
+  });
+
+  it("cuts a garbage WAL tail, and the rows appended after the cut survive the next crash", async () => {
+    const random = new Random(6);
+    const committed = [rows(random, 100, ["a"], 0.5), rows(random, 100, ["b"], 0.5)];
+    const first = open(dataDir);
+    for (const batch of committed) await first.commit(workspaceId, chunk(batch));
+    appendFileSync(walFilePath(dataDir, 1), Buffer.from("torn group write: garbage, not a record"));
+
+    const second = open(dataDir);
+    expect(countsByEvent(second)).toEqual(expectedCounts(committed));
+    committed.push(rows(random, 100, ["c"], 0.5));
+    await second.commit(workspaceId, chunk(committed[2]));
+
+    const third = open(dataDir);
+    expect(countsByEvent(third)).toEqual(expectedCounts(committed));
+    await third.close();
+  });
+
+  it("seals a property that only early rows set, after the segment grew past its first capacity", async () => {
+    const committed: Row[][] = [[{ event: "a", user: "u", dayOffset: 0, plan: "early" }]];
+    committed.push(Array.from({ length: 5000 }, (_, index) => ({ event: "a", user: `u${index}`, dayOffset: 0 })));
+    const store = open(dataDir);
+    for (const batch of committed) await store.commit(workspaceId, chunk(batch));
+    await store.checkpoint();
+    await store.close();
+    const reopened = open(dataDir);
+    expect(countsByEvent(reopened)).toEqual(expectedCounts(committed));
+    await reopened.close();
+  });
+});
