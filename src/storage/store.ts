@@ -332,7 +332,9 @@ export class Store {
     // while this one is still on its way to disk. A repeat of a uuid whose
     // commit is still in flight waits for that commit — and fails with it —
     // before it may be acknowledged.
-    const claimedUuids: Uint8Array[] = [];
+    // Claimed uuids stay in the original chunk's bytes; only their offsets are kept.
+    const claimedUuids: number[] = [];
+    const originalUuidBytes = chunk.uuidBytes;
     const awaitedCommits = new Set<Promise<void>>();
     if (chunk.uuidPresent) {
       let keep: Uint8Array | undefined;
@@ -341,7 +343,7 @@ export class Store {
         if (!chunk.uuidPresent[row]) continue;
         const owner = workspace.uuids.claim(uuidBytes, row * 16, commitId);
         if (owner === -1) {
-          claimedUuids.push(uuidBytes.slice(row * 16, row * 16 + 16));
+          claimedUuids.push(row * 16);
           continue;
         }
         keep ??= new Uint8Array(chunk.rowCount).fill(1);
@@ -354,15 +356,22 @@ export class Store {
         chunk = decodeChunk(bytes);
       }
     }
-    const durable = chunk.rowCount === 0 ? Promise.resolve() : this.appendAndApply(workspace, chunk, bytes, claimedUuids, commitId);
+    const durable = chunk.rowCount === 0 ? Promise.resolve() : this.appendAndApply(workspace, chunk, bytes, originalUuidBytes, claimedUuids, commitId);
     await Promise.all([durable, ...awaitedCommits]);
     return { storedCount: chunk.rowCount };
   }
 
-  private appendAndApply(workspace: WorkspaceStore, chunk: DecodedChunk, bytes: Uint8Array, claimedUuids: Uint8Array[], commitId: number): Promise<void> {
+  private appendAndApply(
+    workspace: WorkspaceStore,
+    chunk: DecodedChunk,
+    bytes: Uint8Array,
+    uuidBytes: Uint8Array | undefined,
+    claimedUuids: number[],
+    commitId: number,
+  ): Promise<void> {
     const record = encodeRecord(workspace.id, bytes);
     const durable = this.wal.append(record, () => {
-      for (const uuid of claimedUuids) workspace.uuids.settle(uuid);
+      for (const offset of claimedUuids) workspace.uuids.settle(uuidBytes!, offset);
       this.apply(workspace, chunk);
     });
     if (claimedUuids.length > 0) this.commitsInFlight.set(commitId, durable);
@@ -376,7 +385,7 @@ export class Store {
       },
       (error: unknown) => {
         this.commitsInFlight.delete(commitId);
-        for (const uuid of claimedUuids) workspace.uuids.delete(uuid);
+        for (const offset of claimedUuids) workspace.uuids.delete(uuidBytes!, offset);
         throw error;
       },
     );
