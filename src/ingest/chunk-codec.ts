@@ -41,8 +41,8 @@ export class ChunkBuilder {
   private hasUuid = false;
   private readonly strings: string[] = [];
   private readonly stringIndex = new Map<string, number>();
-  /** keyString → [rows…], [valueStrings…] */
-  private readonly propertyRows = new Map<number, { rows: number[]; values: number[] }>();
+  /** key text → its string index and entries (rows, value string indexes). */
+  private readonly propertyRows = new Map<string, { keyString: number; rows: number[]; values: number[] }>();
   private entryCount = 0;
 
   intern(text: string): number {
@@ -86,11 +86,10 @@ export class ChunkBuilder {
   }
 
   addProperty(row: number, key: string, text: string): void {
-    const keyString = this.intern(key);
-    let entries = this.propertyRows.get(keyString);
+    let entries = this.propertyRows.get(key);
     if (entries === undefined) {
-      entries = { rows: [], values: [] };
-      this.propertyRows.set(keyString, entries);
+      entries = { keyString: this.intern(key), rows: [], values: [] };
+      this.propertyRows.set(key, entries);
     }
     entries.rows.push(row);
     entries.values.push(this.intern(text));
@@ -99,9 +98,10 @@ export class ChunkBuilder {
 
   finish(): ArrayBuffer {
     const rows = this.rowCount;
-    const encodedStrings = this.strings.map((text) => Buffer.from(text, "utf8"));
+    const strings = this.strings;
     let stringBytes = 0;
-    for (const encoded of encodedStrings) stringBytes += encoded.length;
+    for (let index = 0; index < strings.length; index++) stringBytes += Buffer.byteLength(strings[index], "utf8");
+    const encodedStrings = { length: strings.length };
     const keyCount = this.propertyRows.size;
 
     let size = headerBytes;
@@ -143,12 +143,12 @@ export class ChunkBuilder {
       new Uint8Array(buffer, uuidPresentOffset, rows).set(this.uuidPresent.subarray(0, rows));
       new Uint8Array(buffer, uuidBytesOffset, rows * 16).set(this.uuidBytes.subarray(0, rows * 16));
     }
-    const stringEnds = new Uint32Array(buffer, stringEndOffset, encodedStrings.length + 1);
-    const bytes = new Uint8Array(buffer, stringBytesOffset, stringBytes);
+    const stringEnds = new Uint32Array(buffer, stringEndOffset, strings.length + 1);
+    // Encoded straight into the chunk: no intermediate Buffer per string.
+    const bytes = Buffer.from(buffer, stringBytesOffset, stringBytes);
     let cursor = 0;
-    for (let index = 0; index < encodedStrings.length; index++) {
-      bytes.set(encodedStrings[index], cursor);
-      cursor += encodedStrings[index].length;
+    for (let index = 0; index < strings.length; index++) {
+      cursor += bytes.write(strings[index], cursor, "utf8");
       stringEnds[index + 1] = cursor;
     }
     const keyStrings = new Uint32Array(buffer, keyStringOffset, keyCount);
@@ -157,8 +157,8 @@ export class ChunkBuilder {
     const entryValues = new Uint32Array(buffer, entryValueOffset, this.entryCount);
     let keyIndex = 0;
     let entryCursor = 0;
-    for (const [keyString, entries] of this.propertyRows) {
-      keyStrings[keyIndex] = keyString;
+    for (const entries of this.propertyRows.values()) {
+      keyStrings[keyIndex] = entries.keyString;
       entryStarts[keyIndex] = entryCursor;
       for (let index = 0; index < entries.rows.length; index++) {
         entryRows[entryCursor] = entries.rows[index];

@@ -56,13 +56,13 @@ export interface BodyInput {
 
 /** Validates every body of a task. */
 export function validateBodies(bodies: readonly BodyInput[], shape: IngestShape): { results: IngestBodyResult[]; chunks: KeyedChunk[] } {
-  const builders = new Map<string, { builder: ChunkBuilder; seenUuids: Set<string>; chunkIndex: number }>();
+  const builders = new Map<string, { builder: ChunkBuilder; chunkIndex: number }>();
   const order: Array<{ apiKey: string; builder: ChunkBuilder }> = [];
   const results = bodies.map((body) =>
     validateBodyIsolated(body.bytes, body.gzip, shape, body.receivedAtMs, (apiKey) => {
       let entry = shape === "single" ? builders.get(apiKey) : undefined;
       if (entry === undefined) {
-        entry = { builder: new ChunkBuilder(), seenUuids: new Set(), chunkIndex: order.length };
+        entry = { builder: new ChunkBuilder(), chunkIndex: order.length };
         order.push({ apiKey, builder: entry.builder });
         if (shape === "single") builders.set(apiKey, entry);
       }
@@ -73,7 +73,7 @@ export function validateBodies(bodies: readonly BodyInput[], shape: IngestShape)
   return { results, chunks };
 }
 
-type BuilderFor = (apiKey: string) => { builder: ChunkBuilder; seenUuids: Set<string>; chunkIndex: number };
+type BuilderFor = (apiKey: string) => { builder: ChunkBuilder; chunkIndex: number };
 
 /**
  * One body's failure must not fail the other bodies gathered into the same
@@ -136,7 +136,7 @@ export function validateBody(bytes: Uint8Array, gzip: boolean, shape: IngestShap
 
   if (shape === "single") {
     const target = builderFor(apiKey);
-    const message = addEvent(body, receivedAtMs, target.builder, target.seenUuids);
+    const message = addEvent(body, receivedAtMs, target.builder);
     if (message !== undefined) return refused({ code: "invalid_request", message });
     return { kind: "parsed", apiKey, error: undefined, acceptedCount: 1, errors: [], chunkIndex: target.chunkIndex };
   }
@@ -154,7 +154,7 @@ export function validateBody(bytes: Uint8Array, gzip: boolean, shape: IngestShap
     const message =
       event === null || typeof event !== "object" || Array.isArray(event)
         ? "event must be a JSON object"
-        : addEvent(event as Record<string, unknown>, receivedAtMs, target.builder, target.seenUuids);
+        : addEvent(event as Record<string, unknown>, receivedAtMs, target.builder);
     if (message === undefined) {
       acceptedCount++;
     } else if (errors.length < limits.batchErrorsReportedMax) {
@@ -173,7 +173,6 @@ function addEvent(
   event: Record<string, unknown>,
   receivedAtMs: number,
   builder: ChunkBuilder,
-  seenUuids: Set<string>,
 ): string | undefined {
   const name = event.event;
   if (name === undefined || name === null) return "event: required";
@@ -215,20 +214,17 @@ function addEvent(
   }
 
   let uuid: Uint8Array | undefined;
-  let uuidText: string | undefined;
   const rawUuid = event.uuid;
   if (rawUuid !== undefined && rawUuid !== null) {
-    if (typeof rawUuid !== "string" || !uuidPattern.test(rawUuid)) return "uuid: must be a UUID string";
-    uuidText = rawUuid.toLowerCase();
-    uuid = Buffer.from(uuidText.replaceAll("-", ""), "hex");
+    if (typeof rawUuid !== "string" || !parseUuid(rawUuid, uuidScratch)) return "uuid: must be a UUID string";
+    uuid = uuidScratch;
   }
 
   // Property texts are computed before the row is added, so a too-large event leaves no trace.
-  let texts: string[] | undefined;
   let keys: string[] | undefined;
+  const texts = textScratch;
   if (properties !== undefined) {
     keys = Object.keys(properties);
-    texts = new Array<string>(keys.length);
     // Upper bound of the compact JSON size without serializing: every UTF-16 unit
     // is at most 6 bytes once escaped. Only events near the limit pay for an exact count.
     let upperBoundBytes = 2;
@@ -245,16 +241,14 @@ function addEvent(
     }
   }
 
-  if (uuidText !== undefined) {
-    if (seenUuids.has(uuidText)) return undefined;
-    seenUuids.add(uuidText);
-  }
+  // A uuid repeated within this chunk is dropped by the store, which claims
+  // every uuid of a chunk in row order (SPEC: acknowledged, stored once).
   const row = builder.addRow(timeMs, name, distinctId, uuid);
   if (keys !== undefined) {
     for (let index = 0; index < keys.length; index++) {
       const value = properties![keys[index]];
       if (value === null || value === undefined) continue;
-      builder.addProperty(row, keys[index], texts![index]);
+      builder.addProperty(row, keys[index], texts[index]);
     }
   }
   return undefined;
@@ -268,7 +262,34 @@ function notWellFormed(field: string): string {
   return `${field}: contains a lone UTF-16 surrogate (not valid Unicode text)`;
 }
 
-const uuidPattern = /^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$/;
+const uuidScratch = new Uint8Array(16);
+/** Property texts of the event being validated (reused: no allocation per event). */
+const textScratch: string[] = [];
+
+/** Hex digit value by char code, -1 for anything else. */
+const hexValues = new Int8Array(128).fill(-1);
+for (let digit = 0; digit < 10; digit++) hexValues[48 + digit] = digit;
+for (let digit = 0; digit < 6; digit++) hexValues[97 + digit] = hexValues[65 + digit] = 10 + digit;
+
+/** Parses 8-4-4-4-12 hex (any case) into `target`; false when the text is not a UUID. */
+export function parseUuid(text: string, target: Uint8Array): boolean {
+  if (text.length !== 36) return false;
+  let at = 0;
+  for (let byte = 0; byte < 16; byte++) {
+    if (at === 8 || at === 13 || at === 18 || at === 23) {
+      if (text.charCodeAt(at) !== 45) return false;
+      at++;
+    }
+    const highCode = text.charCodeAt(at);
+    const lowCode = text.charCodeAt(at + 1);
+    const high = highCode < 128 ? hexValues[highCode] : -1;
+    const low = lowCode < 128 ? hexValues[lowCode] : -1;
+    if (high < 0 || low < 0) return false;
+    target[byte] = (high << 4) | low;
+    at += 2;
+  }
+  return true;
+}
 
 /** SPEC §4 "text" of a property value; undefined for null (not set). */
 export function propertyText(value: unknown): string | undefined {
@@ -336,33 +357,94 @@ function iterativeJson(root: unknown): string {
   return parts.join("");
 }
 
-// YYYY-MM-DD, T (or t, or a space as RFC 3339 allows), HH:MM[:SS[.fraction]], optional zone.
-const timestampPattern =
-  /^(\d{4})-(\d{2})-(\d{2})[Tt ](\d{2}):(\d{2})(?::(\d{2})(?:[.,](\d{1,9}))?)?(?:([Zz])|([+-])(\d{2})(?::?(\d{2}))?)?$/;
 const latestTimeMs = Date.UTC(9999, 11, 31, 23, 59, 59, 999);
+const daysInMonth = [31, 28, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31];
 
-/** ISO 8601 date-time → UTC ms (truncated to the millisecond), or undefined when invalid or outside 1970–9999. */
-export function parseTimestampMs(text: string): number | undefined {
-  const match = timestampPattern.exec(text);
-  if (match === null) return undefined;
-  const year = Number(match[1]);
-  const month = Number(match[2]);
-  const day = Number(match[3]);
-  const hour = Number(match[4]);
-  const minute = Number(match[5]);
-  const second = match[6] === undefined ? 0 : Number(match[6]);
-  const millisecond = match[7] === undefined ? 0 : Number(match[7].slice(0, 3).padEnd(3, "0"));
-  if (year < 1969 || month < 1 || month > 12 || day < 1 || hour > 23 || minute > 59 || second > 59) return undefined;
-  const dayStartMs = Date.UTC(year, month - 1, day);
-  if (new Date(dayStartMs).getUTCDate() !== day) return undefined;
-  let offsetMs = 0;
-  if (match[9] !== undefined) {
-    const offsetHours = Number(match[10]);
-    const offsetMinutes = match[11] === undefined ? 0 : Number(match[11]);
-    if (offsetHours > 23 || offsetMinutes > 59) return undefined;
-    offsetMs = (offsetHours * 60 + offsetMinutes) * 60_000 * (match[9] === "-" ? -1 : 1);
+/** Days since 1970-01-01 of a proleptic Gregorian date (Hinnant's days_from_civil). */
+function daysFromCivil(year: number, month: number, day: number): number {
+  const y = month <= 2 ? year - 1 : year;
+  const era = Math.floor(y / 400);
+  const yearOfEra = y - era * 400;
+  const dayOfYear = Math.floor((153 * (month > 2 ? month - 3 : month + 9) + 2) / 5) + day - 1;
+  const dayOfEra = yearOfEra * 365 + Math.floor(yearOfEra / 4) - Math.floor(yearOfEra / 100) + dayOfYear;
+  return era * 146_097 + dayOfEra - 719_468;
+}
+
+/** Value of `count` ASCII digits at `at`, or -1 when any is not a digit. */
+function digits(text: string, at: number, count: number): number {
+  let value = 0;
+  for (let index = at; index < at + count; index++) {
+    const digit = text.charCodeAt(index) - 48;
+    if (digit < 0 || digit > 9) return -1;
+    value = value * 10 + digit;
   }
-  const timeMs = dayStartMs + ((hour * 60 + minute) * 60 + second) * 1000 + millisecond - offsetMs;
+  return value;
+}
+
+/**
+ * ISO 8601 date-time → UTC ms (truncated to the millisecond), or undefined when
+ * invalid or outside 1970–9999. Accepts YYYY-MM-DD, then T (or t, or a space as
+ * RFC 3339 allows), HH:MM[:SS[.fraction]] (a comma may stand for the point),
+ * then an optional zone Z, ±HH, ±HHMM or ±HH:MM. One pass over char codes, no
+ * regular expression and no Date object: every ingested event comes through here.
+ */
+export function parseTimestampMs(text: string): number | undefined {
+  const length = text.length;
+  if (length < 16) return undefined;
+  const year = digits(text, 0, 4);
+  const month = digits(text, 5, 2);
+  const day = digits(text, 8, 2);
+  const hour = digits(text, 11, 2);
+  const minute = digits(text, 14, 2);
+  const separator = text.charCodeAt(10);
+  if (year < 0 || month < 1 || month > 12 || day < 1 || hour < 0 || hour > 23 || minute < 0 || minute > 59) return undefined;
+  if (text.charCodeAt(4) !== 45 || text.charCodeAt(7) !== 45 || text.charCodeAt(13) !== 58) return undefined; // '-', '-', ':'
+  if (separator !== 84 && separator !== 116 && separator !== 32) return undefined; // 'T', 't', ' '
+  const leap = (year % 4 === 0 && year % 100 !== 0) || year % 400 === 0;
+  if (day > (month === 2 && leap ? 29 : daysInMonth[month - 1])) return undefined;
+  let at = 16;
+  let second = 0;
+  let millisecond = 0;
+  if (at < length && text.charCodeAt(at) === 58) {
+    second = digits(text, at + 1, 2);
+    if (second < 0 || second > 59 || at + 3 > length) return undefined;
+    at += 3;
+    const point = text.charCodeAt(at);
+    if (at < length && (point === 46 || point === 44)) {
+      at++;
+      const fractionStart = at;
+      while (at < length && text.charCodeAt(at) >= 48 && text.charCodeAt(at) <= 57) at++;
+      const fractionDigits = at - fractionStart;
+      if (fractionDigits < 1 || fractionDigits > 9) return undefined;
+      // Kept to the millisecond: further digits are truncated.
+      for (let index = 0; index < 3; index++) {
+        millisecond = millisecond * 10 + (index < fractionDigits ? text.charCodeAt(fractionStart + index) - 48 : 0);
+      }
+    }
+  }
+  let offsetMinutes = 0;
+  if (at < length) {
+    const zone = text.charCodeAt(at);
+    if (zone === 90 || zone === 122) {
+      at++; // 'Z', 'z'
+    } else if (zone === 43 || zone === 45) {
+      const offsetHours = digits(text, at + 1, 2);
+      if (offsetHours < 0 || offsetHours > 23 || at + 3 > length) return undefined;
+      at += 3;
+      let zoneMinutes = 0;
+      if (at < length) {
+        if (text.charCodeAt(at) === 58) at++;
+        zoneMinutes = digits(text, at, 2);
+        if (zoneMinutes < 0 || zoneMinutes > 59 || at + 2 > length) return undefined;
+        at += 2;
+      }
+      offsetMinutes = (offsetHours * 60 + zoneMinutes) * (zone === 45 ? -1 : 1);
+    } else {
+      return undefined;
+    }
+  }
+  if (at !== length) return undefined;
+  const timeMs = ((daysFromCivil(year, month, day) * 24 + hour) * 60 + minute - offsetMinutes) * 60_000 + second * 1000 + millisecond;
   if (timeMs < 0 || timeMs > latestTimeMs) return undefined;
   return timeMs;
 }

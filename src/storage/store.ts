@@ -10,15 +10,19 @@
  * segment of its (workspace, UTC day) → the request is answered. A checkpoint
  * later rotates the WAL, freezes every active segment, seals each into column
  * files, appends the dictionaries, publishes `_checkpoint.json`, and deletes
- * the old WAL files.
+ * the old WAL files. A checkpoint that fails (full or failing disk) changes
+ * nothing that counts: its frozen segments stay queryable in memory, the WAL
+ * files holding their rows stay, and the next checkpoint seals them again.
  */
 import { strict as assert } from "node:assert";
-import { existsSync, mkdirSync, readdirSync, readFileSync, rmSync } from "node:fs";
+import { existsSync, readdirSync, readFileSync, rmSync } from "node:fs";
+import { basename, dirname, join } from "node:path";
 import { limits } from "../config/limits.js";
 import { decodeChunk, filterChunk, type DecodedChunk } from "../ingest/chunk-codec.js";
 import { SharedColumn } from "./column-builder.js";
 import { Dictionary } from "./dictionary.js";
-import { publishFileAtomically } from "./files.js";
+import { injectFault } from "./fault-injection.js";
+import { fsyncDirectory, makeDirectoryDurably, publishFileAtomically } from "./files.js";
 import {
   checkpointPath,
   dayDirectory,
@@ -35,6 +39,13 @@ import { UuidSet } from "./uuid-set.js";
 import { encodeRecord, listWalSequences, readWalFile, truncateWalFile, WriteAheadLog } from "./wal.js";
 
 export const dayMs = 86_400_000;
+
+/**
+ * After a failed checkpoint, the next one waits this long: a disk that is full
+ * or failing would otherwise be asked again on every commit that crosses the
+ * row threshold, each attempt rotating the WAL into one more file.
+ */
+const checkpointRetryDelayMs = 1_000;
 
 export function dayLabel(dayStartMs: number): string {
   return new Date(dayStartMs).toISOString().slice(0, 10);
@@ -167,8 +178,9 @@ export class WorkspaceStore {
     readonly id: string,
     readonly directory: string,
     dataDir: string,
+    fsync = true,
   ) {
-    mkdirSync(directory, { recursive: true });
+    makeDirectoryDurably(directory, fsync);
     this.events = Dictionary.load(dictionaryPath(dataDir, id, "events"));
     this.users = Dictionary.load(dictionaryPath(dataDir, id, "users"));
     this.keys = Dictionary.load(dictionaryPath(dataDir, id, "keys"));
@@ -211,6 +223,13 @@ export interface CommitResult {
   storedCount: number;
 }
 
+/** An active segment frozen by a checkpoint: in its partition's `sealing` list until sealed. */
+interface FrozenSegment {
+  workspace: WorkspaceStore;
+  partition: DayPartition;
+  segment: ActiveSegment;
+}
+
 export interface StoreTasks {
   seal(segment: ActiveSegment, directory: string, workspaceId: string): Promise<LoadSegmentResult>;
   load(directory: string): Promise<LoadSegmentResult>;
@@ -223,6 +242,17 @@ export class Store {
   private checkpointRunning: Promise<void> | undefined;
   private rowsSinceCheckpoint = 0;
   private checkpointTimer: NodeJS.Timeout | undefined;
+  /** Segments a failed checkpoint froze but did not seal; the next checkpoint seals them first. */
+  private unsealed: FrozenSegment[] = [];
+  /**
+   * Segment directories (and their tmp_ forms) a failed checkpoint may have
+   * written. They must be gone before any later checkpoint publishes: its
+   * higher sequence would make start-up adopt them, next to the same rows
+   * sealed again.
+   */
+  private abandonedSegments: string[] = [];
+  /** No checkpoint starts on its own before this time (after a failure). */
+  private checkpointRetryAtMs = 0;
   private closed = false;
   private tasks!: StoreTasks;
   private cachedBytes = 0;
@@ -241,7 +271,7 @@ export class Store {
   /** Recovers the store: drops unpublished segments, loads dictionaries and segment catalogs, replays the WAL. */
   static open(dataDir: string, fsync: boolean): Store {
     const store = new Store(dataDir, fsync);
-    mkdirSync(workspacesDirectory(dataDir), { recursive: true });
+    makeDirectoryDurably(workspacesDirectory(dataDir), fsync);
     store.checkpointSequence = existsSync(checkpointPath(dataDir))
       ? (JSON.parse(readFileSync(checkpointPath(dataDir), "utf8")) as { walSequence: number }).walSequence
       : 0;
@@ -290,6 +320,9 @@ export class Store {
       appendSequence = sequence;
     }
     store.wal = WriteAheadLog.open(dataDir, appendSequence, fsync);
+    // A checkpoint whose final directory fsync failed left `_checkpoint.json` renamed but maybe not
+    // durable, and its old WAL files in place: make the rename durable before they go.
+    if (fsync) fsyncDirectory(dataDir);
     store.wal.deleteBefore(Math.min(appendSequence, store.checkpointSequence));
     return store;
   }
@@ -298,7 +331,7 @@ export class Store {
   start(tasks: StoreTasks): void {
     this.tasks = tasks;
     this.checkpointTimer = setInterval(() => {
-      if (this.rowsSinceCheckpoint > 0) void this.checkpoint();
+      if (this.rowsSinceCheckpoint > 0 || this.unsealed.length > 0) this.checkpointSoon();
     }, limits.checkpointIntervalMs);
     this.checkpointTimer.unref();
   }
@@ -306,7 +339,7 @@ export class Store {
   workspace(workspaceId: string): WorkspaceStore {
     let workspace = this.workspaces.get(workspaceId);
     if (workspace === undefined) {
-      workspace = new WorkspaceStore(workspaceId, workspaceDirectory(this.dataDir, workspaceId), this.dataDir);
+      workspace = new WorkspaceStore(workspaceId, workspaceDirectory(this.dataDir, workspaceId), this.dataDir, this.fsync);
       this.workspaces.set(workspaceId, workspace);
     }
     return workspace;
@@ -370,17 +403,16 @@ export class Store {
     commitId: number,
   ): Promise<void> {
     const record = encodeRecord(workspace.id, bytes);
-    const durable = this.wal.append(record, () => {
-      for (const offset of claimedUuids) workspace.uuids.settle(uuidBytes!, offset);
-      this.apply(workspace, chunk);
-    });
+    // A uuid's owner id stays in the set after its commit is durable; the
+    // owner is "in flight" exactly while it is in commitsInFlight.
+    const durable = this.wal.append(record, () => this.apply(workspace, chunk));
     if (claimedUuids.length > 0) this.commitsInFlight.set(commitId, durable);
     const settled = durable.then(
       () => {
         this.commitsInFlight.delete(commitId);
         this.rowsSinceCheckpoint += chunk.rowCount;
         if (this.rowsSinceCheckpoint >= limits.checkpointRowsMax || this.wal.fileBytes >= limits.checkpointWalBytesMax) {
-          void this.checkpoint();
+          this.checkpointSoon();
         }
       },
       (error: unknown) => {
@@ -402,6 +434,8 @@ export class Store {
     const rowIndex = new Uint32Array(rowCount);
     let lastDayStartMs = -1;
     let segment: ActiveSegment | undefined;
+    const uuidPresent = chunk.uuidPresent;
+    const uuidSource = chunk.uuidBytes;
     for (let row = 0; row < rowCount; row++) {
       const timeMs = chunk.timeMs[row];
       const dayStartMs = timeMs - (timeMs % dayMs);
@@ -419,9 +453,11 @@ export class Store {
       segment!.time.values[target] = timeMs - dayStartMs;
       segment!.user.values[target] = userId;
       segment!.event.values[target] = eventId;
-      if (chunk.uuidPresent?.[row]) {
+      if (uuidPresent !== undefined && uuidPresent[row] === 1) {
         segment!.uuidPresent.values[target] = 1;
-        segment!.uuid.values.set(chunk.uuidBytes!.subarray(row * 16, row * 16 + 16), target * 16);
+        // A byte loop: a subarray per row would allocate a view per event.
+        const uuidTarget = segment!.uuid.values;
+        for (let byte = 0; byte < 16; byte++) uuidTarget[target * 16 + byte] = uuidSource![row * 16 + byte];
       }
       rowSegment[row] = segment!;
       rowIndex[row] = target;
@@ -437,59 +473,108 @@ export class Store {
     this.rowsApplied += rowCount;
   }
 
+  /** Starts a checkpoint unless one failed less than `checkpointRetryDelayMs` ago. */
+  private checkpointSoon(): void {
+    if (Date.now() >= this.checkpointRetryAtMs) void this.checkpoint();
+  }
+
   /**
    * Seals every active segment. Crash-safe at every step: segments are named
    * after the new WAL sequence and ignored at start-up until `_checkpoint.json`
    * names that sequence, which is written only after every segment and the
-   * dictionaries are durable.
+   * dictionaries are durable. Never rejects: a failure is logged, leaves the
+   * rows in the WAL and in memory, and resolves false; a later checkpoint
+   * retries.
    */
-  checkpoint(): Promise<void> {
+  checkpoint(): Promise<boolean> {
     if (this.checkpointRunning) return this.checkpointRunning;
-    this.checkpointRunning = this.runCheckpoint().finally(() => {
-      this.checkpointRunning = undefined;
-    });
+    this.checkpointRunning = this.runCheckpoint()
+      .then(
+        () => {
+          this.checkpointRetryAtMs = 0;
+          return true;
+        },
+        (error: unknown) => {
+          this.checkpointRetryAtMs = Date.now() + checkpointRetryDelayMs;
+          console.error(`eventide: checkpoint failed, its rows stay in the write-ahead log and in memory; retrying in ${checkpointRetryDelayMs} ms: ${(error as Error).message}`);
+          return false;
+        },
+      )
+      .finally(() => {
+        this.checkpointRunning = undefined;
+      });
     return this.checkpointRunning;
   }
 
   private async runCheckpoint(): Promise<void> {
-    const frozen: Array<{ workspace: WorkspaceStore; partition: DayPartition; segment: ActiveSegment }> = [];
-    const dictionarySizes = new Map<WorkspaceStore, [number, number, number]>();
-    // Rotation and freezing happen in one synchronous step once the WAL is idle:
-    // every row of the old files is in a frozen segment, and no other row is.
-    const newSequence = await this.wal.rotate(() => {
-      for (const workspace of this.workspaces.values()) {
-        for (const partition of workspace.days.values()) {
-          if (partition.active && partition.active.rowCount > 0) {
-            frozen.push({ workspace, partition, segment: partition.active });
-            partition.sealing.push(partition.active);
-            partition.active = undefined;
+    // Before anything else: a failed checkpoint's directories must not survive into a published one.
+    this.removeAbandonedSegments();
+    // Segments a failed checkpoint froze go first; their rows are in WAL files older than any rotation below.
+    const frozen: FrozenSegment[] = this.unsealed;
+    this.unsealed = [];
+    const written: string[] = [];
+    let newSequence = 0;
+    let sealed: Array<{ partition: DayPartition; active: ActiveSegment; segment: SealedSegment; result: LoadSegmentResult }>;
+    let renamedWithoutDirectoryFsync = false;
+    try {
+      const dictionarySizes = new Map<WorkspaceStore, [number, number, number]>();
+      // Rotation and freezing happen in one synchronous step once the WAL is idle:
+      // every row of the old files is in a frozen segment, and no other row is.
+      newSequence = await this.wal.rotate(() => {
+        for (const workspace of this.workspaces.values()) {
+          for (const partition of workspace.days.values()) {
+            if (partition.active && partition.active.rowCount > 0) {
+              frozen.push({ workspace, partition, segment: partition.active });
+              partition.sealing.push(partition.active);
+              partition.active = undefined;
+            }
           }
+          dictionarySizes.set(workspace, [workspace.events.size, workspace.users.size, workspace.keys.size]);
         }
-        dictionarySizes.set(workspace, [workspace.events.size, workspace.users.size, workspace.keys.size]);
+        this.rowsSinceCheckpoint = 0;
+      });
+
+      sealed = [];
+      let segmentNumber = 0;
+      // Settled, not all: a failure must wait for the other seals, whose directories it then removes.
+      const outcomes = await Promise.allSettled(
+        frozen.map(async ({ workspace, partition, segment }) => {
+          const day = dayLabel(segment.dayStartMs);
+          const name = `seg-${String(newSequence).padStart(12, "0")}-${String(++segmentNumber).padStart(6, "0")}`;
+          const directory = segmentDirectory(this.dataDir, workspace.id, day, name);
+          written.push(directory);
+          segment.coverAllRows();
+          const result = await this.tasks.seal(segment, directory, workspace.id);
+          assert.equal(result.layout.rowCount, segment.rowCount, "sealed segment lost rows");
+          sealed.push({ partition, active: segment, segment: new SealedSegment(`${workspace.id}/${day}/${name}`, directory, segment.dayStartMs, result.layout), result });
+        }),
+      );
+      for (const outcome of outcomes) if (outcome.status === "rejected") throw outcome.reason;
+
+      for (const [workspace, [events, users, keys]] of dictionarySizes) {
+        workspace.events.persist(dictionaryPath(this.dataDir, workspace.id, "events"), events, this.fsync);
+        workspace.users.persist(dictionaryPath(this.dataDir, workspace.id, "users"), users, this.fsync);
+        workspace.keys.persist(dictionaryPath(this.dataDir, workspace.id, "keys"), keys, this.fsync);
       }
-      this.rowsSinceCheckpoint = 0;
-    });
-
-    const sealed: Array<{ partition: DayPartition; active: ActiveSegment; segment: SealedSegment; result: LoadSegmentResult }> = [];
-    let segmentNumber = 0;
-    await Promise.all(
-      frozen.map(async ({ workspace, partition, segment }) => {
-        const day = dayLabel(segment.dayStartMs);
-        const name = `seg-${String(newSequence).padStart(12, "0")}-${String(++segmentNumber).padStart(6, "0")}`;
-        const directory = segmentDirectory(this.dataDir, workspace.id, day, name);
-        segment.coverAllRows();
-        const result = await this.tasks.seal(segment, directory, workspace.id);
-        assert.equal(result.layout.rowCount, segment.rowCount, "sealed segment lost rows");
-        sealed.push({ partition, active: segment, segment: new SealedSegment(`${workspace.id}/${day}/${name}`, directory, segment.dayStartMs, result.layout), result });
-      }),
-    );
-
-    for (const [workspace, [events, users, keys]] of dictionarySizes) {
-      workspace.events.persist(dictionaryPath(this.dataDir, workspace.id, "events"), events, this.fsync);
-      workspace.users.persist(dictionaryPath(this.dataDir, workspace.id, "users"), users, this.fsync);
-      workspace.keys.persist(dictionaryPath(this.dataDir, workspace.id, "keys"), keys, this.fsync);
+      injectFault("checkpoint.publish", checkpointPath(this.dataDir));
+      publishFileAtomically(checkpointPath(this.dataDir), JSON.stringify({ walSequence: newSequence }), this.fsync);
+    } catch (error) {
+      // If only the directory fsync after the rename failed, `_checkpoint.json` already names the new
+      // sequence and start-up would believe it: the segments stay and the checkpoint counts as done,
+      // but the old WAL files are kept until a checkpoint publishes cleanly (or the next start-up).
+      renamedWithoutDirectoryFsync = newSequence > 0 && this.publishedSequence() === newSequence;
+      if (!renamedWithoutDirectoryFsync) {
+        this.unsealed = frozen;
+        this.abandonedSegments.push(...written);
+        try {
+          this.removeAbandonedSegments();
+        } catch {
+          // Retried before the next checkpoint, which cannot start until it succeeds.
+        }
+        throw error;
+      }
+      console.error(`eventide: checkpoint ${newSequence} published, but not made durable: ${(error as Error).message}`);
     }
-    publishFileAtomically(checkpointPath(this.dataDir), JSON.stringify({ walSequence: newSequence }), this.fsync);
     this.checkpointSequence = newSequence;
 
     // The sealed form replaces the frozen one in memory, already loaded.
@@ -499,7 +584,34 @@ export class Store {
       partition.sealing.splice(partition.sealing.indexOf(active), 1);
       partition.sealed.push(segment);
     }
-    this.wal.deleteBefore(newSequence);
+    if (renamedWithoutDirectoryFsync) return;
+    try {
+      this.wal.deleteBefore(newSequence);
+    } catch (error) {
+      // The checkpoint is published; start-up skips WAL files it covers, and the next checkpoint deletes them.
+      console.error(`eventide: deleting sealed write-ahead log files: ${(error as Error).message}`);
+    }
+  }
+
+  /** The WAL sequence `_checkpoint.json` names now (0 when absent or unreadable). */
+  private publishedSequence(): number {
+    try {
+      return (JSON.parse(readFileSync(checkpointPath(this.dataDir), "utf8")) as { walSequence: number }).walSequence;
+    } catch {
+      return 0;
+    }
+  }
+
+  /** Removes, durably, what failed checkpoints wrote; throws (keeping the rest listed) when the disk refuses. */
+  private removeAbandonedSegments(): void {
+    while (this.abandonedSegments.length > 0) {
+      const directory = this.abandonedSegments[0];
+      const parent = dirname(directory);
+      rmSync(directory, { recursive: true, force: true });
+      rmSync(join(parent, `tmp_${basename(directory)}`), { recursive: true, force: true });
+      if (this.fsync && existsSync(parent)) fsyncDirectory(parent);
+      this.abandonedSegments.shift();
+    }
   }
 
   /** Descriptors of every segment a query over [fromMs, toMs) must read, loading sealed ones as needed. */
@@ -560,7 +672,9 @@ export class Store {
     clearInterval(this.checkpointTimer);
     await this.wal.idle();
     if (this.checkpointRunning) await this.checkpointRunning;
-    if (this.rowsSinceCheckpoint > 0 || this.hasActiveRows()) await this.checkpoint();
+    if (this.rowsSinceCheckpoint > 0 || this.hasActiveRows() || this.unsealed.length > 0) {
+      if (!(await this.checkpoint())) console.error("eventide: the final checkpoint failed; the next start replays the write-ahead log");
+    }
     this.closed = true;
     await this.wal.close();
   }

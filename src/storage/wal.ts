@@ -15,12 +15,13 @@
  * every row it holds into segment files.
  */
 import { strict as assert } from "node:assert";
-import { closeSync, fdatasyncSync, ftruncateSync, fstatSync, mkdirSync, openSync, readdirSync, readFileSync, unlinkSync } from "node:fs";
+import { closeSync, existsSync, fdatasyncSync, ftruncateSync, fstatSync, openSync, readdirSync, readFileSync, unlinkSync } from "node:fs";
 import { fdatasync, writev } from "node:fs";
 import { crc32 } from "node:zlib";
 import { limits } from "../config/limits.js";
 import { walDirectory, walFilePath } from "./paths.js";
-import { fsyncDirectory } from "./files.js";
+import { injectedFault, injectFault, recordCreate, recordSync } from "./fault-injection.js";
+import { fsyncDirectory, makeDirectoryDurably } from "./files.js";
 
 const recordMagic = 0x314c5745; // "EWL1"
 const recordHeaderBytes = 16;
@@ -49,7 +50,10 @@ export function encodeRecord(workspaceId: string, chunk: Uint8Array): Buffer {
   const idBytes = Buffer.from(workspaceId, "ascii");
   const payloadOffset = align8(recordHeaderBytes + idBytes.length);
   const total = align8(payloadOffset + chunk.length);
-  const record = Buffer.alloc(total);
+  // Every byte is written below, padding included, so no zero-fill is needed.
+  const record = Buffer.allocUnsafe(total);
+  record.fill(0, recordHeaderBytes + idBytes.length, payloadOffset);
+  record.fill(0, payloadOffset + chunk.length, total);
   idBytes.copy(record, recordHeaderBytes);
   record.set(chunk, payloadOffset);
   record.writeUInt32LE(recordMagic, 0);
@@ -85,20 +89,35 @@ export function readWalFile(path: string): { records: WalRecord[]; validBytes: n
 }
 
 export function listWalSequences(dataDir: string): number[] {
-  mkdirSync(walDirectory(dataDir), { recursive: true });
+  // Durably: a WAL directory whose entry a power loss could drop would take every acknowledged record with it.
+  makeDirectoryDurably(walDirectory(dataDir));
   return readdirSync(walDirectory(dataDir))
     .filter((name) => /^\d{12}\.wal$/.test(name))
     .map((name) => Number(name.slice(0, 12)))
     .sort((a, b) => a - b);
 }
 
+/** Opens (creating when absent) a WAL file for appending; the caller fsyncs the directory. */
+function openWalFile(path: string): number {
+  const created = !existsSync(path);
+  const fd = openSync(path, "a+");
+  if (created) recordCreate(path);
+  return fd;
+}
+
 export class WriteAheadLog {
   private fd: number;
+  private path: string;
   private position: number;
   private pending: PendingGroupEntry[] = [];
   private pendingBytes = 0;
   private flushing = false;
-  /** Set after a write or fsync failed and the file could not be cut back: every append fails until reopened. */
+  /**
+   * Set after a write or fsync failed and the file could not be cut back: the
+   * file may hold a partial group past `position`, and since it is opened for
+   * appending (O_APPEND ignores write positions) nothing may be written after
+   * it. Appends fail until a retried cut-back succeeds (see `append`).
+   */
   private broken: Error | undefined;
   private idleWaiters: Array<() => void> = [];
 
@@ -107,13 +126,14 @@ export class WriteAheadLog {
     public sequence: number,
     private readonly fsyncEnabled: boolean,
   ) {
-    this.fd = openSync(walFilePath(dataDir, sequence), "a+");
+    this.path = walFilePath(dataDir, sequence);
+    this.fd = openWalFile(this.path);
     this.position = fstatSync(this.fd).size;
   }
 
   /** Opens the WAL for appending at `sequence` (a new file when absent). */
   static open(dataDir: string, sequence: number, fsyncEnabled: boolean): WriteAheadLog {
-    mkdirSync(walDirectory(dataDir), { recursive: true });
+    makeDirectoryDurably(walDirectory(dataDir), fsyncEnabled);
     const log = new WriteAheadLog(dataDir, sequence, fsyncEnabled);
     fsyncDirectory(walDirectory(dataDir));
     return log;
@@ -129,7 +149,7 @@ export class WriteAheadLog {
 
   /** Resolves once the record is durable; rejects when the write or fsync failed (the record then never counts). */
   append(record: Buffer, onDurable: () => void): Promise<void> {
-    if (this.broken) return Promise.reject(new WalUnavailableError(`write-ahead log unavailable: ${this.broken.message}`));
+    if (this.broken && !this.repair()) return Promise.reject(new WalUnavailableError(`write-ahead log unavailable: ${this.broken.message}`));
     return new Promise<void>((resolve, reject) => {
       this.pending.push({ bytes: record, onDurable, resolve, reject });
       this.pendingBytes += record.length;
@@ -137,7 +157,41 @@ export class WriteAheadLog {
     });
   }
 
+  /**
+   * Cuts the file back to `length` and makes the cut durable, so a group that
+   * failed can never be replayed, nor sit between acknowledged records.
+   */
+  private cutBack(length: number): void {
+    ftruncateSync(this.fd, length);
+    if (this.fsyncEnabled) {
+      fdatasyncSync(this.fd);
+      injectFault("wal.fsync", this.path);
+      recordSync(this.path, length);
+    }
+    this.position = length;
+  }
+
+  /** Retries the cut-back that failed when the log broke; true when the log takes writes again. */
+  private repair(): boolean {
+    if (this.flushing) return false;
+    try {
+      this.cutBack(this.position);
+    } catch (error) {
+      this.broken = error as Error;
+      return false;
+    }
+    console.error(`eventide: write-ahead log ${this.path} writable again`);
+    this.broken = undefined;
+    return true;
+  }
+
   private flush(): void {
+    if (this.broken) {
+      // Nothing may be appended after a partial group that could not be cut off.
+      const error = new WalUnavailableError(`write-ahead log unavailable: ${this.broken.message}`);
+      for (const entry of this.pending.splice(0)) entry.reject(error);
+      this.pendingBytes = 0;
+    }
     if (this.pending.length === 0) {
       this.flushing = false;
       for (const waiter of this.idleWaiters.splice(0)) waiter();
@@ -156,14 +210,14 @@ export class WriteAheadLog {
     this.pendingBytes -= groupBytes;
     const startPosition = this.position;
     const buffers = group.map((entry) => entry.bytes);
+    const path = this.path;
 
     const fail = (error: Error) => {
+      console.error(`eventide: write-ahead log ${path}: ${error.message}; ${group.length} records refused`);
       // Cut the file back so a record that was never acknowledged is not replayed half-way
       // through a later group; if even that fails, stop taking writes rather than guess.
       try {
-        ftruncateSync(this.fd, startPosition);
-        if (this.fsyncEnabled) fdatasyncSync(this.fd);
-        this.position = startPosition;
+        this.cutBack(startPosition);
       } catch (truncateError) {
         this.broken = truncateError as Error;
       }
@@ -172,10 +226,14 @@ export class WriteAheadLog {
     };
 
     writev(this.fd, buffers, startPosition, (writeError, bytesWritten) => {
-      if (writeError) return fail(writeError);
+      // An injected write fault strikes after the real write, so the cut-back has real bytes to remove.
+      const failure = writeError ?? injectedFault("wal.write", path);
+      if (failure) return fail(failure);
       if (bytesWritten !== groupBytes) return fail(new Error(`short write: ${bytesWritten} of ${groupBytes} bytes`));
       const finish = (syncError: Error | null) => {
-        if (syncError) return fail(syncError);
+        const failure = syncError ?? (this.fsyncEnabled ? injectedFault("wal.fsync", path) : undefined);
+        if (failure) return fail(failure);
+        if (this.fsyncEnabled) recordSync(path, startPosition + groupBytes);
         this.position = startPosition + groupBytes;
         for (const entry of group) {
           entry.onDurable();
@@ -201,13 +259,32 @@ export class WriteAheadLog {
    */
   async rotate(atSwitch: () => void): Promise<number> {
     while (this.flushing || this.pending.length > 0) await this.idle();
-    closeSync(this.fd);
-    this.sequence += 1;
-    this.fd = openSync(walFilePath(this.dataDir, this.sequence), "a+");
-    this.position = fstatSync(this.fd).size;
+    // The new file is opened and its name made durable before the old one is let go: if either
+    // fails, the log keeps appending to the old file and the checkpoint fails having changed nothing.
+    const sequence = this.sequence + 1;
+    const path = walFilePath(this.dataDir, sequence);
+    injectFault("wal.rotate", path);
+    const fd = openWalFile(path);
+    try {
+      fsyncDirectory(walDirectory(this.dataDir));
+    } catch (error) {
+      closeSync(fd);
+      throw error;
+    }
+    try {
+      closeSync(this.fd);
+    } catch (error) {
+      // Every byte of the old file that counts was fdatasynced already; a failed close loses nothing.
+      console.error(`eventide: closing ${this.path}: ${(error as Error).message}`);
+    }
+    this.fd = fd;
+    this.path = path;
+    this.sequence = sequence;
+    this.position = fstatSync(fd).size;
+    // A partial group that could not be cut off stays behind in the old file, where recovery cuts it.
+    this.broken = undefined;
     atSwitch();
-    fsyncDirectory(walDirectory(this.dataDir));
-    return this.sequence;
+    return sequence;
   }
 
   /** Deletes WAL files with a sequence below `sequence` (their rows are sealed). */
@@ -231,6 +308,7 @@ export function truncateWalFile(path: string, validBytes: number): void {
   try {
     ftruncateSync(fd, validBytes);
     fdatasyncSync(fd);
+    recordSync(path, validBytes);
   } finally {
     closeSync(fd);
   }
