@@ -55,6 +55,7 @@ async function main(): Promise<void> {
         fsync: config.fsync,
       }),
     load: (directory) => pool.load({ kind: "load-segment", directory }),
+    merge: (directories, target, dayStartMs) => pool.merge({ kind: "merge", directories, target, dayStartMs, fsync: config.fsync }),
   });
   const ingest = new IngestService(pool, store, credentials);
   const query = new QueryService(pool, store);

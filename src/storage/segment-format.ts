@@ -20,11 +20,12 @@
  * Sealing and loading both run in the worker pool, off the main thread.
  */
 import { strict as assert } from "node:assert";
-import { closeSync, existsSync, mkdirSync, openSync, readFileSync, readSync, renameSync, rmSync } from "node:fs";
+import { closeSync, existsSync, mkdirSync, openSync, readFileSync, readSync, rmSync } from "node:fs";
 import { dirname, join } from "node:path";
 import { crc32 } from "node:zlib";
 import roaring from "roaring";
-import { fsyncDirectory, writeFileDurably } from "./files.js";
+import { injectFault } from "./fault-injection.js";
+import { fsyncDirectory, makeDirectoryDurably, renameIntoPlace, writeFileDurably } from "./files.js";
 
 const { RoaringBitmap32 } = roaring;
 
@@ -61,6 +62,8 @@ export interface SegmentLayout {
   bitmaps: ColumnSpan;
   bitmapEnds: ColumnSpan;
   properties: PropertyLayout[];
+  /** Segments of the same day this one replaces (a merge); start-up deletes them if they remain. */
+  replaces?: string[];
   /** Not loaded for queries: read at start-up to rebuild the uuid set. */
   uuidRows: ColumnSpan | undefined;
   uuids: ColumnSpan | undefined;
@@ -85,6 +88,8 @@ export interface SealInput {
   uuidBytes: Uint8Array;
   properties: Array<{ keyId: number; valueIds: Uint32Array; texts: string[] }>;
   fsync: boolean;
+  /** Names of the segments a merge replaces. */
+  replaces?: string[];
 }
 
 function align8(value: number): number {
@@ -263,14 +268,17 @@ export function sealSegment(input: SealInput): LoadSegmentResult {
     uuidRows: uuidRowsSpan,
     uuids: uuidsSpan,
     memoryBytes: memory.byteLength,
+    ...(input.replaces ? { replaces: input.replaces } : {}),
   };
 
   // Publish: every file into tmp_<name>, fsync each, then one rename makes the segment exist.
   const parent = dirname(input.directory);
-  mkdirSync(parent, { recursive: true });
+  // Durably: the day directory's entry must survive a power loss once a checkpoint names its segments.
+  makeDirectoryDurably(parent, input.fsync);
   const temporary = join(parent, `tmp_${input.directory.slice(parent.length + 1)}`);
   rmSync(temporary, { recursive: true, force: true });
   mkdirSync(temporary);
+  injectFault("segment.write", temporary);
   for (const { span, bytes } of placed) writeFileDurably(join(temporary, span.file), bytes, input.fsync);
   if (uuidRowsSpan) {
     writeFileDurably(join(temporary, uuidRowsSpan.file), asBytes(uuidRows), input.fsync);
@@ -278,8 +286,8 @@ export function sealSegment(input: SealInput): LoadSegmentResult {
   }
   writeFileDurably(join(temporary, "_meta.json"), JSON.stringify(layout), input.fsync);
   if (input.fsync) fsyncDirectory(temporary);
-  renameSync(temporary, input.directory);
-  if (input.fsync) fsyncDirectory(parent);
+  injectFault("segment.rename", input.directory);
+  renameIntoPlace(temporary, input.directory, input.fsync);
   return { kind: "load-segment", layout, memory };
 }
 
@@ -320,6 +328,13 @@ export function loadSegment(directory: string): LoadSegmentResult {
   const eventStart = new Uint32Array(memory, layout.eventStart.offset, layout.eventCount + 1);
   assert.equal(eventStart[layout.eventCount], layout.rowCount, `${directory}: event runs disagree with row count`);
   return { kind: "load-segment", layout, memory };
+}
+
+/** One file of a segment, checksum verified (files that are not query columns: uuids). */
+export function readSegmentFile(directory: string, span: ColumnSpan): Uint8Array {
+  const target = new Uint8Array(span.bytes);
+  readSpan(directory, span, target);
+  return target;
 }
 
 /** The 16-byte uuids a segment holds (start-up dedupe rebuild). */

@@ -39,6 +39,8 @@ import { UuidSet } from "./uuid-set.js";
 import { encodeRecord, listWalSequences, readWalFile, truncateWalFile, WriteAheadLog } from "./wal.js";
 
 export const dayMs = 86_400_000;
+/** Days larger than this are left as several segments rather than rewritten whole. */
+const mergeRowsMax = 20_000_000;
 
 /**
  * After a failed checkpoint, the next one waits this long: a disk that is full
@@ -134,8 +136,12 @@ export class ActiveSegment {
   }
 }
 
+class RetiredSegmentError extends Error {}
+
 export class SealedSegment {
   memory: SharedArrayBuffer | undefined;
+  /** Set when a merge replaced this segment: it must not be described again. */
+  retired = false;
   private layoutJson: string | undefined;
   loading: Promise<void> | undefined;
   lastUsed = 0;
@@ -181,9 +187,9 @@ export class WorkspaceStore {
     fsync = true,
   ) {
     makeDirectoryDurably(directory, fsync);
-    this.events = Dictionary.load(dictionaryPath(dataDir, id, "events"));
-    this.users = Dictionary.load(dictionaryPath(dataDir, id, "users"));
-    this.keys = Dictionary.load(dictionaryPath(dataDir, id, "keys"));
+    this.events = Dictionary.load(dictionaryPath(dataDir, id, "events"), fsync);
+    this.users = Dictionary.load(dictionaryPath(dataDir, id, "users"), fsync);
+    this.keys = Dictionary.load(dictionaryPath(dataDir, id, "keys"), fsync);
   }
 
   partition(dayStartMs: number): DayPartition {
@@ -233,13 +239,14 @@ interface FrozenSegment {
 export interface StoreTasks {
   seal(segment: ActiveSegment, directory: string, workspaceId: string): Promise<LoadSegmentResult>;
   load(directory: string): Promise<LoadSegmentResult>;
+  merge(directories: string[], target: string, dayStartMs: number): Promise<LoadSegmentResult>;
 }
 
 export class Store {
   readonly workspaces = new Map<string, WorkspaceStore>();
   private wal!: WriteAheadLog;
   private checkpointSequence = 0;
-  private checkpointRunning: Promise<void> | undefined;
+  private checkpointRunning: Promise<boolean> | undefined;
   private rowsSinceCheckpoint = 0;
   private checkpointTimer: NodeJS.Timeout | undefined;
   /** Segments a failed checkpoint froze but did not seal; the next checkpoint seals them first. */
@@ -260,6 +267,10 @@ export class Store {
   /** Rows applied since start, for figures. */
   rowsApplied = 0;
   private commitSequence = 0;
+  private closing = false;
+  private mergeRunning: Promise<void> | undefined;
+  private mergeWanted = false;
+  private mergeCount = 0;
   /** Commits that claimed uuids and are not yet durable, by commit id. */
   private readonly commitsInFlight = new Map<number, Promise<void>>();
 
@@ -279,23 +290,41 @@ export class Store {
     for (const workspaceId of readdirSync(workspacesDirectory(dataDir))) {
       if (!isWorkspaceId(workspaceId)) continue;
       const workspace = store.workspace(workspaceId);
+      // Entries a killed process created (a day directory, a dictionary) may still be in the page cache only.
+      if (fsync) fsyncDirectory(workspace.directory);
       for (const day of readdirSync(workspace.directory)) {
         if (!/^\d{4}-\d{2}-\d{2}$/.test(day)) continue;
         const dayStartMs = Date.parse(`${day}T00:00:00Z`);
+        let removed = false;
+        const layouts = new Map<string, SegmentLayout>();
         for (const segmentName of readdirSync(dayDirectory(dataDir, workspaceId, day)).sort()) {
           const directory = segmentDirectory(dataDir, workspaceId, day, segmentName);
-          const match = /^seg-(\d+)-(\d+)$/.exec(segmentName);
+          const match = /^seg-(\d+)-([0-9a-z]+)$/.exec(segmentName);
           // tmp_ directories and segments of a checkpoint that never completed are not part of the store.
           if (match === null || Number(match[1]) > store.checkpointSequence) {
             rmSync(directory, { recursive: true, force: true });
+            removed = true;
             continue;
           }
-          const layout = readSegmentLayout(directory);
+          layouts.set(segmentName, readSegmentLayout(directory));
+        }
+        // A merge publishes its segment before deleting the ones it replaces; finish that deletion.
+        for (const layout of [...layouts.values()]) {
+          for (const replaced of layout.replaces ?? []) {
+            if (!layouts.delete(replaced)) continue;
+            rmSync(segmentDirectory(dataDir, workspaceId, day, replaced), { recursive: true, force: true });
+            removed = true;
+          }
+        }
+        for (const [segmentName, layout] of layouts) {
+          const directory = segmentDirectory(dataDir, workspaceId, day, segmentName);
           const segment = new SealedSegment(`${workspaceId}/${day}/${segmentName}`, directory, dayStartMs, layout);
           workspace.partition(dayStartMs).sealed.push(segment);
           const uuids = readSegmentUuids(directory, layout);
           for (let offset = 0; offset < uuids.length; offset += 16) workspace.uuids.add(uuids, offset);
         }
+        // Durably gone: a removed segment that came back after a power loss would be adopted by the next published checkpoint.
+        if (removed && fsync) fsyncDirectory(dayDirectory(dataDir, workspaceId, day));
       }
     }
 
@@ -306,6 +335,8 @@ export class Store {
       if (sequence < store.checkpointSequence) continue;
       const path = walFilePath(dataDir, sequence);
       const { records, validBytes, fileBytes } = readWalFile(path);
+      // Cut a torn tail, and make what is replayed durable: the killed process may have left it in the
+      // page cache only, and once replayed it is counted, and a uuid retry of it acknowledged as stored.
       if (validBytes < fileBytes) truncateWalFile(path, validBytes);
       for (const record of records) {
         if (!isWorkspaceId(record.workspaceId)) continue;
@@ -330,6 +361,7 @@ export class Store {
   /** Starts background checkpoints; `tasks` runs seal and load work in the pool. */
   start(tasks: StoreTasks): void {
     this.tasks = tasks;
+    this.scheduleMerges();
     this.checkpointTimer = setInterval(() => {
       if (this.rowsSinceCheckpoint > 0 || this.unsealed.length > 0) this.checkpointSoon();
     }, limits.checkpointIntervalMs);
@@ -514,7 +546,7 @@ export class Store {
     this.unsealed = [];
     const written: string[] = [];
     let newSequence = 0;
-    let sealed: Array<{ partition: DayPartition; active: ActiveSegment; segment: SealedSegment; result: LoadSegmentResult }>;
+    const sealed: Array<{ partition: DayPartition; active: ActiveSegment; segment: SealedSegment; result: LoadSegmentResult }> = [];
     let renamedWithoutDirectoryFsync = false;
     try {
       const dictionarySizes = new Map<WorkspaceStore, [number, number, number]>();
@@ -534,7 +566,6 @@ export class Store {
         this.rowsSinceCheckpoint = 0;
       });
 
-      sealed = [];
       let segmentNumber = 0;
       // Settled, not all: a failure must wait for the other seals, whose directories it then removes.
       const outcomes = await Promise.allSettled(
@@ -584,6 +615,7 @@ export class Store {
       partition.sealing.splice(partition.sealing.indexOf(active), 1);
       partition.sealed.push(segment);
     }
+    this.scheduleMerges();
     if (renamedWithoutDirectoryFsync) return;
     try {
       this.wal.deleteBefore(newSequence);
@@ -616,6 +648,17 @@ export class Store {
 
   /** Descriptors of every segment a query over [fromMs, toMs) must read, loading sealed ones as needed. */
   async snapshot(workspaceId: string, fromMs: number, toMs: number, filterKeyIds: readonly number[]): Promise<{ segments: SegmentDescriptor[]; rowCount: number }> {
+    // A merge may retire a segment while this snapshot waits for it to load; then look again.
+    for (let attempt = 0; ; attempt++) {
+      const snapshot = await this.snapshotOnce(workspaceId, fromMs, toMs, filterKeyIds).catch((error: unknown) => {
+        if (error instanceof RetiredSegmentError && attempt < 3) return undefined;
+        throw error;
+      });
+      if (snapshot) return snapshot;
+    }
+  }
+
+  private async snapshotOnce(workspaceId: string, fromMs: number, toMs: number, filterKeyIds: readonly number[]): Promise<{ segments: SegmentDescriptor[]; rowCount: number }> {
     const workspace = this.workspaces.get(workspaceId);
     if (workspace === undefined) return { segments: [], rowCount: 0 };
     const segments = workspace.segmentsIn(fromMs, toMs);
@@ -623,7 +666,10 @@ export class Store {
     const descriptors = segments.map((segment) => (segment instanceof ActiveSegment ? segment.describe(filterKeyIds) : undefined));
     const loads: Promise<void>[] = [];
     for (const segment of segments) if (segment instanceof SealedSegment && !segment.memory) loads.push(this.ensureLoaded(segment));
-    await Promise.all(loads);
+    const loaded = await Promise.allSettled(loads);
+    const retired = segments.some((segment) => segment instanceof SealedSegment && segment.retired);
+    if (retired) throw new RetiredSegmentError();
+    for (const outcome of loaded) if (outcome.status === "rejected") throw outcome.reason;
     let rowCount = 0;
     for (const segment of segments) rowCount += segment instanceof ActiveSegment ? segment.rowCount : segment.layout.rowCount;
     return { segments: segments.map((segment, index) => descriptors[index] ?? (segment as SealedSegment).describe()), rowCount };
@@ -667,9 +713,61 @@ export class Store {
   }
 
   /** Flushes the WAL and seals everything, so the next start replays nothing. */
+  /** Runs merges in the background, one at a time; a call while one runs asks for another pass after it. */
+  private scheduleMerges(): void {
+    if (this.closing) return;
+    if (this.mergeRunning) {
+      this.mergeWanted = true;
+      return;
+    }
+    this.mergeRunning = this.runMerges()
+      .catch((error: unknown) => console.error(`eventide: merging segments failed (they stay as they are): ${(error as Error).message}`))
+      .finally(() => {
+        this.mergeRunning = undefined;
+        if (this.mergeWanted) {
+          this.mergeWanted = false;
+          this.scheduleMerges();
+        }
+      });
+  }
+
+  /** Merges every day that holds more than one sealed segment into one segment. */
+  private async runMerges(): Promise<void> {
+    for (const workspace of [...this.workspaces.values()]) {
+      for (const [dayStartMs, partition] of [...workspace.days]) {
+        if (this.closing) return;
+        const victims = partition.sealed.slice();
+        if (victims.length < 2) continue;
+        let rows = 0;
+        for (const victim of victims) rows += victim.layout.rowCount;
+        if (rows > mergeRowsMax) continue;
+        const day = dayLabel(dayStartMs);
+        // Named under the published checkpoint, so start-up accepts it; the suffix keeps it unique.
+        const name = `seg-${String(this.checkpointSequence).padStart(12, "0")}-m${(++this.mergeCount).toString(36)}${Date.now().toString(36)}`;
+        const target = segmentDirectory(this.dataDir, workspace.id, day, name);
+        const result = await this.tasks.merge(victims.map((victim) => victim.directory), target, dayStartMs);
+        assert.equal(result.layout.rowCount, rows, "merged segment lost rows");
+        const merged = new SealedSegment(`${workspace.id}/${day}/${name}`, target, dayStartMs, result.layout);
+        merged.attach(result);
+        partition.sealed = [merged, ...partition.sealed.filter((segment) => !victims.includes(segment))];
+        for (const victim of victims) {
+          if (victim.memory) this.cachedBytes -= victim.layout.memoryBytes;
+          victim.memory = undefined;
+          victim.retired = true;
+        }
+        this.touch(merged, result.layout.memoryBytes);
+        // Published first, deleted second: start-up finishes the deletion if a crash lands between.
+        for (const victim of victims) rmSync(victim.directory, { recursive: true, force: true });
+        if (this.fsync) fsyncDirectory(dayDirectory(this.dataDir, workspace.id, day));
+      }
+    }
+  }
+
   async close(): Promise<void> {
     if (this.closed) return;
+    this.closing = true;
     clearInterval(this.checkpointTimer);
+    await this.mergeRunning;
     await this.wal.idle();
     if (this.checkpointRunning) await this.checkpointRunning;
     if (this.rowsSinceCheckpoint > 0 || this.hasActiveRows() || this.unsealed.length > 0) {

@@ -5,7 +5,7 @@
  */
 import { Piscina } from "piscina";
 import { limits } from "../config/limits.js";
-import type { IngestTask, IngestTaskResult, LoadSegmentTask, SealTask } from "./protocol.js";
+import type { IngestTask, IngestTaskResult, LoadSegmentTask, MergeTask, SealTask } from "./protocol.js";
 import type { QueryTask, QueryTaskResult } from "../query/query-protocol.js";
 import type { LoadSegmentResult } from "../storage/segment-format.js";
 
@@ -47,6 +47,10 @@ export class WorkerPool {
   }
 
   seal(task: SealTask): Promise<LoadSegmentResult> {
+    return this.run(task);
+  }
+
+  merge(task: MergeTask): Promise<LoadSegmentResult> {
     return this.run(task);
   }
 

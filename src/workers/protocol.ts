@@ -45,12 +45,20 @@ export interface SealTask {
   fsync: boolean;
 }
 
+export interface MergeTask {
+  kind: "merge";
+  directories: string[];
+  target: string;
+  dayStartMs: number;
+  fsync: boolean;
+}
+
 export interface LoadSegmentTask {
   kind: "load-segment";
   directory: string;
 }
 
-export type Task = IngestTask | SealTask | LoadSegmentTask | QueryTask;
+export type Task = IngestTask | SealTask | MergeTask | LoadSegmentTask | QueryTask;
 export type TaskResult = IngestTaskResult | LoadSegmentResult | QueryTaskResult;
 
 export function assertNever(value: never): never {

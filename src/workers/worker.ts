@@ -7,6 +7,7 @@ import { Piscina } from "piscina";
 import { validateBodies } from "../ingest/event-validation.js";
 import { runQueryTask } from "../query/query-worker.js";
 import { loadSegment, sealSegment } from "../storage/segment-format.js";
+import { mergeSegments } from "../storage/segment-merge.js";
 import { assertNever, type IngestTask, type SealTask, type Task, type TaskResult } from "./protocol.js";
 
 function runIngest(task: IngestTask): TaskResult {
@@ -46,6 +47,8 @@ export default function run(task: Task): TaskResult {
       return runIngest(task);
     case "seal":
       return runSeal(task);
+    case "merge":
+      return mergeSegments(task);
     case "load-segment":
       return loadSegment(task.directory);
     case "query":

@@ -101,11 +101,19 @@ export function funnelPartial(segments: readonly SegmentView[], plan: FunnelPlan
   try {
     entryUserCount = markEntryUsers(segments, order, slotEventIds[0], plan.entryFromMs, plan.entryToMsExclusive, userLo, userHi);
     if (entryUserCount === 0) return counts;
-    numberEntryUsersInUserOrder(entryUserCount);
     const deepestUsers = new Float64Array(reachableStepCount + 1);
+    if (reachableStepCount >= 2) {
+      // An entry user with no event of step 2's name before the horizon stops at
+      // step 1 whatever else it did: count it now and gather only the others.
+      // Step 2 is usually far rarer than step 1, so most entry users go here.
+      const keptCount = keepUsersWithEvent(segments, order, slotEventIds[stepSlots[1]], plan.entryFromMs, horizonMs, userLo, userHi, entryUserCount);
+      deepestUsers[1] = entryUserCount - keptCount;
+      entryUserCount = keptCount;
+    }
+    numberEntryUsersInUserOrder(entryUserCount);
     if (reachableStepCount === 1) {
       deepestUsers[1] = entryUserCount;
-    } else {
+    } else if (entryUserCount > 0) {
       const slotCount = slotEventIds.length;
       const chunkUsersMax = Math.max(1, Math.floor(chunkCellsMax / slotCount));
       const chunk: GatherChunk = {
@@ -195,6 +203,64 @@ function markEntryUsers(
     }
   }
   return entryUserCount;
+}
+
+/**
+ * Keeps, among the marked entry users, those with at least one event `eventId`
+ * in [fromMs, toMsExclusive); unmarks the others. Returns how many were kept;
+ * the kept ones stay listed first in entryUserSlots.
+ */
+function keepUsersWithEvent(
+  segments: readonly SegmentView[],
+  order: readonly number[],
+  eventId: number,
+  fromMs: number,
+  toMsExclusive: number,
+  userLo: number,
+  userHi: number,
+  entryUserCount: number,
+): number {
+  const indexes = userEntryIndexes.values;
+  const slotLimit = indexes.length;
+  for (const segmentIndex of order) {
+    const segment = segments[segmentIndex];
+    if (segment.dayStartMs >= toMsExclusive || segment.dayStartMs + dayMs <= fromMs) continue;
+    const offsetLow = Math.max(0, fromMs - segment.dayStartMs);
+    const offsetHigh = Math.min(dayMs, toMsExclusive - segment.dayStartMs);
+    const { userIds, timeOffsetMs } = segment;
+    if (segment.eventRowStart !== undefined) {
+      sealedShardRows(segment.eventRowStart, userIds, eventId, userLo, userHi, shardRows);
+      for (let row = shardRows.start; row < shardRows.end; row++) {
+        const slot = userIds[row] - userLo;
+        if (slot >= slotLimit || indexes[slot] !== 1) continue;
+        const offset = timeOffsetMs[row];
+        if (offset >= offsetLow && offset < offsetHigh) indexes[slot] = 2;
+      }
+    } else {
+      const eventIds = segment.eventIds!;
+      for (let row = 0; row < segment.rowCount; row++) {
+        if (eventIds[row] !== eventId) continue;
+        const user = userIds[row];
+        if (user < userLo || user >= userHi) continue;
+        const slot = user - userLo;
+        if (slot >= slotLimit || indexes[slot] !== 1) continue;
+        const offset = timeOffsetMs[row];
+        if (offset >= offsetLow && offset < offsetHigh) indexes[slot] = 2;
+      }
+    }
+  }
+  const slots = entryUserSlots.values;
+  let keptCount = 0;
+  for (let index = 0; index < entryUserCount; index++) {
+    const slot = slots[index];
+    if (indexes[slot] === 2) {
+      indexes[slot] = 1;
+      slots[keptCount++] = slot;
+    } else {
+      indexes[slot] = 0;
+    }
+  }
+  return keptCount;
 }
 
 /** Rows [rowStart, rowEnd) are the entry event's rows in the shard, grouped by user. */
