@@ -9,9 +9,16 @@
  *
  * Block: u32 magic, u32 entry count, u32 byte length of the entries, u32 crc32;
  * then per entry u32 byte length + UTF-8 bytes.
+ *
+ * A block is written at the end of the valid prefix, which the dictionary
+ * tracks, not appended at the end of the file: a block that failed half-way
+ * (disk full) is overwritten by the next one instead of hiding it from `load`.
  */
-import { closeSync, existsSync, fsyncSync, ftruncateSync, openSync, readFileSync, writeSync } from "node:fs";
+import { closeSync, constants, existsSync, fsyncSync, ftruncateSync, openSync, readFileSync, writeSync } from "node:fs";
+import { dirname } from "node:path";
 import { crc32 } from "node:zlib";
+import { injectFault, recordCreate, recordSync } from "./fault-injection.js";
+import { fsyncDirectory } from "./files.js";
 
 const blockMagic = 0x31434944; // "DIC1"
 const blockHeaderBytes = 16;
@@ -21,6 +28,10 @@ export class Dictionary {
   private readonly ids = new Map<string, number>();
   /** Entries [0, persistedCount) are in the file. */
   persistedCount = 0;
+  /** Byte length of the file's valid blocks: where the next block goes. */
+  private persistedBytes = 0;
+  /** Whether this process fsynced the directory since the file was created or first seen. */
+  private nameDurable = false;
 
   get size(): number {
     return this.texts.length;
@@ -40,8 +51,12 @@ export class Dictionary {
     return id;
   }
 
-  /** Loads the valid blocks of a dictionary file, cutting a torn tail. */
-  static load(path: string): Dictionary {
+  /**
+   * Loads the valid blocks of a dictionary file, cutting a torn tail, and
+   * fsyncs what it keeps: a killed process may have left its last block in the
+   * page cache only, and the next checkpoint relies on every loaded id.
+   */
+  static load(path: string, fsync = true): Dictionary {
     const dictionary = new Dictionary();
     if (!existsSync(path)) return dictionary;
     const bytes = readFileSync(path);
@@ -61,16 +76,18 @@ export class Dictionary {
       }
       offset = end;
     }
-    if (offset < bytes.length) {
+    if (offset < bytes.length || fsync) {
       const fd = openSync(path, "r+");
       try {
         ftruncateSync(fd, offset);
         fsyncSync(fd);
+        recordSync(path, offset);
       } finally {
         closeSync(fd);
       }
     }
     dictionary.persistedCount = dictionary.size;
+    dictionary.persistedBytes = offset;
     return dictionary;
   }
 
@@ -86,20 +103,36 @@ export class Dictionary {
       encoded.push(prefix, text);
       length += 4 + text.length;
     }
-    const body = Buffer.concat(encoded, length);
-    const header = Buffer.alloc(blockHeaderBytes);
-    header.writeUInt32LE(blockMagic, 0);
-    header.writeUInt32LE(upTo - this.persistedCount, 4);
-    header.writeUInt32LE(length, 8);
-    header.writeUInt32LE(crc32(body), 12);
-    const fd = openSync(path, "a");
+    const block = Buffer.alloc(blockHeaderBytes + length);
+    Buffer.concat(encoded, length).copy(block, blockHeaderBytes);
+    block.writeUInt32LE(blockMagic, 0);
+    block.writeUInt32LE(upTo - this.persistedCount, 4);
+    block.writeUInt32LE(length, 8);
+    block.writeUInt32LE(crc32(block.subarray(blockHeaderBytes)), 12);
+    injectFault("dictionary.write", path);
+    const created = !existsSync(path);
+    // Not O_APPEND: the block goes at `persistedBytes`, over whatever a failed attempt left there.
+    const fd = openSync(path, constants.O_RDWR | constants.O_CREAT, 0o644);
+    const end = this.persistedBytes + block.length;
     try {
-      writeSync(fd, header);
-      writeSync(fd, body);
-      if (fsync) fsyncSync(fd);
+      if (created) recordCreate(path);
+      ftruncateSync(fd, this.persistedBytes);
+      let written = 0;
+      while (written < block.length) written += writeSync(fd, block, written, block.length - written, this.persistedBytes + written);
+      if (fsync) {
+        fsyncSync(fd);
+        injectFault("dictionary.fsync", path);
+        recordSync(path, end);
+      }
     } finally {
       closeSync(fd);
     }
+    // A segment published later refers to these ids: the file's name must survive a power loss as well.
+    if (fsync && (created || !this.nameDurable)) {
+      fsyncDirectory(dirname(path));
+      this.nameDurable = true;
+    }
     this.persistedCount = upTo;
+    this.persistedBytes = end;
   }
 }

@@ -1,9 +1,14 @@
 /**
  * File primitives with the durability rules of the store: atomic publish
- * (write tmp_…, fsync, rename, fsync the directory) and directory fsync.
+ * (write tmp_…, fsync, rename, fsync the directory), directory fsync, and
+ * directories whose creation is itself durable. A new directory entry — file,
+ * directory or rename target — survives a power loss only once its parent
+ * directory has been fsynced, so every helper that creates one fsyncs the
+ * parent before returning.
  */
-import { closeSync, fsyncSync, openSync, renameSync, writeSync } from "node:fs";
+import { closeSync, existsSync, fsyncSync, mkdirSync, openSync, renameSync, writeSync } from "node:fs";
 import { basename, dirname, join } from "node:path";
+import { recordCreate, recordDirectorySync } from "./fault-injection.js";
 
 export function fsyncDirectory(path: string): void {
   const fd = openSync(path, "r");
@@ -12,6 +17,29 @@ export function fsyncDirectory(path: string): void {
   } finally {
     closeSync(fd);
   }
+  recordDirectorySync(path);
+}
+
+/**
+ * `mkdir -p` whose result survives a power loss: each level it creates is
+ * made durable by an fsync of its parent (without fsync, a plain mkdir).
+ */
+export function makeDirectoryDurably(path: string, fsync = true): void {
+  if (existsSync(path)) return;
+  const missing: string[] = [];
+  for (let level = path; !existsSync(level); level = dirname(level)) missing.push(level);
+  mkdirSync(path, { recursive: true });
+  for (const level of missing.reverse()) {
+    recordCreate(level);
+    if (fsync) fsyncDirectory(dirname(level));
+  }
+}
+
+/** Renames `source` to `target` (a new name) and makes the new entry durable. */
+export function renameIntoPlace(source: string, target: string, fsync = true): void {
+  renameSync(source, target);
+  recordCreate(target);
+  if (fsync) fsyncDirectory(dirname(target));
 }
 
 export function writeFileDurably(path: string, data: Uint8Array | string, fsync = true): void {
@@ -30,6 +58,9 @@ export function writeFileDurably(path: string, data: Uint8Array | string, fsync 
 export function publishFileAtomically(path: string, data: Uint8Array | string, fsync = true): void {
   const temporary = join(dirname(path), `tmp_${basename(path)}.${process.pid}`);
   writeFileDurably(temporary, data, fsync);
+  const replacing = existsSync(path);
   renameSync(temporary, path);
+  // Replacing an existing file creates no new entry: before the directory fsync a power loss leaves the old or the new file, both valid.
+  if (!replacing) recordCreate(path);
   if (fsync) fsyncDirectory(dirname(path));
 }
