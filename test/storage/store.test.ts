@@ -7,13 +7,14 @@
  * that the reopened store counts every committed row once, with the right
  * event names, and keeps deduplicating uuids.
  */
-import { appendFileSync, existsSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from "node:fs";
+import { appendFileSync, cpSync, existsSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterEach, beforeEach, describe, expect, it } from "vitest";
 import { ChunkBuilder } from "../../src/ingest/chunk-codec.js";
 import { checkpointPath, walFilePath } from "../../src/storage/paths.js";
 import { loadSegment, sealSegment, type LoadSegmentResult } from "../../src/storage/segment-format.js";
+import { mergeSegments } from "../../src/storage/segment-merge.js";
 import { ActiveSegment, Store, type StoreTasks } from "../../src/storage/store.js";
 import { readWalFile } from "../../src/storage/wal.js";
 import { Random } from "../helpers/random.js";
@@ -41,7 +42,15 @@ function sealInline(segment: ActiveSegment, directory: string): LoadSegmentResul
 const inlineTasks: StoreTasks = {
   seal: async (segment, directory) => sealInline(segment, directory),
   load: async (directory) => loadSegment(directory),
+  merge: async (directories, target, dayStartMs) => mergeSegments({ directories, target, dayStartMs, fsync: false }),
 };
+
+/**
+ * Refuses merges (the store keeps a day's segments as they are). For tests that
+ * rewind `_checkpoint.json` by hand: a merge runs only after a published
+ * checkpoint, so rewinding past one that merged makes a state no crash can.
+ */
+const noMergeTasks: StoreTasks = { ...inlineTasks, merge: () => Promise.reject(new Error("merges are off in this test")) };
 
 /** Seals (so the files exist) but never reports back: the checkpoint stops before publishing. */
 const stalledTasks: StoreTasks = {
@@ -50,6 +59,7 @@ const stalledTasks: StoreTasks = {
     return new Promise<LoadSegmentResult>(() => {});
   },
   load: async (directory) => loadSegment(directory),
+  merge: () => new Promise<LoadSegmentResult>(() => {}),
 };
 
 interface Row {
@@ -201,7 +211,7 @@ describe("the store, reopened after a crash", () => {
   it("keeps event ids right when the dictionaries were appended but the checkpoint was not published", async () => {
     const random = new Random(4);
     const committed = [rows(random, 200, ["alpha", "beta"], 0.3)];
-    const first = open(dataDir);
+    const first = open(dataDir, noMergeTasks);
     await first.commit(workspaceId, chunk(committed[0]));
     await first.checkpoint();
     committed.push(rows(random, 200, ["gamma", "delta", "alpha"], 0.3));
@@ -216,7 +226,7 @@ describe("the store, reopened after a crash", () => {
     writeFileSync(checkpointPath(dataDir), checkpointBefore);
     writeFileSync(walFilePath(dataDir, walSequence), walBefore);
 
-    const second = open(dataDir);
+    const second = open(dataDir, noMergeTasks);
     expect(countsByEvent(second)).toEqual(expectedCounts(committed));
     expect(second.workspace(workspaceId).events.texts).toEqual(eventIds);
     committed.push(rows(random, 100, ["epsilon", "gamma"], 0.3));
@@ -258,6 +268,46 @@ describe("the store, reopened after a crash", () => {
     const third = open(dataDir);
     expect(countsByEvent(third)).toEqual(expectedCounts(committed));
     await third.close();
+  });
+
+  it("merges a day's segments into one, and finishes a merge that crashed before deleting what it replaced", async () => {
+    const backup = mkdtempSync(join(tmpdir(), "eventide-merge-backup-"));
+    const saved: Array<{ from: string; to: string }> = [];
+    let merges = 0;
+    // Keep a copy of each merge's inputs, to put them back as a crash between publish and delete would leave them.
+    const copyingTasks: StoreTasks = {
+      ...inlineTasks,
+      merge: async (directories, target, dayStartMs) => {
+        for (const directory of directories) {
+          const copy = join(backup, `${saved.length}`);
+          cpSync(directory, copy, { recursive: true });
+          saved.push({ from: copy, to: directory });
+        }
+        merges++;
+        return mergeSegments({ directories, target, dayStartMs, fsync: false });
+      },
+    };
+    const random = new Random(7);
+    const committed = [rows(random, 300, ["alpha", "beta"], 0.5), rows(random, 300, ["beta", "gamma"], 0.5), rows(random, 300, ["alpha"], 0.5)];
+    const first = open(dataDir, copyingTasks);
+    for (const batch of committed) {
+      await first.commit(workspaceId, chunk(batch));
+      await first.checkpoint();
+    }
+    await first.close();
+    expect(merges).toBeGreaterThan(0);
+    const days = new Set(segmentNames(dataDir).map((name) => name.split("/")[0]));
+    expect(segmentNames(dataDir).length).toBe(days.size);
+
+    for (const { from, to } of saved) if (!existsSync(to)) cpSync(from, to, { recursive: true });
+    expect(segmentNames(dataDir).length).toBeGreaterThan(days.size);
+    const second = open(dataDir, noMergeTasks);
+    expect(segmentNames(dataDir).length).toBe(days.size);
+    expect(countsByEvent(second)).toEqual(expectedCounts(committed));
+    // Uuids of merged rows are still known: a retry of the first batch stores nothing.
+    expect((await second.commit(workspaceId, chunk(committed[0]))).storedCount).toBe(committed[0].filter((row) => row.uuid === undefined).length);
+    await second.close();
+    rmSync(backup, { recursive: true, force: true });
   });
 
   it("seals a property that only early rows set, after the segment grew past its first capacity", async () => {
