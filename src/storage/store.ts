@@ -34,7 +34,7 @@ import {
   workspacesDirectory,
 } from "./paths.js";
 import type { ActiveSegmentDescriptor, SealedSegmentDescriptor, SegmentDescriptor } from "./segment-descriptor.js";
-import { readSegmentLayout, readSegmentUuids, type LoadSegmentResult, type SegmentLayout } from "./segment-format.js";
+import { readSegmentLayout, readSegmentUuids, segmentExists, type LoadSegmentResult, type SegmentLayout } from "./segment-format.js";
 import { UuidSet } from "./uuid-set.js";
 import { encodeRecord, listWalSequences, readWalFile, truncateWalFile, WriteAheadLog } from "./wal.js";
 
@@ -317,7 +317,9 @@ export class Store {
           const directory = segmentDirectory(dataDir, workspaceId, day, segmentName);
           const match = /^seg-(\d+)-([0-9a-z]+)$/.exec(segmentName);
           // tmp_ directories and segments of a checkpoint that never completed are not part of the store.
-          if (match === null || Number(match[1]) > store.checkpointSequence) {
+          // A segment without _meta.json was never published (its files are written
+          // before its directory is renamed into place): the remains of a deletion.
+          if (match === null || Number(match[1]) > store.checkpointSequence || !segmentExists(directory)) {
             rmSync(directory, { recursive: true, force: true });
             removed = true;
             continue;
@@ -354,7 +356,7 @@ export class Store {
       const { records, validBytes, fileBytes } = readWalFile(path);
       // Cut a torn tail, and make what is replayed durable: the killed process may have left it in the
       // page cache only, and once replayed it is counted, and a uuid retry of it acknowledged as stored.
-      if (validBytes < fileBytes) truncateWalFile(path, validBytes);
+      if (validBytes < fileBytes || fsync) truncateWalFile(path, validBytes);
       for (const record of records) {
         if (!isWorkspaceId(record.workspaceId)) continue;
         const chunk = decodeChunk(record.payload);
