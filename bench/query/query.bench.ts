@@ -1,0 +1,629 @@
+/**
+ * Query benchmark (`npm run bench:query`): loads a seeded dataset
+ * (bench/fixtures/dataset.ts) into a real Eventide process over HTTP and into
+ * an in-process DuckDB table, then times the same trend, funnel and retention
+ * questions on both, checks that every answer is identical (and, on small
+ * datasets, identical to a plain reference implementation of SPEC §4), and
+ * reports medians, p95s, the Eventide/DuckDB ratio and Eventide's memory.
+ *
+ * Estimate at 10 M events, 1 M users, 90 days (~5 M $pageviews, ~55 k per day):
+ * - trend: a day's $pageviews are one run of a segment's event column; counting
+ *   5 M rows at ~1 ns per row (one byte compare) is ~5 ms on one core, ~3 ms
+ *   on two, plus ~0.2 ms of HTTP. Target ≤ 5 ms.
+ * - filtered trend (country = US, ~34 %): one more byte load per row through a
+ *   dictionary-compiled filter, ~2× the plain trend. Target ≤ 10 ms.
+ * - unique trend: distinct users per day need a bitmap or hash set per bucket,
+ *   ~5 M inserts at ~2 ns (bitmap) … 20 ns (hash): 10–100 ms. Target ≤ 10 ms.
+ * - funnel, 5 steps, one-day window: every user's entries and later steps,
+ *   ~6 M rows touched, grouped by user; at ~20 ns per row ~120 ms on one core.
+ *   Target ≤ 150 ms. DuckDB's ASOF chain: ~1.7 s here (one join per step).
+ * - retention, 13 weekly periods: per-user first cohort period plus a period
+ *   bitmap per user, ~5 M rows at ~2 ns: ~10 ms. Target ≤ 10 ms; DuckDB ~0.4 s.
+ * Loading: JSON bodies of ~190 B per event (~1.9 GB at 10 M); Eventide ingests
+ * ~250–400 k events/s on 2 cores, so ~30–40 s at 10 M and ~2.5 min at 50 M.
+ *
+ * Retention answers may be cached for 60 s per identical request (SPEC §4),
+ * so every retention run asks a different question of the same shape: 13
+ * weekly periods from a dateFrom shifted by one day per run. DuckDB answers the
+ * same list. Before any timing, the DuckDB SQL is checked against the SPEC §5
+ * worked example, hand cases and random data (./self-check.ts).
+ *
+ * Eventide is restarted (SIGTERM, then start over the same data) between
+ * loading and querying: shutdown seals every segment, so queries see the
+ * steady state of a store whose history is sealed, not a checkpoint that
+ * might fire in the middle of the timings; the RSS reported after queries is
+ * then the query path's own.
+ */
+import { mkdirSync, mkdtempSync, rmSync, writeFileSync, existsSync } from "node:fs";
+import { Agent } from "node:http";
+import { availableParallelism, cpus, loadavg, tmpdir, totalmem } from "node:os";
+import { dirname, join, resolve } from "node:path";
+import { parseArgs } from "node:util";
+import { BatchSerializer, generateDataset, distinctIdOf, type Dataset } from "../fixtures/dataset.js";
+import { DuckDbEngine } from "./duckdb-engine.js";
+import { post, processCpuMs, startEventide, statusKilobytes, type EventideProcess } from "./eventide-process.js";
+import { runSelfCheck } from "./self-check.js";
+import {
+  addDays,
+  firstDifference,
+  referenceAnswer,
+  type QueryAnswer,
+  type QueryRequest,
+  type ReferenceEvent,
+} from "./spec-reference.js";
+
+const repositoryRoot = resolve(import.meta.dirname, "..", "..", "..");
+const eventideMain = join(repositoryRoot, "dist", "src", "main.js");
+
+interface Options {
+  eventCounts: number[];
+  userCount: number;
+  dayCount: number;
+  seed: number;
+  runs: number;
+  warmup: number;
+  inflight: number;
+  startDate: string;
+  ingestOrder: "shuffled-batches" | "time";
+  out: string;
+  restartBeforeQueries: boolean;
+  referenceMaxEvents: number;
+  only: string[];
+  keepData: boolean;
+}
+
+function parseOptions(): Options {
+  const { values } = parseArgs({
+    options: {
+      events: { type: "string", default: "10000000" },
+      users: { type: "string", default: "1000000" },
+      days: { type: "string", default: "90" },
+      seed: { type: "string", default: "1" },
+      runs: { type: "string", default: "10" },
+      warmup: { type: "string", default: "2" },
+      inflight: { type: "string", default: "4" },
+      "start-date": { type: "string", default: "2024-01-01" },
+      "ingest-order": { type: "string", default: "shuffled-batches" },
+      out: { type: "string", default: "bench/results/query-latest.json" },
+      "no-restart": { type: "boolean", default: false },
+      "reference-max-events": { type: "string", default: "2000000" },
+      only: { type: "string", default: "" },
+      "keep-data": { type: "boolean", default: false },
+      help: { type: "boolean", default: false },
+    },
+  });
+  if (values.help) {
+    process.stdout.write(
+      "npm run bench:query -- [--events 10000000[,50000000…]] [--users 1000000] [--days 90] [--seed 1] [--runs 10] [--warmup 2]\n" +
+        "  [--inflight 4] [--start-date 2024-01-01] [--ingest-order shuffled-batches|time] [--out bench/results/query-latest.json]\n" +
+        "  [--no-restart] [--reference-max-events 2000000] [--only trend,funnel-5,…] [--keep-data]\n" +
+        "--events takes a comma-separated list: each size is a full run (fresh Eventide, fresh DuckDB table), and the\n" +
+        "summary shows how each time grows with the event count.\n",
+    );
+    process.exit(0);
+  }
+  const integer = (name: string, raw: string, minimum: number): number => {
+    const value = Number(raw.replaceAll("_", ""));
+    if (!Number.isSafeInteger(value) || value < minimum) throw new Error(`--${name} must be an integer ≥ ${minimum}, got ${raw}`);
+    return value;
+  };
+  const ingestOrder = values["ingest-order"];
+  if (ingestOrder !== "shuffled-batches" && ingestOrder !== "time") throw new Error(`--ingest-order must be shuffled-batches or time, got ${ingestOrder}`);
+  return {
+    eventCounts: values.events.split(",").map((part) => integer("events", part.trim(), 1)),
+    userCount: integer("users", values.users, 1),
+    dayCount: integer("days", values.days, 1),
+    seed: integer("seed", values.seed, 0),
+    runs: integer("runs", values.runs, 1),
+    warmup: integer("warmup", values.warmup, 0),
+    inflight: integer("inflight", values.inflight, 1),
+    startDate: values["start-date"],
+    ingestOrder,
+    out: resolve(values.out),
+    restartBeforeQueries: !values["no-restart"],
+    referenceMaxEvents: integer("reference-max-events", values["reference-max-events"], 0),
+    only: values.only === "" ? [] : values.only.split(",").map((part) => part.trim()),
+    keepData: values["keep-data"],
+  };
+}
+
+// ---------------------------------------------------------------------------
+// The questions.
+
+interface QuerySpec {
+  name: string;
+  /** Target for Eventide's median at 10 M events, ms; undefined when none was set. */
+  targetMs: number | undefined;
+  /** The request of run `index` (warm-up runs first); only retention varies, to stay uncached. */
+  request: (index: number) => QueryRequest;
+  varies: boolean;
+}
+
+function querySpecs(dataset: Dataset): QuerySpec[] {
+  const dateFrom = dataset.options.startDate;
+  const dateTo = addDays(dateFrom, dataset.options.dayCount - 1);
+  const constant = (name: string, targetMs: number | undefined, request: QueryRequest): QuerySpec => ({ name, targetMs, request: () => request, varies: false });
+  const retention = (name: string, targetMs: number | undefined, cohortEvent: string, retentionEvent: string): QuerySpec => ({
+    name,
+    targetMs,
+    // 13 weekly periods from a dateFrom one day later per run: same shape, never the same request.
+    request: (index) => ({ kind: "retention", body: { cohortEvent, retentionEvent, dateFrom: addDays(dateFrom, index), dateTo: addDays(dateFrom, index + 13 * 7 - 1), windowDays: 7 } }),
+    varies: true,
+  });
+  const trendBody = { event: "$pageview", dateFrom, dateTo, groupBy: "day" as const, filters: [], math: "total" as const };
+  const funnel5 = ["$pageview", "signup", "activate", "add_to_cart", "purchase"];
+  return [
+    constant("trend", 5, { kind: "trend", body: trendBody }),
+    constant("trend-filter-eq", 10, { kind: "trend", body: { ...trendBody, filters: [{ property: "country", op: "eq", value: "US" }] } }),
+    constant("trend-unique", 10, { kind: "trend", body: { ...trendBody, math: "unique" } }),
+    constant("trend-filter-number", undefined, { kind: "trend", body: { ...trendBody, event: "purchase", filters: [{ property: "price", op: "gte", value: "49" }] } }),
+    constant("funnel-3", undefined, { kind: "funnel", body: { steps: funnel5.slice(0, 3), dateFrom, dateTo, conversionWindow: 86_400 } }),
+    constant("funnel-5", 150, { kind: "funnel", body: { steps: funnel5, dateFrom, dateTo, conversionWindow: 86_400 } }),
+    retention("retention", 10, "$pageview", "$pageview"),
+    retention("retention-signup", undefined, "signup", "$pageview"),
+  ];
+}
+
+// ---------------------------------------------------------------------------
+// Statistics and formatting.
+
+function median(values: readonly number[]): number {
+  const sorted = [...values].sort((left, right) => left - right);
+  if (sorted.length === 0) return Number.NaN;
+  const middle = sorted.length >> 1;
+  return sorted.length % 2 === 1 ? sorted[middle] : (sorted[middle - 1] + sorted[middle]) / 2;
+}
+
+/** Nearest-rank p95: with 10 runs, the slowest. */
+function p95(values: readonly number[]): number {
+  const sorted = [...values].sort((left, right) => left - right);
+  if (sorted.length === 0) return Number.NaN;
+  return sorted[Math.min(sorted.length - 1, Math.ceil(0.95 * sorted.length) - 1)];
+}
+
+function formatMs(value: number | undefined): string {
+  if (value === undefined || !Number.isFinite(value)) return "–";
+  return value >= 100 ? value.toFixed(0) : value >= 10 ? value.toFixed(1) : value.toFixed(2);
+}
+
+function formatCount(value: number): string {
+  if (value >= 1e6) return `${Number((value / 1e6).toFixed(1))} M`;
+  if (value >= 1e3) return `${Number((value / 1e3).toFixed(1))} k`;
+  return String(value);
+}
+
+function formatTable(header: string[], rows: string[][]): string {
+  const widths = header.map((cell, column) => Math.max(cell.length, ...rows.map((row) => row[column].length)));
+  const line = (cells: string[]) => cells.map((cell, column) => (column === 0 ? cell.padEnd(widths[column]) : cell.padStart(widths[column]))).join("  ");
+  return [line(header), widths.map((width) => "-".repeat(width)).join("  "), ...rows.map(line)].join("\n");
+}
+
+function say(text: string): void {
+  process.stdout.write(`${text}\n`);
+}
+
+function sleep(milliseconds: number): Promise<void> {
+  return new Promise((resolveSleep) => setTimeout(resolveSleep, milliseconds));
+}
+
+// ---------------------------------------------------------------------------
+// Loading Eventide.
+
+interface IngestReport {
+  events: number;
+  requests: number;
+  retries: number;
+  elapsedMs: number;
+  eventsPerSecond: number;
+  /** Client time spent building JSON bodies (overlaps with the server's work). */
+  serializeMs: number;
+  bodyBytes: number;
+}
+
+async function ingestDataset(eventide: EventideProcess, dataset: Dataset, inflight: number): Promise<IngestReport> {
+  const serializer = new BatchSerializer(dataset);
+  const batchEvents = dataset.options.batchEvents;
+  const batchCount = Math.ceil(dataset.eventCount / batchEvents);
+  const agent = new Agent({ keepAlive: true, maxSockets: inflight });
+  const url = `${eventide.ingestUrl}/ingest/batch`;
+  let next = 0;
+  let serializeMs = 0;
+  let bodyBytes = 0;
+  let retries = 0;
+  let acknowledged = 0;
+  let lastReportMs = performance.now();
+  const startMs = performance.now();
+  const worker = async () => {
+    for (;;) {
+      const batch = next;
+      next += 1;
+      if (batch >= batchCount) return;
+      const start = batch * batchEvents;
+      const end = Math.min(start + batchEvents, dataset.eventCount);
+      const serializeStartMs = performance.now();
+      const body = Buffer.from(serializer.batchBody(eventide.apiKey, start, end), "utf8");
+      serializeMs += performance.now() - serializeStartMs;
+      bodyBytes += body.length;
+      for (let attempt = 0; ; attempt += 1) {
+        const answer = await post(agent, url, body);
+        if (answer.status === 503 && attempt < 100) {
+          retries += 1;
+          const retryAfterSeconds = Number(answer.headers["retry-after"] ?? 1);
+          await sleep(Math.min(1000, Math.max(50, retryAfterSeconds * 1000)));
+          continue;
+        }
+        let accepted = -1;
+        try {
+          const parsed = JSON.parse(answer.text) as { accepted?: unknown; errors?: unknown };
+          if (parsed.errors === undefined) accepted = Number(parsed.accepted);
+        } catch {
+          // Reported below.
+        }
+        if (answer.status !== 200 || accepted !== end - start) {
+          throw new Error(`ingest batch ${batch} answered ${answer.status}: ${answer.text.slice(0, 1000)}`);
+        }
+        acknowledged += accepted;
+        break;
+      }
+      const nowMs = performance.now();
+      if (nowMs - lastReportMs > 10_000) {
+        lastReportMs = nowMs;
+        say(`    … ${formatCount(acknowledged)} events acknowledged, ${formatCount((acknowledged / (nowMs - startMs)) * 1000)} events/s`);
+      }
+    }
+  };
+  await Promise.all(Array.from({ length: inflight }, worker));
+  const elapsedMs = performance.now() - startMs;
+  agent.destroy();
+  return { events: acknowledged, requests: batchCount, retries, elapsedMs, eventsPerSecond: (acknowledged / elapsedMs) * 1000, serializeMs, bodyBytes };
+}
+
+// ---------------------------------------------------------------------------
+// One dataset size.
+
+interface EngineTimes {
+  runsMs: number[];
+  medianMs: number;
+  p95Ms: number;
+}
+
+interface QueryResult {
+  name: string;
+  kind: QueryRequest["kind"];
+  firstRequest: QueryRequest;
+  targetMs: number | undefined;
+  eventide: EngineTimes | null;
+  duckdb: EngineTimes;
+  ratio: number;
+  answersMatch: boolean;
+  referenceChecked: boolean;
+  eventideError?: string;
+}
+
+interface Mismatch {
+  events: number;
+  query: string;
+  run: number;
+  request: QueryRequest;
+  between: string;
+  difference: string;
+  left: unknown;
+  right: unknown;
+}
+
+interface SizeResult {
+  events: number;
+  users: number;
+  days: number;
+  activeUsers: number;
+  eventCounts: Record<string, number>;
+  generateMs: number;
+  ingest: IngestReport;
+  eventideStopMs: number | null;
+  eventideRestartMs: number | null;
+  duckdbLoad: { appendMs: number; sortMs: number };
+  eventideMemoryMiB: { afterLoadRss: number; afterLoadPeak: number; afterQueriesRss: number; afterQueriesPeak: number };
+  /** 1-minute load average before and after the timed queries: above the core count, others competed for the CPU. */
+  loadAverage: { beforeQueries: number; afterQueries: number };
+  queries: QueryResult[];
+}
+
+function referenceEvents(dataset: Dataset): ReferenceEvent[] {
+  const { columns, dictionaries } = dataset;
+  const events: ReferenceEvent[] = new Array(dataset.eventCount);
+  for (let row = 0; row < dataset.eventCount; row += 1) {
+    const properties: ReferenceEvent["properties"] = {
+      country: dictionaries.country[columns.country[row]],
+      browser: dictionaries.browser[columns.browser[row]],
+      $os: dictionaries.os[columns.os[row]],
+      path: dictionaries.path[columns.path[row]],
+    };
+    if (columns.plan[row] !== 0) properties.plan = dictionaries.plan[columns.plan[row] - 1];
+    if (columns.price[row] !== 0) properties.price = dictionaries.price[columns.price[row] - 1];
+    events[row] = { event: dictionaries.event[columns.event[row]], distinctId: distinctIdOf(dataset, columns.user[row]), timeMs: columns.timeMs[row], properties };
+  }
+  return events;
+}
+
+const pathOfKind: Record<QueryRequest["kind"], string> = { trend: "trend", funnel: "funnel", retention: "retention" };
+
+async function runSize(eventCount: number, options: Options, duckdb: DuckDbEngine, mismatches: Mismatch[]): Promise<SizeResult> {
+  say(`\n=== ${formatCount(eventCount)} events, ${formatCount(options.userCount)} users, ${options.dayCount} days, seed ${options.seed}`);
+  const generateStartMs = performance.now();
+  const dataset = generateDataset({ eventCount, userCount: options.userCount, dayCount: options.dayCount, seed: options.seed, startDate: options.startDate, batchEvents: 1000, ingestOrder: options.ingestOrder });
+  const generateMs = performance.now() - generateStartMs;
+  const eventCounts: Record<string, number> = {};
+  for (const name of dataset.dictionaries.event) eventCounts[name] = 0;
+  const seenUsers = new Uint8Array(options.userCount);
+  let activeUsers = 0;
+  for (let row = 0; row < eventCount; row += 1) {
+    eventCounts[dataset.dictionaries.event[dataset.columns.event[row]]] += 1;
+    const user = dataset.columns.user[row];
+    if (seenUsers[user] === 0) {
+      seenUsers[user] = 1;
+      activeUsers += 1;
+    }
+  }
+  say(`dataset: generated in ${(generateMs / 1000).toFixed(1)} s; ${formatCount(activeUsers)} active users; ` + Object.entries(eventCounts).map(([name, count]) => `${name} ${formatCount(count)}`).join(", "));
+
+  const workDirectory = mkdtempSync(join(tmpdir(), "eventide-bench-query-"));
+  const dataDirectory = join(workDirectory, "data");
+  mkdirSync(dataDirectory);
+  let eventide = await startEventide(eventideMain, repositoryRoot, dataDirectory);
+  say(`eventide: pid ${eventide.pid}, query ${eventide.queryUrl}, ingest ${eventide.ingestUrl}, data ${dataDirectory}`);
+
+  say(`loading Eventide: ${Math.ceil(eventCount / 1000)} batches of 1 000 events, ${options.inflight} in flight`);
+  const ingest = await ingestDataset(eventide, dataset, options.inflight);
+  say(
+    `  ${formatCount(ingest.events)} events in ${(ingest.elapsedMs / 1000).toFixed(1)} s (${formatCount(ingest.eventsPerSecond)} events/s, ${ingest.retries} retries after 503); ` +
+      `client JSON building ${(ingest.serializeMs / 1000).toFixed(1)} s, ${(ingest.bodyBytes / ingest.events).toFixed(0)} B/event`,
+  );
+  const afterLoadRss = statusKilobytes(eventide.pid, "VmRSS") / 1024;
+  const afterLoadPeak = statusKilobytes(eventide.pid, "VmHWM") / 1024;
+  say(`  eventide RSS after load ${afterLoadRss.toFixed(0)} MiB (peak ${afterLoadPeak.toFixed(0)} MiB)`);
+
+  let eventideStopMs: number | null = null;
+  let eventideRestartMs: number | null = null;
+  if (options.restartBeforeQueries) {
+    const stopStartMs = performance.now();
+    const code = await eventide.stop();
+    eventideStopMs = performance.now() - stopStartMs;
+    if (code !== 0) throw new Error(`eventide exited ${code} on SIGTERM; stderr:\n${eventide.stderr()}`);
+    const restartStartMs = performance.now();
+    eventide = await startEventide(eventideMain, repositoryRoot, dataDirectory, { apiKey: eventide.apiKey, token: eventide.token });
+    eventideRestartMs = performance.now() - restartStartMs;
+    say(`  restarted Eventide (stop ${(eventideStopMs / 1000).toFixed(1)} s, start ${(eventideRestartMs / 1000).toFixed(1)} s): pid ${eventide.pid}`);
+  }
+
+  say("loading DuckDB …");
+  const duckdbLoad = await duckdb.loadDataset("events", dataset);
+  say(`  appended in ${(duckdbLoad.appendMs / 1000).toFixed(1)} s, decoded and sorted in ${(duckdbLoad.sortMs / 1000).toFixed(1)} s`);
+
+  // Wait for the server to go quiet (segment loading, anything left from start-up).
+  const settleStartMs = performance.now();
+  for (let lastCpuMs = processCpuMs(eventide.pid); performance.now() - settleStartMs < 120_000; ) {
+    await sleep(1000);
+    const cpuMs = processCpuMs(eventide.pid);
+    if (cpuMs - lastCpuMs < 50) break;
+    lastCpuMs = cpuMs;
+  }
+
+  const reference = eventCount <= options.referenceMaxEvents ? referenceEvents(dataset) : null;
+  const loadBeforeQueries = loadavg()[0];
+  const specs = querySpecs(dataset).filter((spec) => options.only.length === 0 || options.only.includes(spec.name));
+  const agent = new Agent({ keepAlive: true, maxSockets: 1 });
+  const authorization = { authorization: `Bearer ${eventide.token}` };
+  const results: QueryResult[] = [];
+  const totalRuns = options.warmup + options.runs;
+  say(`queries: ${options.warmup} warm-up + ${options.runs} timed runs each; DuckDB first (its answers are the yardstick), then Eventide`);
+  for (const spec of specs) {
+    const firstRequest = spec.request(0);
+    const mismatchesBefore = mismatches.length;
+    const record = (run: number, request: QueryRequest, between: string, left: unknown, right: unknown, difference: string) => {
+      mismatches.push({ events: eventCount, query: spec.name, run, request, between, difference, left, right });
+      if (mismatches.filter((mismatch) => mismatch.query === spec.name && mismatch.events === eventCount).length <= 2) {
+        say(`  !!! ${spec.name} run ${run}: ${between} differ at ${difference}`);
+        say(`      request   ${JSON.stringify(request)}`);
+        say(`      ${between.split(" and ")[0].padEnd(9)} ${JSON.stringify(left)}`);
+        say(`      ${between.split(" and ")[1].padEnd(9)} ${JSON.stringify(right)}`);
+      }
+    };
+
+    // DuckDB runs first so that its answers are there to compare Eventide's with, run by run.
+    const duckdbAnswers: QueryAnswer[] = [];
+    const duckdbRunsMs: number[] = [];
+    for (let run = 0; run < totalRuns; run += 1) {
+      const { answer, elapsedMs } = await duckdb.answer("events", spec.request(run));
+      if (spec.varies || run === 0) duckdbAnswers.push(answer);
+      if (run >= options.warmup) duckdbRunsMs.push(elapsedMs);
+    }
+    const duckdbAnswerOf = (run: number) => (spec.varies ? duckdbAnswers[run] : duckdbAnswers[0]);
+
+    let referenceChecked = false;
+    if (reference !== null) {
+      referenceChecked = true;
+      for (let run = 0; run < (spec.varies ? totalRuns : 1); run += 1) {
+        const request = spec.request(run);
+        const expected = referenceAnswer(reference, request);
+        const difference = firstDifference(duckdbAnswerOf(run), expected);
+        if (difference !== undefined) record(run, request, "duckdb and reference", duckdbAnswerOf(run), expected, difference);
+      }
+    }
+
+    const eventideRunsMs: number[] = [];
+    let eventideError: string | undefined;
+    for (let run = 0; run < totalRuns; run += 1) {
+      const request = spec.request(run);
+      const body = JSON.stringify(request.body);
+      const startMs = performance.now();
+      const answer = await post(agent, `${eventide.queryUrl}/api/v1/query/${pathOfKind[request.kind]}`, body, authorization);
+      const elapsedMs = performance.now() - startMs;
+      if (answer.status !== 200) {
+        eventideError = `HTTP ${answer.status}: ${answer.text.slice(0, 500)}`;
+        say(`  !!! ${spec.name}: Eventide answered ${eventideError}`);
+        mismatches.push({ events: eventCount, query: spec.name, run, request, between: "eventide and duckdb", difference: eventideError, left: answer.text, right: duckdbAnswerOf(run) });
+        break;
+      }
+      if (run >= options.warmup) eventideRunsMs.push(elapsedMs);
+      let parsed: unknown;
+      try {
+        parsed = JSON.parse(answer.text);
+      } catch {
+        parsed = answer.text;
+      }
+      const difference = firstDifference(parsed, duckdbAnswerOf(run));
+      if (difference !== undefined) record(run, request, "eventide and duckdb", parsed, duckdbAnswerOf(run), difference);
+    }
+
+    const eventideTimes = eventideRunsMs.length > 0 ? { runsMs: eventideRunsMs, medianMs: median(eventideRunsMs), p95Ms: p95(eventideRunsMs) } : null;
+    const duckdbTimes = { runsMs: duckdbRunsMs, medianMs: median(duckdbRunsMs), p95Ms: p95(duckdbRunsMs) };
+    const result: QueryResult = {
+      name: spec.name,
+      kind: firstRequest.kind,
+      firstRequest,
+      targetMs: spec.targetMs,
+      eventide: eventideTimes,
+      duckdb: duckdbTimes,
+      ratio: eventideTimes === null ? Number.NaN : eventideTimes.medianMs / duckdbTimes.medianMs,
+      answersMatch: mismatches.length === mismatchesBefore,
+      referenceChecked,
+      eventideError,
+    };
+    results.push(result);
+    say(
+      `  ${spec.name.padEnd(20)} eventide ${formatMs(eventideTimes?.medianMs).padStart(7)} ms (p95 ${formatMs(eventideTimes?.p95Ms).padStart(7)})   ` +
+        `duckdb ${formatMs(duckdbTimes.medianMs).padStart(7)} ms (p95 ${formatMs(duckdbTimes.p95Ms).padStart(7)})   ` +
+        `ratio ${Number.isFinite(result.ratio) ? result.ratio.toFixed(3) : "–"}   answers ${result.answersMatch ? (referenceChecked ? "identical (and = reference)" : "identical") : "DIFFER"}`,
+    );
+  }
+  agent.destroy();
+
+  const loadAfterQueries = loadavg()[0];
+  say(`load average (1 min) ${loadBeforeQueries.toFixed(1)} before the queries, ${loadAfterQueries.toFixed(1)} after, on ${availableParallelism()} cores`);
+  const afterQueriesRss = statusKilobytes(eventide.pid, "VmRSS") / 1024;
+  const afterQueriesPeak = statusKilobytes(eventide.pid, "VmHWM") / 1024;
+  say(`eventide RSS after queries ${afterQueriesRss.toFixed(0)} MiB (peak since ${options.restartBeforeQueries ? "restart" : "start"} ${afterQueriesPeak.toFixed(0)} MiB)`);
+  const code = await eventide.stop();
+  if (code !== 0) say(`  (eventide exited ${code} on SIGTERM)`);
+  await duckdb.connection.run("DROP TABLE events");
+  if (!options.keepData) rmSync(workDirectory, { recursive: true, force: true });
+  else say(`kept ${workDirectory}`);
+
+  return {
+    events: eventCount,
+    users: options.userCount,
+    days: options.dayCount,
+    activeUsers,
+    eventCounts,
+    generateMs,
+    ingest,
+    eventideStopMs,
+    eventideRestartMs,
+    duckdbLoad,
+    eventideMemoryMiB: { afterLoadRss, afterLoadPeak, afterQueriesRss, afterQueriesPeak },
+    loadAverage: { beforeQueries: loadBeforeQueries, afterQueries: loadAfterQueries },
+    queries: results,
+  };
+}
+
+// ---------------------------------------------------------------------------
+
+async function main(): Promise<void> {
+  const options = parseOptions();
+  if (!existsSync(eventideMain)) throw new Error(`${eventideMain} is missing: run npm run build first`);
+  const startedAt = new Date();
+  const machine = {
+    cores: availableParallelism(),
+    cpuModel: cpus()[0]?.model ?? "unknown",
+    memoryGiB: Math.round((totalmem() / 2 ** 30) * 10) / 10,
+    node: process.version,
+  };
+  say(`machine: ${machine.cores} cores, ${machine.cpuModel}, ${machine.memoryGiB} GiB, Node ${machine.node}`);
+
+  const duckdb = await DuckDbEngine.open(machine.cores);
+  const version = String((await duckdb.connection.runAndReadAll("SELECT version()")).getRows()[0][0]);
+  say(`duckdb ${version}, threads ${duckdb.threads}`);
+
+  const selfCheck = await runSelfCheck(duckdb, options.seed);
+  if (selfCheck.failures.length > 0) {
+    for (const failure of selfCheck.failures) say(`self-check FAILED: ${failure}`);
+    throw new Error(`the DuckDB SQL does not follow SPEC §4 on ${selfCheck.failures.length} of ${selfCheck.cases} self-check cases; fix it before timing`);
+  }
+  say(`self-check: DuckDB SQL = SPEC reference on ${selfCheck.cases} cases (§5 worked example, edge cases, random data)`);
+
+  const mismatches: Mismatch[] = [];
+  const sizes: SizeResult[] = [];
+  for (const eventCount of options.eventCounts) sizes.push(await runSize(eventCount, options, duckdb, mismatches));
+  duckdb.close();
+
+  // Summary: one table per size, then growth across sizes.
+  for (const size of sizes) {
+    say(`\nquery latency at ${formatCount(size.events)} events (${formatCount(size.users)} users, ${size.days} days), median and p95 of ${options.runs} runs after ${options.warmup} warm-up; ` + `${machine.cores} cores, ${machine.cpuModel}`);
+    say(
+      formatTable(
+        ["query", "eventide ms", "p95", "duckdb ms", "p95", "eventide/duckdb", "target ms (10 M)", "answers"],
+        size.queries.map((query) => [
+          query.name,
+          formatMs(query.eventide?.medianMs),
+          formatMs(query.eventide?.p95Ms),
+          formatMs(query.duckdb.medianMs),
+          formatMs(query.duckdb.p95Ms),
+          Number.isFinite(query.ratio) ? query.ratio.toFixed(3) : "–",
+          query.targetMs === undefined ? "–" : `${query.targetMs} ${query.eventide !== null && query.eventide.medianMs <= query.targetMs ? "met" : "NOT met"}`,
+          query.answersMatch ? "identical" : "DIFFER",
+        ]),
+      ),
+    );
+    const memory = size.eventideMemoryMiB;
+    say(
+      `eventide RSS: after load ${memory.afterLoadRss.toFixed(0)} MiB (VmHWM ${memory.afterLoadPeak.toFixed(0)}), after queries ${memory.afterQueriesRss.toFixed(0)} MiB (VmHWM ${memory.afterQueriesPeak.toFixed(0)}); ` +
+        `ingest ${formatCount(size.ingest.eventsPerSecond)} events/s; load average ${size.loadAverage.beforeQueries.toFixed(1)} → ${size.loadAverage.afterQueries.toFixed(1)}`,
+    );
+  }
+  if (sizes.length > 1) {
+    const base = sizes[0];
+    say(`\ngrowth of the median with the event count (× the ${formatCount(base.events)}-event time)`);
+    const names = base.queries.map((query) => query.name);
+    say(
+      formatTable(
+        ["query", ...sizes.slice(1).flatMap((size) => [`eventide ${formatCount(size.events)}`, `duckdb ${formatCount(size.events)}`])],
+        names.map((name) => [
+          name,
+          ...sizes.slice(1).flatMap((size) => {
+            const query = size.queries.find((candidate) => candidate.name === name)!;
+            const baseQuery = base.queries.find((candidate) => candidate.name === name)!;
+            const eventideGrowth = query.eventide !== null && baseQuery.eventide !== null ? query.eventide.medianMs / baseQuery.eventide.medianMs : Number.NaN;
+            return [Number.isFinite(eventideGrowth) ? `${eventideGrowth.toFixed(2)}×` : "–", `${(query.duckdb.medianMs / baseQuery.duckdb.medianMs).toFixed(2)}×`];
+          }),
+        ]),
+      ),
+    );
+    say(`(events grew ${sizes.slice(1).map((size) => `${(size.events / base.events).toFixed(1)}×`).join(", ")})`);
+  }
+
+  const output = {
+    benchmark: "query",
+    startedAt: startedAt.toISOString(),
+    finishedAt: new Date().toISOString(),
+    machine,
+    duckdb: { version, threads: machine.cores },
+    options: { ...options, out: undefined },
+    selfCheckCases: selfCheck.cases,
+    sizes,
+    mismatches,
+  };
+  const outDirectory = dirname(options.out);
+  mkdirSync(outDirectory, { recursive: true });
+  writeFileSync(options.out, `${JSON.stringify(output, null, 2)}\n`);
+  say(`\nwrote ${options.out}`);
+
+  if (mismatches.length > 0) {
+    say(`\nANSWERS DIFFER: ${mismatches.length} mismatching answers in ${new Set(mismatches.map((mismatch) => `${mismatch.events}/${mismatch.query}`)).size} queries (see above and "mismatches" in ${options.out})`);
+    process.exitCode = 1;
+  }
+}
+
+main().catch((error: unknown) => {
+  process.stderr.write(`bench:query failed: ${error instanceof Error ? (error.stack ?? error.message) : String(error)}\n`);
+  process.exit(1);
+});
