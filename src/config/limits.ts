@@ -41,12 +41,20 @@ export const limits = Object.freeze({
   /** One WAL write + fdatasync carries at most this much. */
   groupCommitBytesMax: 32 * mebibyte,
   retryAfterSeconds: 1,
+  /**
+   * Per-workspace ingest rate limit (a token bucket, checked on the main thread
+   * before a chunk is committed); 0 turns it off, which is the default. Over the
+   * limit, ingest answers 429 rate_limited with Retry-After and stores nothing.
+   */
+  rateLimitEventsPerSecond: integerFromEnvironment("EVENTIDE_RATE_LIMIT_EVENTS_PER_SECOND", 0),
 
   // Store: a checkpoint seals every active segment once the WAL holds this many rows or bytes.
   checkpointRowsMax: integerFromEnvironment("EVENTIDE_CHECKPOINT_ROWS_MAX", 2_000_000),
   checkpointWalBytesMax: integerFromEnvironment("EVENTIDE_CHECKPOINT_WAL_BYTES_MAX", 512 * mebibyte),
-  /** Idle active segments are sealed after this long, so restarts replay little. */
+  /** Active rows are sealed at least this often, so restarts replay little. */
   checkpointIntervalMs: integerFromEnvironment("EVENTIDE_CHECKPOINT_INTERVAL_MS", 60_000),
+  /** …and once ingest has paused this long: sealed rows answer queries far faster than active ones. */
+  checkpointIdleMs: integerFromEnvironment("EVENTIDE_CHECKPOINT_IDLE_MS", 5_000),
 
   // Queries.
   segmentCacheBytesMax: integerFromEnvironment("EVENTIDE_SEGMENT_CACHE_BYTES_MAX", 8 * 1024 * mebibyte),
@@ -59,6 +67,13 @@ export const limits = Object.freeze({
   /** Slow or idle HTTP clients are cut off after this long without progress. */
   idleTimeoutSeconds: 10,
 });
+
+/**
+ * The rate limiter's bucket holds one second of events, but never less than a
+ * full batch: a bucket smaller than the largest valid batch would refuse that
+ * batch forever, however long its client waited.
+ */
+export const rateLimitBurstEvents = Math.max(limits.rateLimitEventsPerSecond, limits.batchEventsMax);
 
 assert(limits.ingestBodyBytesMax <= limits.batchBodyBytesMax);
 assert(limits.propertiesBytesMax < limits.ingestBodyBytesMax);

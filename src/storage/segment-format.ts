@@ -208,13 +208,18 @@ export function sealSegment(input: SealInput): LoadSegmentResult {
   }
 
   // uuids: only the rows that carried one (new row numbers), for dedupe rebuild.
-  const uuidRowList: number[] = [];
-  for (let index = 0; index < rowCount; index++) if (input.uuidPresent[order[index]]) uuidRowList.push(index);
-  const uuidRows = Uint32Array.from(uuidRowList);
-  const uuids = new Uint8Array(uuidRows.length * 16);
-  for (let index = 0; index < uuidRows.length; index++) {
-    const source = order[uuidRows[index]] * 16;
-    uuids.set(input.uuidBytes.subarray(source, source + 16), index * 16);
+  // Counted first, then filled: no list growing per row, no view per uuid.
+  let uuidCount = 0;
+  for (let index = 0; index < rowCount; index++) uuidCount += input.uuidPresent[order[index]];
+  const uuidRows = new Uint32Array(uuidCount);
+  const uuids = new Uint8Array(uuidCount * 16);
+  const uuidSource = input.uuidBytes;
+  for (let index = 0, cursor = 0; index < rowCount; index++) {
+    const row = order[index];
+    if (input.uuidPresent[row] === 0) continue;
+    uuidRows[cursor] = index;
+    for (let byte = 0; byte < 16; byte++) uuids[cursor * 16 + byte] = uuidSource[row * 16 + byte];
+    cursor++;
   }
 
   // Lay the query columns out in one shared buffer.

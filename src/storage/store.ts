@@ -284,6 +284,7 @@ export class Store {
   rowsApplied = 0;
   private commitSequence = 0;
   private closing = false;
+  private lastCommitAtMs = 0;
   private mergeRunning: Promise<void> | undefined;
   private mergeWanted = false;
   private mergeCount = 0;
@@ -382,9 +383,17 @@ export class Store {
     this.tasks = tasks;
     void this.warmUuids();
     this.scheduleMerges();
+    // Rows are sealed once ingest pauses for a few seconds, and at least every
+    // checkpointIntervalMs: queries over sealed rows are far faster than scans of
+    // active segments, and a restart replays less.
+    let lastCheckpointAtMs = Date.now();
     this.checkpointTimer = setInterval(() => {
-      if (this.rowsSinceCheckpoint > 0 || this.unsealed.length > 0) this.checkpointSoon();
-    }, limits.checkpointIntervalMs);
+      if (this.rowsSinceCheckpoint === 0 && this.unsealed.length === 0) return;
+      const nowMs = Date.now();
+      if (nowMs - this.lastCommitAtMs < limits.checkpointIdleMs && nowMs - lastCheckpointAtMs < limits.checkpointIntervalMs) return;
+      lastCheckpointAtMs = nowMs;
+      this.checkpointSoon();
+    }, Math.min(1000, limits.checkpointIntervalMs, limits.checkpointIdleMs));
     this.checkpointTimer.unref();
   }
 
@@ -466,6 +475,7 @@ export class Store {
       () => {
         this.commitsInFlight.delete(commitId);
         this.rowsSinceCheckpoint += chunk.rowCount;
+        this.lastCommitAtMs = Date.now();
         if (this.rowsSinceCheckpoint >= limits.checkpointRowsMax || this.wal.fileBytes >= limits.checkpointWalBytesMax) {
           this.checkpointSoon();
         }
@@ -590,9 +600,12 @@ export class Store {
       });
 
       let segmentNumber = 0;
-      // Settled, not all: a failure must wait for the other seals, whose directories it then removes.
-      const outcomes = await Promise.allSettled(
-        frozen.map(async ({ workspace, partition, segment }) => {
+      // One seal at a time: a checkpoint may seal a segment for each of many days,
+      // and queued all at once they would hold every worker while ingest and
+      // queries wait behind them. A failure stops the rest; the caller removes
+      // what was written.
+      const outcomes: PromiseSettledResult<void>[] = [];
+      const sealOne = async ({ workspace, partition, segment }: (typeof frozen)[number]) => {
           const day = dayLabel(segment.dayStartMs);
           const name = `seg-${String(newSequence).padStart(12, "0")}-${String(++segmentNumber).padStart(6, "0")}`;
           const directory = segmentDirectory(this.dataDir, workspace.id, day, name);
@@ -601,8 +614,16 @@ export class Store {
           const result = await this.tasks.seal(segment, directory, workspace.id);
           assert.equal(result.layout.rowCount, segment.rowCount, "sealed segment lost rows");
           sealed.push({ partition, active: segment, segment: new SealedSegment(`${workspace.id}/${day}/${name}`, directory, segment.dayStartMs, result.layout), result });
-        }),
-      );
+      };
+      for (const item of frozen) {
+        try {
+          await sealOne(item);
+          outcomes.push({ status: "fulfilled", value: undefined });
+        } catch (reason) {
+          outcomes.push({ status: "rejected", reason });
+          break;
+        }
+      }
       for (const outcome of outcomes) if (outcome.status === "rejected") throw outcome.reason;
 
       for (const [workspace, [events, users, keys]] of dictionarySizes) {
@@ -612,6 +633,8 @@ export class Store {
       }
       injectFault("checkpoint.publish", checkpointPath(this.dataDir));
       publishFileAtomically(checkpointPath(this.dataDir), JSON.stringify({ walSequence: newSequence }), this.fsync);
+      // As if the directory fsync that ends the publish had failed, after the rename.
+      injectFault("checkpoint.directory-fsync", checkpointPath(this.dataDir));
     } catch (error) {
       // If only the directory fsync after the rename failed, `_checkpoint.json` already names the new
       // sequence and start-up would believe it: the segments stay and the checkpoint counts as done,
@@ -638,8 +661,8 @@ export class Store {
       partition.sealing.splice(partition.sealing.indexOf(active), 1);
       partition.sealed.push(segment);
     }
-    this.scheduleMerges();
     this.publishUncertain = renamedWithoutDirectoryFsync;
+    this.scheduleMerges();
     if (renamedWithoutDirectoryFsync) return;
     try {
       this.wal.deleteBefore(newSequence);
@@ -797,12 +820,11 @@ export class Store {
 
   /** Merges every day that holds more than one sealed segment into one segment. */
   private async runMerges(): Promise<void> {
-    // A merge must not fold in segments of a checkpoint a power loss could still undo (see runCheckpoint).
-    if (this.publishUncertain) return;
     this.removeAbandonedSegments();
     for (const workspace of [...this.workspaces.values()]) {
       for (const [dayStartMs, partition] of [...workspace.days]) {
-        if (this.closing) return;
+        // A merge must not fold in segments of a checkpoint a power loss could still undo (see runCheckpoint).
+        if (this.closing || this.publishUncertain) return;
         const victims = partition.sealed.slice();
         if (victims.length < 2) continue;
         let rows = 0;

@@ -37,14 +37,14 @@ export class UuidSet {
     return h >>> 0;
   }
 
-  private static words(bytes: Uint8Array, offset: number): [number, number, number, number] {
-    const word = (at: number) => (bytes[at] | (bytes[at + 1] << 8) | (bytes[at + 2] << 16) | (bytes[at + 3] << 24)) >>> 0;
-    return [word(offset), word(offset + 4), word(offset + 8), word(offset + 12)];
+  /** Little-endian u32 at bytes[at…at+4): read inline, no tuple per lookup. */
+  private static word(bytes: Uint8Array, at: number): number {
+    return (bytes[at] | (bytes[at + 1] << 8) | (bytes[at + 2] << 16) | (bytes[at + 3] << 24)) >>> 0;
   }
 
   /** True when the uuid at bytes[offset…offset+16) is present. */
   has(bytes: Uint8Array, offset = 0): boolean {
-    const [a, b, c, d] = UuidSet.words(bytes, offset);
+    const a = UuidSet.word(bytes, offset), b = UuidSet.word(bytes, offset + 4), c = UuidSet.word(bytes, offset + 8), d = UuidSet.word(bytes, offset + 12);
     if ((a | b | c | d) === 0) return this.hasNil;
     return this.find(a, b, c, d) >= 0;
   }
@@ -70,7 +70,7 @@ export class UuidSet {
    * else the owner that claimed it first (0 once that commit is durable).
    */
   claim(bytes: Uint8Array, offset: number, owner: number): number {
-    const [a, b, c, d] = UuidSet.words(bytes, offset);
+    const a = UuidSet.word(bytes, offset), b = UuidSet.word(bytes, offset + 4), c = UuidSet.word(bytes, offset + 8), d = UuidSet.word(bytes, offset + 12);
     if ((a | b | c | d) === 0) {
       if (this.hasNil) return this.nilOwner;
       this.hasNil = true;
@@ -86,7 +86,7 @@ export class UuidSet {
 
   /** Marks the uuid durable (its commit's fdatasync succeeded). */
   settle(bytes: Uint8Array, offset = 0): void {
-    const [a, b, c, d] = UuidSet.words(bytes, offset);
+    const a = UuidSet.word(bytes, offset), b = UuidSet.word(bytes, offset + 4), c = UuidSet.word(bytes, offset + 8), d = UuidSet.word(bytes, offset + 12);
     if ((a | b | c | d) === 0) {
       this.nilOwner = 0;
       return;
@@ -97,7 +97,7 @@ export class UuidSet {
 
   /** Removes a uuid added by a write that then failed (rare: disk errors). */
   delete(bytes: Uint8Array, offset = 0): void {
-    const [a, b, c, d] = UuidSet.words(bytes, offset);
+    const a = UuidSet.word(bytes, offset), b = UuidSet.word(bytes, offset + 4), c = UuidSet.word(bytes, offset + 8), d = UuidSet.word(bytes, offset + 12);
     if ((a | b | c | d) === 0) {
       this.hasNil = false;
       return;

@@ -21,6 +21,9 @@ import { dayMs, isoDay, isoTime, sumCounts, trend } from "../helpers/events.js";
 import { Random } from "../helpers/random.js";
 import { type ServerHandle, ingestAll, makeDataDir, removeDataDir, startServer } from "../helpers/server.js";
 
+/** The damaged records must still be only in the WAL: no idle or timed checkpoint may seal them first. */
+const walOnly = { EVENTIDE_CHECKPOINT_IDLE_MS: "600000", EVENTIDE_CHECKPOINT_INTERVAL_MS: "600000" };
+
 const firstDayMs = Date.UTC(2024, 4, 30);
 const dateFrom = isoDay(firstDayMs - dayMs);
 const dateTo = isoDay(firstDayMs + 3 * dayMs);
@@ -135,7 +138,7 @@ const baseExpected = new Map<string, number>();
 let walBatches: Batch[] = [];
 
 async function start(dataDir: string): Promise<ServerHandle> {
-  const server = await startServer({ dataDir, credentials, workers: 1 });
+  const server = await startServer({ dataDir, credentials, workers: 1, env: walOnly });
   servers.push(server);
   return server;
 }
