@@ -6,7 +6,9 @@
  *
  * Every command prints exactly one JSON line on stdout, errors included
  * (`{"error":"…"}`, exit 1), so scripts parse one stream. Commands live in one
- * table: a new one (e.g. `bench`) is one more entry.
+ * table: a new one is one more entry. `bench` runs the benchmark suite
+ * (dist/bench/suite/main.js, imported only when asked for): its progress goes
+ * to stderr and its one JSON line names the files it wrote.
  */
 import { resolve } from "node:path";
 
@@ -16,8 +18,10 @@ import { createApiKey, createToken, createWorkspace, listWorkspaces, revokeApiKe
 export interface CliIo {
   /** Receives one output line, without its newline. */
   writeLine(line: string): void;
-  /** Unexpected failures get a stack trace here; the JSON error line still goes to writeLine. */
+  /** Unexpected failures get a stack trace here; the JSON error line still goes to writeLine. Long-running commands (bench) report progress here too. */
   writeDiagnostic(text: string): void;
+  /** Whether the diagnostic stream is a terminal (progress redraws one line in place). */
+  diagnosticIsTTY?: boolean;
   environment: Readonly<Record<string, string | undefined>>;
   workingDirectory: string;
 }
@@ -45,6 +49,14 @@ export class CliUsageError extends Error {
   constructor(message: string) {
     super(message);
     this.name = "CliUsageError";
+  }
+}
+
+/** Thrown by a command for an expected failure (a missing file, say): printed as an error, without a stack trace. */
+export class CliCommandError extends Error {
+  constructor(message: string) {
+    super(message);
+    this.name = "CliCommandError";
   }
 }
 
@@ -85,7 +97,35 @@ export const cliCommands: CliCommand[] = [
     summary: "revoke an access token",
     run: ([token], { dataDir }) => revokeToken(dataDir, token),
   },
+  {
+    words: ["bench"],
+    operands: [],
+    variadic: true,
+    summary: "run the benchmark suite (as npm run bench; eventide bench --help for its options); progress on stderr, a summary line on stdout",
+    run: (operands, { io }) => runBench(operands, io),
+  },
 ];
+
+/** The bench suite's entry (dist/bench/suite/main.js), loaded only when asked for, so other commands start fast. */
+async function runBench(operands: readonly string[], io: CliIo): Promise<unknown> {
+  let suite: typeof import("../bench/suite/main.js");
+  try {
+    suite = await import("../bench/suite/main.js");
+  } catch (error) {
+    if ((error as NodeJS.ErrnoException)?.code === "ERR_MODULE_NOT_FOUND" && String((error as Error).message).includes("bench/suite/main.js")) {
+      throw new CliCommandError("the bench suite is not built (dist/bench/suite/main.js is missing): run npm run build in the Eventide checkout");
+    }
+    throw error;
+  }
+  try {
+    // Human output goes to stderr: stdout keeps the one JSON line every command prints.
+    return await suite.runBenchSuite(operands, { write: (text) => io.writeDiagnostic(text), isTTY: io.diagnosticIsTTY === true, workingDirectory: io.workingDirectory });
+  } catch (error) {
+    if (error instanceof suite.SuiteUsageError) throw new CliUsageError(error.message);
+    if (error instanceof suite.ResultsFileError) throw new CliCommandError(error.message);
+    throw error;
+  }
+}
 
 export function commandUsage(command: CliCommand): string {
   const variadic = command.variadic ? " [ARGUMENT…]" : "";
@@ -139,7 +179,7 @@ export async function runCli(argv: readonly string[], io: CliIo, commands: reado
     return 0;
   } catch (error) {
     if (error instanceof CliUsageError) return printError(`${error.message}; usage: ${commandUsage(command)}`);
-    if (isRegistryError(error)) return printError(error.message);
+    if (isRegistryError(error) || error instanceof CliCommandError) return printError(error.message);
     // Unexpected (a full disk, a permission problem): still one JSON line, with the details on stderr.
     io.writeDiagnostic(`${(error as Error)?.stack ?? String(error)}\n`);
     return printError((error as Error)?.message ?? String(error));
@@ -155,6 +195,7 @@ export function processIo(): CliIo {
     writeDiagnostic: (text) => {
       process.stderr.write(text);
     },
+    diagnosticIsTTY: process.stderr.isTTY === true,
     environment: process.env,
     workingDirectory: process.cwd(),
   };
