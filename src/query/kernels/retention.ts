@@ -59,6 +59,11 @@ export function retentionWeeksOffset(periodCount: number, period: number): numbe
   return period * periodCount - (period * (period - 1)) / 2;
 }
 
+/** True when every count comes from CRoaring pair intersections; otherwise each user's cohort is looked up per retention set (see countReturnsByUser). */
+export function retentionCountsByPair(periodCount: number): boolean {
+  return (periodCount * (periodCount - 1)) / 2 <= bitmapPairsMax;
+}
+
 export function retentionWeeksLength(periodCount: number): number {
   return (periodCount * (periodCount + 1)) / 2;
 }
@@ -100,7 +105,7 @@ export function retentionPartial(
       weeks[retentionWeeksOffset(periodCount, period)] = cohort.size;
     }
 
-    if ((periodCount * (periodCount - 1)) / 2 <= bitmapPairsMax) {
+    if (retentionCountsByPair(periodCount)) {
       countReturnsByPair(cohorts, didRetentionEvent, weeks);
     } else {
       countReturnsByUser(cohorts, didRetentionEvent, weeks, userLo);

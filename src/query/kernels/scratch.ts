@@ -54,6 +54,30 @@ export class GrowableInt32 {
   }
 }
 
+/** A Uint32Array whose contents are preserved on growth (zero where new). */
+export class GrowableUint32 {
+  values: Uint32Array = new Uint32Array(0);
+
+  grow(lengthMin: number): Uint32Array {
+    const values = new Uint32Array(grownLength(this.values.length, lengthMin));
+    values.set(this.values);
+    this.values = values;
+    return values;
+  }
+}
+
+/** A Float64Array whose contents are preserved on growth (zero where new). */
+export class GrowableFloat64 {
+  values: Float64Array = new Float64Array(0);
+
+  grow(lengthMin: number): Float64Array {
+    const values = new Float64Array(grownLength(this.values.length, lengthMin));
+    values.set(this.values);
+    this.values = values;
+    return values;
+  }
+}
+
 /** Buffers whose contents do not survive a request for more length. */
 export class ScratchUint32 {
   private values: Uint32Array = new Uint32Array(0);
