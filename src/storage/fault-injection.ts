@@ -30,6 +30,7 @@
  *   segment.write      before a segment's column files are written (pool worker)
  *   segment.rename     before a segment's tmp_ directory is renamed into place (pool worker)
  *   checkpoint.publish before `_checkpoint.json` is written
+ *   checkpoint.directory-fsync  after `_checkpoint.json` is renamed into place, as if the directory fsync failed
  *
  * Sync journal: `EVENTIDE_SYNC_JOURNAL=<path>` appends one line per event that
  * changes what survives a power loss, in the order they happened:
@@ -54,7 +55,8 @@ export type FaultOperation =
   | "dictionary.fsync"
   | "segment.write"
   | "segment.rename"
-  | "checkpoint.publish";
+  | "checkpoint.publish"
+  | "checkpoint.directory-fsync";
 
 interface ArmedFault {
   errno: string;

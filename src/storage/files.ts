@@ -6,7 +6,7 @@
  * directory has been fsynced, so every helper that creates one fsyncs the
  * parent before returning.
  */
-import { closeSync, existsSync, fsyncSync, mkdirSync, openSync, renameSync, writeSync } from "node:fs";
+import { closeSync, existsSync, fsyncSync, mkdirSync, openSync, renameSync, rmSync, writeSync } from "node:fs";
 import { basename, dirname, join } from "node:path";
 import { recordCreate, recordDirectorySync } from "./fault-injection.js";
 
@@ -40,6 +40,21 @@ export function renameIntoPlace(source: string, target: string, fsync = true): v
   renameSync(source, target);
   recordCreate(target);
   if (fsync) fsyncDirectory(dirname(target));
+}
+
+/**
+ * Deletes a directory without ever leaving it half-deleted under its own name
+ * (a kill during a recursive delete would leave a segment without its
+ * `_meta.json`, which start-up cannot read): it is renamed to
+ * `tmp_deleted_<name>` first, in one step, and start-up removes tmp_ leftovers.
+ * The caller fsyncs the parent when the deletion must be durable.
+ */
+export function removeDirectory(path: string): void {
+  if (!existsSync(path)) return;
+  const doomed = join(dirname(path), `tmp_deleted_${basename(path)}`);
+  rmSync(doomed, { recursive: true, force: true });
+  renameSync(path, doomed);
+  rmSync(doomed, { recursive: true, force: true });
 }
 
 export function writeFileDurably(path: string, data: Uint8Array | string, fsync = true): void {
