@@ -231,6 +231,11 @@ function addEvent(
     for (let index = 0; index < keys.length; index++) {
       const value = properties[keys[index]];
       if (!keys[index].isWellFormed() || (typeof value === "string" && !value.isWellFormed())) return notWellFormed(`properties.${keys[index]}`);
+      // Refused before it is serialized: a value nested hundreds of thousands of levels deep (JSON.parse
+      // accepts ~1 MiB of `[[[…]]]`) took ~0.4 s to print, twice, only to be found too large (fuzz suite).
+      if (typeof value === "object" && value !== null && containerCountExceeds(value, limits.propertiesBytesMax / 2)) {
+        return `properties: larger than ${limits.propertiesBytesMax} bytes`;
+      }
       const text = propertyText(value);
       texts[index] = text ?? "";
       upperBoundBytes += 6 * keys[index].length + 4 + (typeof value === "string" ? 6 * text!.length + 2 : text === undefined ? 4 : 6 * text.length);
@@ -252,6 +257,28 @@ function addEvent(
     }
   }
   return undefined;
+}
+
+/**
+ * True when `root` holds more than `limit` arrays and objects (itself included).
+ * Each prints as at least two bytes (`[]`, `{}`), so such a value's compact JSON
+ * is longer than 2 × limit bytes. Iterative, and stops as soon as the count
+ * passes the limit, so it costs at most `limit` steps however deep the value.
+ */
+function containerCountExceeds(root: object, limit: number): boolean {
+  const stack: unknown[] = [root];
+  let count = 0;
+  while (stack.length > 0) {
+    const value = stack.pop();
+    if (value === null || typeof value !== "object") continue;
+    if (++count > limit) return true;
+    if (Array.isArray(value)) {
+      for (const element of value) stack.push(element);
+    } else {
+      for (const key of Object.keys(value)) stack.push((value as Record<string, unknown>)[key]);
+    }
+  }
+  return false;
 }
 
 /**

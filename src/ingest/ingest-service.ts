@@ -5,7 +5,7 @@
  * event loop goes to the pool as one task — because a pool task costs tens of
  * microseconds and one event a few.
  */
-import { limits } from "../config/limits.js";
+import { limits, rateLimitBurstEvents } from "../config/limits.js";
 import type { CredentialStore } from "../auth/credential-store.js";
 import type { ServiceError } from "../http/errors.js";
 import type { Store } from "../storage/store.js";
@@ -18,6 +18,47 @@ export type IngestReply = { ok: true; body: string } | { ok: false; error: Servi
 
 const overloaded: ServiceError = { code: "overloaded", message: "server is saturated, retry later" };
 const unauthorized: ServiceError = { code: "unauthorized", message: "apiKey: missing or unknown" };
+const rateLimited: ServiceError = {
+  code: "rate_limited",
+  message: `workspace is over its ingest rate limit of ${limits.rateLimitEventsPerSecond} events per second; nothing was stored, retry later`,
+};
+
+/**
+ * Per-workspace token buckets (EVENTIDE_RATE_LIMIT_EVENTS_PER_SECOND). Each
+ * bucket refills continuously at the rate and holds at most
+ * rateLimitBurstEvents; a chunk is stored only when the bucket holds all of its
+ * rows, so a refused request stores nothing (chunks are all-or-nothing; single
+ * events with one key gathered into one task share a chunk, so they pass or are
+ * refused together). One entry per workspace that ever ingested: bounded by the
+ * registry.
+ */
+class RateLimiter {
+  private readonly buckets = new Map<string, { tokens: number; updatedAtMs: number }>();
+
+  constructor(
+    private readonly eventsPerSecond: number,
+    private readonly burstEvents: number,
+  ) {}
+
+  take(workspaceId: string, events: number, nowMs: number): boolean {
+    let bucket = this.buckets.get(workspaceId);
+    if (bucket === undefined) {
+      bucket = { tokens: this.burstEvents, updatedAtMs: nowMs };
+      this.buckets.set(workspaceId, bucket);
+    }
+    const elapsedMs = Math.max(0, nowMs - bucket.updatedAtMs);
+    bucket.tokens = Math.min(this.burstEvents, bucket.tokens + (elapsedMs * this.eventsPerSecond) / 1000);
+    bucket.updatedAtMs = nowMs;
+    if (bucket.tokens < events) return false;
+    bucket.tokens -= events;
+    return true;
+  }
+}
+
+/** Rows in a chunk: the second u32 of its header (chunk-codec.ts documents the layout). */
+function chunkRowCount(chunk: ArrayBuffer): number {
+  return new Uint32Array(chunk, 0, 2)[1];
+}
 
 interface GatheredBody {
   bytes: Uint8Array;
@@ -30,6 +71,8 @@ export class IngestService {
   private gathered: GatheredBody[] = [];
   private gatheredBytes = 0;
   private gatherScheduled = false;
+  /** undefined when rate limiting is off (the default). */
+  private readonly rateLimiter = limits.rateLimitEventsPerSecond > 0 ? new RateLimiter(limits.rateLimitEventsPerSecond, rateLimitBurstEvents) : undefined;
 
   constructor(
     private readonly pool: WorkerPool,
@@ -104,6 +147,8 @@ export class IngestService {
         const workspaceId = this.credentials.workspaceIdForApiKey(apiKey);
         if (workspaceId === undefined) return unauthorized;
         if (chunk.byteLength === 0) return undefined;
+        // Checked on the main thread, the single writer, so buckets need no locks; before the commit, so a refused chunk stores nothing.
+        if (this.rateLimiter !== undefined && !this.rateLimiter.take(workspaceId, chunkRowCount(chunk), Date.now())) return rateLimited;
         try {
           await this.store.commit(workspaceId, chunk);
           return undefined;
@@ -118,7 +163,10 @@ export class IngestService {
 
   private reply(body: IngestBodyResult, shape: IngestShape, chunkOutcome: Array<ServiceError | undefined>): IngestReply {
     if (body.kind === "rejected") return { ok: false, error: body.error };
-    if (body.apiKey === undefined || this.credentials.workspaceIdForApiKey(body.apiKey) === undefined) return { ok: false, error: unauthorized };
+    if (body.apiKey === undefined) return { ok: false, error: unauthorized };
+    // A body with committed rows had its key checked right before the commit (finish, via chunkOutcome).
+    // Checking it again here would answer 401 for rows already stored when a revoke lands during the fsync.
+    if (body.chunkIndex < 0 && this.credentials.workspaceIdForApiKey(body.apiKey) === undefined) return { ok: false, error: unauthorized };
     if (body.error) return { ok: false, error: body.error };
     if (body.chunkIndex >= 0) {
       const failure = chunkOutcome[body.chunkIndex];

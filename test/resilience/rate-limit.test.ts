@@ -1,0 +1,80 @@
+/**
+ * Per-workspace ingest rate limits (EVENTIDE_RATE_LIMIT_EVENTS_PER_SECOND, off
+ * by default): a token bucket per workspace holding one second of events (at
+ * least one full batch), checked on the main thread before a commit. Over the
+ * limit, ingest answers 429 `rate_limited` with Retry-After and stores nothing
+ * of the refused request; other workspaces are not affected; the bucket refills
+ * at the configured rate.
+ */
+import { afterAll, beforeAll, expect, it } from "vitest";
+import { removeDataDir, startServer, type ServerHandle } from "../helpers/server.js";
+import { countEvents, elapsedUntil, eventideOk, expectError, ingestBatch, type HttpAnswer } from "../helpers/http.js";
+
+const eventsPerSecond = 2000;
+/** The bucket holds one second of events, and never less than a 1 000-event batch. */
+const burstEvents = Math.max(eventsPerSecond, 1000);
+const day = "2024-12-02";
+
+let server: ServerHandle;
+
+beforeAll(async () => {
+  server = await startServer({ env: { EVENTIDE_RATE_LIMIT_EVENTS_PER_SECOND: String(eventsPerSecond) } });
+});
+
+afterAll(async () => {
+  await server?.stop();
+  if (server) removeDataDir(server.dataDir);
+});
+
+function batch(event: string, size = 1000): object[] {
+  return Array.from({ length: size }, (_, index) => ({ event, distinctId: `u${index}`, timestamp: `${day}T08:00:00Z` }));
+}
+
+function expectRateLimited(answer: HttpAnswer): void {
+  expectError(answer, 429, "rate_limited");
+  expect(answer.headers["retry-after"]).toMatch(/^[1-9]\d*$/);
+  expect(answer.headers["access-control-allow-origin"]).toBe("*");
+}
+
+it("refuses a workspace over its rate with 429 rate_limited and Retry-After, storing nothing of the refused batch, and leaves other workspaces alone", async () => {
+  const other = await eventideOk(server.dataDir, "workspace", "create", "rate-other");
+  // Set-up: the new workspace's key must be known before its bucket is tested (an empty batch costs no tokens).
+  await elapsedUntil(async () => (await ingestBatch(server, other.apiKey, [])).status === 200, 5000);
+
+  const startedMs = performance.now();
+  let accepted = 0;
+  let refusal: HttpAnswer | undefined;
+  for (let attempt = 0; attempt < 20 && refusal === undefined; attempt++) {
+    const answer = await ingestBatch(server, server.apiKey, batch("limited"));
+    if (answer.status === 200) accepted += 1000;
+    else refusal = answer;
+  }
+  const elapsedSeconds = (performance.now() - startedMs) / 1000;
+  expect(refusal, "no batch was refused").toBeDefined();
+  expectRateLimited(refusal!);
+  // A token bucket never lets more through than its burst plus what it refilled meanwhile.
+  expect(accepted).toBeGreaterThanOrEqual(burstEvents);
+  expect(accepted).toBeLessThanOrEqual(burstEvents + eventsPerSecond * elapsedSeconds);
+
+  // Another workspace has its own bucket.
+  expect((await ingestBatch(server, other.apiKey, batch("other-workspace"))).status).toBe(200);
+
+  // Nothing of the refused batch was stored.
+  expect(await countEvents(server, server.token, "limited", day)).toBe(accepted);
+});
+
+it("accepts the workspace again once the bucket has refilled (after Retry-After)", async () => {
+  // Drain, then wait as the answer says.
+  let refusal: HttpAnswer | undefined;
+  for (let attempt = 0; attempt < 20 && refusal === undefined; attempt++) {
+    const answer = await ingestBatch(server, server.apiKey, batch("drain"));
+    if (answer.status !== 200) refusal = answer;
+  }
+  expectRateLimited(refusal!);
+  const retryAfterSeconds = Number(refusal!.headers["retry-after"]);
+  await new Promise((resolve) => setTimeout(resolve, retryAfterSeconds * 1000));
+  const after = await ingestBatch(server, server.apiKey, batch("after-wait"));
+  expect(after.status, after.text).toBe(200);
+  expect(after.body).toEqual({ ok: true, accepted: 1000 });
+  expect(await countEvents(server, server.token, "after-wait", day)).toBe(1000);
+});
