@@ -11,7 +11,8 @@
  */
 import fc from "fast-check";
 import { Agent, request as httpRequest, type IncomingHttpHeaders } from "node:http";
-import { startServer, type ServerHandle } from "../helpers/server.js";
+import { expect } from "vitest";
+import { removeDataDir, startServer, type ServerHandle } from "../helpers/server.js";
 
 export const fuzzRuns = positiveIntegerFromEnvironment("EVENTIDE_FUZZ_RUNS", 300);
 export const fuzzSeed = process.env.EVENTIDE_FUZZ_SEED === undefined || process.env.EVENTIDE_FUZZ_SEED === "" ? undefined : Number(process.env.EVENTIDE_FUZZ_SEED);
@@ -389,4 +390,21 @@ export class Tally {
   toString(): string {
     return [...this.counts].sort(([left], [right]) => left.localeCompare(right)).map(([label, value]) => `${label}: ${value}`).join(", ");
   }
+}
+
+/**
+ * Ends a fuzz file: closes the client, prints what each property reached, stops
+ * the server and fails when it had crashed or logged an unexpected exception
+ * (those are logged before a 500).
+ */
+export async function finishFuzzing(server: ServerHandle | undefined, tallies: Record<string, { toString(): string }>): Promise<void> {
+  closeClient();
+  for (const [name, tally] of Object.entries(tallies)) console.log(`${name}: ${tally}`);
+  if (!server) return;
+  const stillRunning = server.process.exitCode === null && server.process.signalCode === null;
+  const stderr = server.stderr();
+  await server.stop();
+  removeDataDir(server.dataDir);
+  expect(stillRunning, stderr).toBe(true);
+  expect(stderr).not.toMatch(/internal error|failed unexpectedly|Error:|uncaught/i);
 }

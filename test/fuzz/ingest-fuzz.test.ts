@@ -16,13 +16,13 @@ import fc from "fast-check";
 import { randomUUID } from "node:crypto";
 import { gzipSync } from "node:zlib";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { removeDataDir, type ServerHandle } from "../helpers/server.js";
+import type { ServerHandle } from "../helpers/server.js";
 import { dayOf, expectIngest, judgeEvent, propertyText, type EventVerdict, type IngestExpectation } from "./event-model.js";
 import {
   check,
   checkAnswer,
   checkStatus,
-  closeClient,
+  finishFuzzing,
   fuzzParameters,
   fuzzRuns,
   hostileNumberLiterals,
@@ -58,18 +58,7 @@ beforeAll(async () => {
   await warmUp(server);
 });
 
-afterAll(async () => {
-  closeClient();
-  for (const [name, tally] of Object.entries(tallies)) console.log(`${name}: ${tally}`);
-  if (!server) return;
-  const stillRunning = server.process.exitCode === null && server.process.signalCode === null;
-  const stderr = server.stderr();
-  await server.stop();
-  removeDataDir(server.dataDir);
-  // The server never crashed and never hit an unexpected exception (those are logged before a 500).
-  expect(stillRunning, stderr).toBe(true);
-  expect(stderr).not.toMatch(/internal error|failed unexpectedly|Error:|uncaught/i);
-});
+afterAll(() => finishFuzzing(server, tallies));
 
 let caseCounter = 0;
 /** A tag no other case uses, so each case's events are found by name alone. */

@@ -15,13 +15,13 @@ import { isDeepStrictEqual } from "node:util";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { referenceFunnel, referenceRetention, referenceTrend, type StoredEvent } from "../reference/reference.js";
 import { Random, generateDataset, numericFilterValues, toStoredEvents, toWireEvent, type GeneratedDataset } from "../helpers/random.js";
-import { ingestAll, removeDataDir, type ServerHandle } from "../helpers/server.js";
+import { ingestAll, type ServerHandle } from "../helpers/server.js";
 import { parseJsonBytes } from "./event-model.js";
 import {
   check,
   checkAnswer,
   checkStatus,
-  closeClient,
+  finishFuzzing,
   fuzzParameters,
   fuzzRuns,
   hostileNumberLiterals,
@@ -57,17 +57,7 @@ beforeAll(async () => {
   await warmUp(server);
 });
 
-afterAll(async () => {
-  closeClient();
-  for (const [name, tally] of Object.entries(tallies)) console.log(`${name}: ${tally}`);
-  if (!server) return;
-  const stillRunning = server.process.exitCode === null && server.process.signalCode === null;
-  const stderr = server.stderr();
-  await server.stop();
-  removeDataDir(server.dataDir);
-  expect(stillRunning, stderr).toBe(true);
-  expect(stderr).not.toMatch(/internal error|failed unexpectedly|Error:|uncaught/i);
-});
+afterAll(() => finishFuzzing(server, tallies));
 
 // ---------------------------------------------------------------------------
 // Generators. Arbitraries that need the data set are built lazily, after beforeAll.
