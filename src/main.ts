@@ -51,7 +51,7 @@ async function main(): Promise<void> {
         event: segment.event.buffer,
         uuidPresent: segment.uuidPresent.buffer,
         uuid: segment.uuid.buffer,
-        properties: [...segment.properties].map(([keyId, property]) => ({ keyId, valueIds: property.valueIds.buffer, texts: property.texts })),
+        properties: [...segment.properties].map(([keyId, property]) => ({ keyId, entryCount: property.entryCount, rows: property.rows.buffer, valueIds: property.valueIds.buffer, texts: property.texts })),
         fsync: config.fsync,
       }),
     load: (directory) => pool.load({ kind: "load-segment", directory }),

@@ -43,6 +43,13 @@ for (let row = 0; row < rowCount; row += 1) {
 const plans = ["", "free", "pro", "team", "enterprise"];
 const countries = ["", ...Array.from({ length: 20 }, (_, index) => `country-${index}`)];
 
+/** The sparse form an active segment keeps: the rows that set the key, and their ids. */
+function entries(keyId: number, denseIds: Uint32Array, texts: string[]): SealInput["properties"][number] {
+  const rows: number[] = [];
+  for (let row = 0; row < denseIds.length; row++) if (denseIds[row] !== 0) rows.push(row);
+  return { keyId, rows: Uint32Array.from(rows), valueIds: Uint32Array.from(rows, (row) => denseIds[row]), texts };
+}
+
 const directory = mkdtempSync(join(tmpdir(), "eventide-bench-seal-"));
 let sealed = 0;
 function seal(): void {
@@ -56,10 +63,7 @@ function seal(): void {
     eventIds,
     uuidPresent,
     uuidBytes,
-    properties: [
-      { keyId: 0, valueIds: planIds, texts: plans },
-      { keyId: 1, valueIds: countryIds, texts: countries },
-    ],
+    properties: [entries(0, planIds, plans), entries(1, countryIds, countries)],
     fsync: false,
   };
   const result = sealSegment(input);

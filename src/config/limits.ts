@@ -51,6 +51,9 @@ export const limits = Object.freeze({
   // Store: a checkpoint seals every active segment once the WAL holds this many rows or bytes.
   checkpointRowsMax: integerFromEnvironment("EVENTIDE_CHECKPOINT_ROWS_MAX", 2_000_000),
   checkpointWalBytesMax: integerFromEnvironment("EVENTIDE_CHECKPOINT_WAL_BYTES_MAX", 512 * mebibyte),
+  /** …or this many property values (entries), or new distinct property texts, bounding the memory active segments hold. */
+  checkpointPropertyEntriesMax: integerFromEnvironment("EVENTIDE_CHECKPOINT_PROPERTY_ENTRIES_MAX", 16_000_000),
+  checkpointPropertyTextsMax: integerFromEnvironment("EVENTIDE_CHECKPOINT_PROPERTY_TEXTS_MAX", 2_000_000),
   /** Active rows are sealed at least this often, so restarts replay little. */
   checkpointIntervalMs: integerFromEnvironment("EVENTIDE_CHECKPOINT_INTERVAL_MS", 60_000),
   /** …and once ingest has paused this long: sealed rows answer queries far faster than active ones. */

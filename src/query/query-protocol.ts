@@ -8,6 +8,7 @@ import type { SegmentDescriptor } from "../storage/segment-descriptor.js";
 import type { FunnelPlan } from "./kernels/funnel.js";
 import type { RetentionPlan } from "./kernels/retention.js";
 import type { TrendPlan } from "./kernels/trend.js";
+import type { QueryKind, QueryParseResult } from "./schemas.js";
 
 export type QueryPlan =
   | { kind: "trend"; plan: TrendPlan }
@@ -25,4 +26,17 @@ export interface QueryTask {
 export interface QueryTaskResult {
   kind: "query";
   values: Float64Array;
+}
+
+/** A large query body, parsed and validated off the main thread (see QueryService.parse). */
+export interface ParseQueryTask {
+  kind: "parse-query";
+  queryKind: QueryKind;
+  /** Transferred. */
+  body: ArrayBuffer;
+}
+
+export interface ParseQueryTaskResult {
+  kind: "parse-query";
+  result: QueryParseResult;
 }

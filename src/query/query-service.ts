@@ -6,9 +6,7 @@
  * are cached 60 s per workspace and request (SPEC §4).
  */
 import { limits } from "../config/limits.js";
-import type { ServiceError } from "../http/errors.js";
 import type { IngestReply } from "../ingest/ingest-service.js";
-import { parseBody } from "../ingest/event-validation.js";
 import type { Store, WorkspaceStore } from "../storage/store.js";
 import type { WorkerPool } from "../workers/pool.js";
 import { dayMs, retentionLayout, retentionPeriodLabels, trendBucketLabels, trendLayout } from "./buckets.js";
@@ -16,12 +14,20 @@ import type { FilterPlan } from "./filters.js";
 import { retentionCountsByPair } from "./kernels/retention.js";
 import { lowerBoundUser } from "./kernels/rows.js";
 import type { QueryPlan } from "./query-protocol.js";
-import { parseFunnelRequest, parseRetentionRequest, parseTrendRequest, type FunnelRequest, type RetentionRequest, type TrendRequest } from "./schemas.js";
+import { parseQueryBody, type FunnelRequest, type QueryKind, type QueryParseResult, type RetentionRequest, type TrendRequest } from "./schemas.js";
 import { ResultCache } from "./result-cache.js";
 import type { SegmentView } from "./segment-view.js";
 import { ownedSegmentViews } from "./segment-views.js";
 
-export type QueryKind = "trend" | "funnel" | "retention";
+export type { QueryKind } from "./schemas.js";
+
+/**
+ * Bodies up to this size are parsed on the main thread (a valid query is a few
+ * hundred bytes; JSON.parse of 16 KiB costs well under a millisecond whatever
+ * it holds). Larger ones go to the pool: a 1 MiB body of nested arrays costs
+ * 0.1–1 s of JSON.parse, and on the main thread that would stall every request.
+ */
+const inlineParseBytesMax = 16 * 1024;
 
 /**
  * Below this many rows to read, one task answers faster than a fan-out: a task
@@ -57,28 +63,30 @@ export class QueryService {
   ) {}
 
   async run(kind: QueryKind, workspaceId: string, bytes: Uint8Array): Promise<IngestReply> {
-    const parsed = parseBody(bytes, false, limits.queryBodyBytesMax);
-    if (!("value" in parsed)) return { ok: false, error: parsed };
-    switch (kind) {
-      case "trend": {
-        const request = parseTrendRequest(parsed.value);
-        return request.ok ? this.trend(workspaceId, request.value) : invalid(request.message);
-      }
-      case "funnel": {
-        const request = parseFunnelRequest(parsed.value);
-        return request.ok ? this.funnel(workspaceId, request.value) : invalid(request.message);
-      }
+    const parsed = await this.parse(kind, bytes);
+    if (!parsed.ok) return parsed;
+    const query = parsed.query;
+    switch (query.kind) {
+      case "trend":
+        return this.trend(workspaceId, query.request);
+      case "funnel":
+        return this.funnel(workspaceId, query.request);
       case "retention": {
-        const request = parseRetentionRequest(parsed.value);
-        if (!request.ok) return invalid(request.message);
-        const cacheKey = `${workspaceId}\u0000${JSON.stringify(request.value, ["cohortEvent", "retentionEvent", "dateFrom", "dateTo", "windowDays"])}`;
+        const cacheKey = `${workspaceId}\u0000${JSON.stringify(query.request, ["cohortEvent", "retentionEvent", "dateFrom", "dateTo", "windowDays"])}`;
         const cached = this.retentionCache.get(cacheKey);
         if (cached !== undefined) return { ok: true, body: cached };
-        const reply = await this.retention(workspaceId, request.value);
+        const reply = await this.retention(workspaceId, query.request);
         if (reply.ok) this.retentionCache.set(cacheKey, reply.body);
         return reply;
       }
     }
+  }
+
+  private async parse(kind: QueryKind, bytes: Uint8Array): Promise<QueryParseResult> {
+    if (bytes.length <= inlineParseBytesMax) return parseQueryBody(kind, bytes);
+    // Copied into a buffer of its own to transfer: uWS's buffer is only valid during the callback.
+    const body = new Uint8Array(bytes).buffer;
+    return (await this.pool.parseQuery({ kind: "parse-query", queryKind: kind, body })).result;
   }
 
   /** Runs a plan over [fromMs, toMs), split into user shards when it has enough work, and sums the partials. */
@@ -241,9 +249,4 @@ function shardBoundsByRows(segments: readonly SegmentView[], eventId: number, us
   }
   bounds.push(userCount);
   return bounds;
-}
-
-function invalid(message: string): IngestReply {
-  const error: ServiceError = { code: "invalid_request", message };
-  return { ok: false, error };
 }

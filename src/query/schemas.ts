@@ -16,6 +16,8 @@
  */
 import { z } from "zod";
 import { limits } from "../config/limits.js";
+import type { ServiceError } from "../http/errors.js";
+import { parseBody } from "../ingest/event-validation.js";
 import {
   groupByValues,
   isCalendarDate,
@@ -226,4 +228,20 @@ export function parseRetentionRequest(body: unknown): ParseResult<RetentionReque
     };
   }
   return { ok: true, value };
+}
+
+export type QueryKind = "trend" | "funnel" | "retention";
+
+export type ParsedQuery = { kind: "trend"; request: TrendRequest } | { kind: "funnel"; request: FunnelRequest } | { kind: "retention"; request: RetentionRequest };
+
+/** A query body's outcome: the validated request (small, whatever the body held) or the error to answer. */
+export type QueryParseResult = { ok: true; query: ParsedQuery } | { ok: false; error: ServiceError };
+
+/** JSON-parses and validates a query body; runs on the main thread for small bodies, in a worker for large ones. */
+export function parseQueryBody(kind: QueryKind, bytes: Uint8Array): QueryParseResult {
+  const parsed = parseBody(bytes, false, limits.queryBodyBytesMax);
+  if (!("value" in parsed)) return { ok: false, error: parsed };
+  const request = kind === "trend" ? parseTrendRequest(parsed.value) : kind === "funnel" ? parseFunnelRequest(parsed.value) : parseRetentionRequest(parsed.value);
+  if (!request.ok) return { ok: false, error: { code: "invalid_request", message: request.message } };
+  return { ok: true, query: { kind, request: request.value } as ParsedQuery };
 }

@@ -8,7 +8,7 @@
 import roaring from "roaring";
 import { limits } from "../config/limits.js";
 import type { ActiveSegmentDescriptor, SealedSegmentDescriptor, SegmentDescriptor } from "../storage/segment-descriptor.js";
-import type { SegmentLayout } from "../storage/segment-format.js";
+import { denseValueIds, PropertyDirectory, type SegmentLayout } from "../storage/segment-format.js";
 import type { PropertyColumn, SegmentView } from "./segment-view.js";
 
 const { RoaringBitmap32 } = roaring;
@@ -22,8 +22,10 @@ class SealedView implements SegmentView {
   readonly userIds: Uint32Array;
   readonly eventRowStart: Uint32Array;
   readonly eventIds = undefined;
-  readonly memoryBytes: number;
+  /** Shared column bytes plus the dense columns this worker built from sparse keys. */
+  memoryBytes: number;
   private readonly properties = new Map<number, PropertyColumn>();
+  private readonly directory: PropertyDirectory;
   private readonly bitmaps = new Map<number, Bitmap | undefined>();
   private readonly bitmapEnds: Uint32Array;
 
@@ -31,6 +33,8 @@ class SealedView implements SegmentView {
     descriptor: SealedSegmentDescriptor,
     private readonly layout: SegmentLayout,
     private readonly memory: SharedArrayBuffer,
+    /** Told of bytes the view allocates after it was built, for the cache's budget. */
+    private readonly onGrow: (bytes: number) => void = () => {},
   ) {
     this.key = descriptor.key;
     this.dayStartMs = descriptor.dayStartMs;
@@ -40,27 +44,22 @@ class SealedView implements SegmentView {
     this.userIds = new Uint32Array(memory, layout.user.offset, layout.rowCount);
     this.eventRowStart = new Uint32Array(memory, layout.eventStart.offset, layout.eventCount + 1);
     this.bitmapEnds = new Uint32Array(memory, layout.bitmapEnds.offset, layout.eventCount);
+    this.directory = new PropertyDirectory(layout, memory);
   }
 
   property(keyId: number): PropertyColumn | undefined {
     const cached = this.properties.get(keyId);
     if (cached) return cached;
-    const property = this.layout.properties.find((candidate) => candidate.keyId === keyId);
+    const property = this.directory.find(keyId);
     if (!property) return undefined;
-    const rows = this.layout.rowCount;
-    const valueIds =
-      property.width === 1
-        ? new Uint8Array(this.memory, property.values.offset, rows)
-        : property.width === 2
-          ? new Uint16Array(this.memory, property.values.offset, rows)
-          : new Uint32Array(this.memory, property.values.offset, rows);
-    const ends = new Uint32Array(this.memory, property.textEnds.offset, property.valueCount + 1);
-    // Buffer.from over shared memory copies nothing; toString decodes each text once per worker.
-    const bytes = Buffer.from(this.memory, property.texts.offset, property.texts.bytes);
-    const texts = new Array<string>(property.valueCount + 1);
-    texts[0] = "";
-    for (let id = 1; id <= property.valueCount; id++) texts[id] = bytes.toString("utf8", ends[id - 1], ends[id]);
-    const column = { valueIds, texts };
+    // A sparse key is expanded to a dense column once per worker: kernels read
+    // value ids by row. Its bytes count against the view cache's budget.
+    const valueIds = denseValueIds(property, this.rowCount);
+    if (property.rows !== undefined) {
+      this.memoryBytes += valueIds.byteLength;
+      this.onGrow(valueIds.byteLength);
+    }
+    const column = { valueIds, texts: property.texts() };
     this.properties.set(keyId, column);
     return column;
   }
@@ -89,7 +88,12 @@ function activeView(descriptor: ActiveSegmentDescriptor): SegmentView {
   const rows = descriptor.rowCount;
   const properties = new Map<number, PropertyColumn>();
   for (const property of descriptor.properties) {
-    properties.set(property.keyId, { valueIds: new Uint32Array(property.valueIds, 0, rows), texts: property.texts });
+    // Active keys are sparse; kernels read a dense column, built per task.
+    const valueIds = new Uint32Array(rows);
+    const entryRows = new Uint32Array(property.rows, 0, property.entryCount);
+    const entryValues = new Uint32Array(property.valueIds, 0, property.entryCount);
+    for (let entry = 0; entry < entryRows.length; entry++) valueIds[entryRows[entry]] = entryValues[entry];
+    properties.set(property.keyId, { valueIds, texts: property.texts });
   }
   return {
     key: descriptor.key,
@@ -116,7 +120,7 @@ function sealedView(descriptor: SealedSegmentDescriptor): SealedView {
     return cached;
   }
   const layout = JSON.parse(descriptor.layoutJson) as SegmentLayout;
-  const view = new SealedView(descriptor, layout, descriptor.memory);
+  const view = new SealedView(descriptor, layout, descriptor.memory, (bytes) => (sealedViewBytes += bytes));
   sealedViews.set(descriptor.key, view);
   sealedViewBytes += view.memoryBytes;
   for (const [key, victim] of sealedViews) {

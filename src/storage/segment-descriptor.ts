@@ -22,6 +22,10 @@ export interface ActiveSegmentDescriptor {
   time: SharedArrayBuffer;
   user: SharedArrayBuffer;
   event: SharedArrayBuffer;
-  /** Only the property keys the query filters on, with the texts known when the query started. */
-  properties: Array<{ keyId: number; valueIds: SharedArrayBuffer; texts: string[] }>;
+  /**
+   * Only the property keys the query filters on, with the entries and texts
+   * known when the query started: entries [0, entryCount) of `rows` (ascending)
+   * and `valueIds`.
+   */
+  properties: Array<{ keyId: number; entryCount: number; rows: SharedArrayBuffer; valueIds: SharedArrayBuffer; texts: string[] }>;
 }

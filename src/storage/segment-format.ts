@@ -11,8 +11,10 @@
  *   event-start.u32       rows of event e are [start[e], start[e + 1])
  *   bitmaps.roaring       portable roaring bitmaps, one per event, concatenated
  *   bitmap-end.u32        byte end of each event's bitmap
- *   prop-<key>.u8|u16|u32 value id per row (0 = not set)
- *   prop-<key>.text-end.u32, prop-<key>.text.utf8   the value dictionary
+ *   properties.bin        every property key's values and dictionary, with a
+ *                         directory (see PropertyDirectory); one file, however
+ *                         many keys, so a day with 30 000 distinct keys is not
+ *                         90 000 files
  *   uuid-row.u32, uuid.b16   rows that carried a uuid, and their 16 bytes (dedupe only)
  *
  * In memory a segment is one SharedArrayBuffer holding every query column at
@@ -29,7 +31,8 @@ import { fsyncDirectory, makeDirectoryDurably, renameIntoPlace, writeFileDurably
 
 const { RoaringBitmap32 } = roaring;
 
-export const segmentFormatVersion = 1;
+/** 2: properties in one file, dense or sparse per key (1 had a dense file per key). */
+export const segmentFormatVersion = 2;
 
 export interface ColumnSpan {
   file: string;
@@ -39,15 +42,136 @@ export interface ColumnSpan {
   crc: number;
 }
 
-export interface PropertyLayout {
-  keyId: number;
+/**
+ * The property section: one span of the segment's memory (and one file)
+ * holding, per key, its value ids and its dictionary, plus a directory of
+ * `directoryFields` float64s per key, sorted by key id.
+ *
+ * Each key is stored dense (a value id per row) or sparse (the rows that set
+ * it, ascending, and their value ids), whichever is smaller: so a segment
+ * costs bytes in proportion to the values it holds, not to keys × rows, and a
+ * key set on a handful of rows among millions costs a handful of entries.
+ */
+export interface PropertiesLayout {
+  keyCount: number;
+  /** Memory offset of the directory, inside `span`. */
+  directoryOffset: number;
+  span: ColumnSpan;
+}
+
+const directoryFields = 10;
+const enum Field {
+  KeyId = 0,
+  /** 0 dense, 1 sparse. */
+  Sparse = 1,
   /** Bytes per value id: 1, 2 or 4. */
-  width: 1 | 2 | 4;
+  Width = 2,
   /** Distinct texts, id 0 (not set) excluded. */
+  ValueCount = 3,
+  /** Rows that set the key. */
+  EntryCount = 4,
+  ValuesOffset = 5,
+  /** Sparse keys: the u32 row numbers, parallel to the values. */
+  RowsOffset = 6,
+  TextEndsOffset = 7,
+  TextsOffset = 8,
+  TextsBytes = 9,
+}
+
+export type ValueIdArray = Uint8Array | Uint16Array | Uint32Array;
+
+/** One key of a sealed segment, read in place from shared memory. */
+export interface StoredProperty {
+  keyId: number;
+  width: 1 | 2 | 4;
   valueCount: number;
-  values: ColumnSpan;
-  textEnds: ColumnSpan;
-  texts: ColumnSpan;
+  entryCount: number;
+  /** Dense: one value id per row (0 = not set). Sparse: one per entry, parallel to `rows`. */
+  values: ValueIdArray;
+  /** Sparse keys only: the rows that set the key, ascending. */
+  rows: Uint32Array | undefined;
+  /** Decodes the dictionary: texts[id] for id 1..valueCount; texts[0] is "". */
+  texts(): string[];
+}
+
+function valueIdArray(memory: SharedArrayBuffer, width: 1 | 2 | 4, offset: number, length: number): ValueIdArray {
+  return width === 1 ? new Uint8Array(memory, offset, length) : width === 2 ? new Uint16Array(memory, offset, length) : new Uint32Array(memory, offset, length);
+}
+
+/** The property directory of a loaded segment: lookup by key id is a binary search. */
+export class PropertyDirectory {
+  readonly keyCount: number;
+  private readonly fields: Float64Array;
+
+  constructor(
+    private readonly layout: SegmentLayout,
+    private readonly memory: SharedArrayBuffer,
+  ) {
+    const section = layout.properties;
+    this.keyCount = section?.keyCount ?? 0;
+    this.fields = section ? new Float64Array(memory, section.directoryOffset, this.keyCount * directoryFields) : new Float64Array(0);
+  }
+
+  find(keyId: number): StoredProperty | undefined {
+    let low = 0;
+    let high = this.keyCount;
+    while (low < high) {
+      const middle = (low + high) >>> 1;
+      if (this.fields[middle * directoryFields + Field.KeyId] < keyId) low = middle + 1;
+      else high = middle;
+    }
+    return low < this.keyCount && this.fields[low * directoryFields + Field.KeyId] === keyId ? this.at(low) : undefined;
+  }
+
+  at(index: number): StoredProperty {
+    const base = index * directoryFields;
+    const field = (name: Field) => this.fields[base + name];
+    const memory = this.memory;
+    const sparse = field(Field.Sparse) === 1;
+    const width = field(Field.Width) as 1 | 2 | 4;
+    const valueCount = field(Field.ValueCount);
+    const entryCount = field(Field.EntryCount);
+    const textEndsOffset = field(Field.TextEndsOffset);
+    const textsOffset = field(Field.TextsOffset);
+    const textsBytes = field(Field.TextsBytes);
+    return {
+      keyId: field(Field.KeyId),
+      width,
+      valueCount,
+      entryCount,
+      values: valueIdArray(memory, width, field(Field.ValuesOffset), sparse ? entryCount : this.layout.rowCount),
+      rows: sparse ? new Uint32Array(memory, field(Field.RowsOffset), entryCount) : undefined,
+      texts: () => {
+        const ends = new Uint32Array(memory, textEndsOffset, valueCount + 1);
+        // Buffer.from over shared memory copies nothing; toString decodes each text once.
+        const bytes = Buffer.from(memory, textsOffset, textsBytes);
+        const texts = new Array<string>(valueCount + 1);
+        texts[0] = "";
+        for (let id = 1; id <= valueCount; id++) texts[id] = bytes.toString("utf8", ends[id - 1], ends[id]);
+        return texts;
+      },
+    };
+  }
+}
+
+/** A dense value-id column of `rowCount` rows (0 = not set) for a stored key, built from the sparse form when needed. */
+export function denseValueIds(property: StoredProperty, rowCount: number): ValueIdArray {
+  if (property.rows === undefined) return property.values;
+  const dense = property.width === 1 ? new Uint8Array(rowCount) : property.width === 2 ? new Uint16Array(rowCount) : new Uint32Array(rowCount);
+  const { rows, values } = property;
+  for (let entry = 0; entry < rows.length; entry++) dense[rows[entry]] = values[entry];
+  return dense;
+}
+
+/**
+ * One property key's values over a segment's rows before sealing, sparse:
+ * `rows` ascending, `valueIds[i]` ≥ 1 indexes `texts` (texts[0] unused).
+ */
+export interface PropertyEntries {
+  keyId: number;
+  rows: Uint32Array;
+  valueIds: Uint32Array;
+  texts: string[];
 }
 
 export interface SegmentLayout {
@@ -61,7 +185,8 @@ export interface SegmentLayout {
   eventStart: ColumnSpan;
   bitmaps: ColumnSpan;
   bitmapEnds: ColumnSpan;
-  properties: PropertyLayout[];
+  /** Undefined when no row sets a property. */
+  properties: PropertiesLayout | undefined;
   /** Segments of the same day this one replaces (a merge); start-up deletes them if they remain. */
   replaces?: string[];
   /** Not loaded for queries: read at start-up to rebuild the uuid set. */
@@ -86,7 +211,8 @@ export interface SealInput {
   eventIds: Uint32Array;
   uuidPresent: Uint8Array;
   uuidBytes: Uint8Array;
-  properties: Array<{ keyId: number; valueIds: Uint32Array; texts: string[] }>;
+  /** Any order; a key with no entries is left out of the segment. */
+  properties: PropertyEntries[];
   fsync: boolean;
   /** Names of the segments a merge replaces. */
   replaces?: string[];
@@ -175,36 +301,49 @@ export function sealSegment(input: SealInput): LoadSegmentResult {
   }
   const bitmaps = Buffer.concat(bitmapParts, bitmapBytes);
 
-  // Properties: permute, keep only the texts this segment uses, narrowest id width.
-  const properties: Array<{ keyId: number; width: 1 | 2 | 4; values: Uint8Array | Uint16Array | Uint32Array; textEnds: Uint32Array; texts: Buffer }> = [];
-  for (const property of input.properties) {
-    const remap = new Uint32Array(property.texts.length);
-    const usedTexts: string[] = [""];
-    const permuted = new Uint32Array(rowCount);
-    for (let index = 0; index < rowCount; index++) {
-      const oldId = property.valueIds[order[index]];
-      if (oldId === 0) continue;
+  // Properties in sealed row order. Entries are grouped by source row (one
+  // counting pass), then read back in sealed order: every key's entries come
+  // out with ascending rows, and its dictionary is renumbered in first-use
+  // order keeping only the texts this segment uses. Linear in rows + entries,
+  // whatever the number of keys.
+  const keys = input.properties.filter((property) => property.rows.length > 0).sort((left, right) => left.keyId - right.keyId);
+  let entryTotal = 0;
+  for (const key of keys) entryTotal += key.rows.length;
+  const rowEntryStart = new Uint32Array(rowCount + 1);
+  for (const key of keys) for (let entry = 0; entry < key.rows.length; entry++) rowEntryStart[key.rows[entry] + 1]++;
+  for (let row = 0; row < rowCount; row++) rowEntryStart[row + 1] += rowEntryStart[row];
+  const entryKey = new Uint32Array(entryTotal);
+  const entryValue = new Uint32Array(entryTotal);
+  const rowFill = rowEntryStart.slice(0, rowCount);
+  for (let keyIndex = 0; keyIndex < keys.length; keyIndex++) {
+    const { rows, valueIds } = keys[keyIndex];
+    for (let entry = 0; entry < rows.length; entry++) {
+      const slot = rowFill[rows[entry]]++;
+      entryKey[slot] = keyIndex;
+      entryValue[slot] = valueIds[entry];
+    }
+  }
+  const sealedRows = keys.map((key) => new Uint32Array(key.rows.length));
+  const sealedValues = keys.map((key) => new Uint32Array(key.rows.length));
+  const remaps = keys.map((key) => new Uint32Array(key.texts.length));
+  const usedTexts = keys.map((): string[] => [""]);
+  const keyFill = new Uint32Array(keys.length);
+  for (let index = 0; index < rowCount; index++) {
+    const row = order[index];
+    for (let slot = rowEntryStart[row]; slot < rowEntryStart[row + 1]; slot++) {
+      const keyIndex = entryKey[slot];
+      const oldId = entryValue[slot];
+      const remap = remaps[keyIndex];
       let newId = remap[oldId];
       if (newId === 0) {
-        newId = usedTexts.length;
-        usedTexts.push(property.texts[oldId]);
+        newId = usedTexts[keyIndex].length;
+        usedTexts[keyIndex].push(keys[keyIndex].texts[oldId]);
         remap[oldId] = newId;
       }
-      permuted[index] = newId;
+      const cursor = keyFill[keyIndex]++;
+      sealedRows[keyIndex][cursor] = index;
+      sealedValues[keyIndex][cursor] = newId;
     }
-    if (usedTexts.length === 1) continue;
-    const width: 1 | 2 | 4 = usedTexts.length <= 0xff ? 1 : usedTexts.length <= 0xffff ? 2 : 4;
-    // TypedArray.prototype.set narrows natively; TypedArray.from would walk an iterator.
-    const values = width === 1 ? new Uint8Array(rowCount) : width === 2 ? new Uint16Array(rowCount) : permuted;
-    if (values !== permuted) values.set(permuted);
-    const encodedTexts = usedTexts.map((text) => Buffer.from(text, "utf8"));
-    const textEnds = new Uint32Array(usedTexts.length);
-    let end = 0;
-    for (let id = 0; id < encodedTexts.length; id++) {
-      end += encodedTexts[id].length;
-      textEnds[id] = end;
-    }
-    properties.push({ keyId: property.keyId, width, values, textEnds, texts: Buffer.concat(encodedTexts, end) });
   }
 
   // uuids: only the rows that carried one (new row numbers), for dedupe rebuild.
@@ -237,24 +376,59 @@ export function sealSegment(input: SealInput): LoadSegmentResult {
     place("bitmaps.roaring", asBytes(bitmaps)),
     place("bitmap-end.u32", asBytes(bitmapEnds)),
   ];
-  const propertyLayouts: PropertyLayout[] = [];
-  for (const property of properties) {
-    const valuesPlaced = place(`prop-${property.keyId}.u${property.width * 8}`, asBytes(property.values));
-    const endsPlaced = place(`prop-${property.keyId}.text-end.u32`, asBytes(property.textEnds));
-    const textsPlaced = place(`prop-${property.keyId}.text.utf8`, asBytes(property.texts));
-    placed.push(valuesPlaced, endsPlaced, textsPlaced);
-    propertyLayouts.push({
-      keyId: property.keyId,
-      width: property.width,
-      valueCount: property.textEnds.length - 1,
-      values: valuesPlaced.span,
-      textEnds: endsPlaced.span,
-      texts: textsPlaced.span,
-    });
+  // The property section: directory first, then each key's parts.
+  const propertySectionStart = memoryBytes;
+  const directory = new Float64Array(keys.length * directoryFields);
+  const propertyParts: Array<{ offset: number; bytes: Uint8Array }> = [];
+  const placeProperty = (bytes: Uint8Array): number => {
+    const offset = memoryBytes;
+    propertyParts.push({ offset, bytes });
+    memoryBytes = align8(memoryBytes + bytes.byteLength);
+    return offset;
+  };
+  placeProperty(asBytes(directory));
+  for (let keyIndex = 0; keyIndex < keys.length; keyIndex++) {
+    const texts = usedTexts[keyIndex];
+    const entryCount = sealedRows[keyIndex].length;
+    const width: 1 | 2 | 4 = texts.length <= 0xff ? 1 : texts.length <= 0xffff ? 2 : 4;
+    const sparse = entryCount * (4 + width) < rowCount * width;
+    const values = width === 1 ? new Uint8Array(sparse ? entryCount : rowCount) : width === 2 ? new Uint16Array(sparse ? entryCount : rowCount) : new Uint32Array(sparse ? entryCount : rowCount);
+    if (sparse) {
+      // TypedArray.prototype.set narrows natively.
+      values.set(sealedValues[keyIndex]);
+    } else {
+      const rows = sealedRows[keyIndex];
+      const ids = sealedValues[keyIndex];
+      for (let entry = 0; entry < entryCount; entry++) values[rows[entry]] = ids[entry];
+    }
+    const encodedTexts = texts.map((text) => Buffer.from(text, "utf8"));
+    const textEnds = new Uint32Array(texts.length);
+    let end = 0;
+    for (let id = 0; id < encodedTexts.length; id++) {
+      end += encodedTexts[id].length;
+      textEnds[id] = end;
+    }
+    const base = keyIndex * directoryFields;
+    directory[base + Field.KeyId] = keys[keyIndex].keyId;
+    directory[base + Field.Sparse] = sparse ? 1 : 0;
+    directory[base + Field.Width] = width;
+    directory[base + Field.ValueCount] = texts.length - 1;
+    directory[base + Field.EntryCount] = entryCount;
+    directory[base + Field.ValuesOffset] = placeProperty(asBytes(values));
+    directory[base + Field.RowsOffset] = sparse ? placeProperty(asBytes(sealedRows[keyIndex])) : -1;
+    directory[base + Field.TextEndsOffset] = placeProperty(asBytes(textEnds));
+    directory[base + Field.TextsOffset] = placeProperty(Buffer.concat(encodedTexts, end));
+    directory[base + Field.TextsBytes] = end;
   }
   const memory = new SharedArrayBuffer(Math.max(8, memoryBytes));
   const memoryView = new Uint8Array(memory);
   for (const { span, bytes } of placed) memoryView.set(bytes, span.offset);
+  for (const { offset, bytes } of propertyParts) memoryView.set(bytes, offset);
+  const propertySection = memoryView.subarray(propertySectionStart, memoryBytes);
+  const propertiesLayout: PropertiesLayout | undefined =
+    keys.length === 0
+      ? undefined
+      : { keyCount: keys.length, directoryOffset: propertySectionStart, span: { file: "properties.bin", offset: propertySectionStart, bytes: propertySection.byteLength, crc: crc32(propertySection) } };
 
   const uuidRowsSpan: ColumnSpan | undefined = uuidRows.length ? { file: "uuid-row.u32", offset: -1, bytes: uuidRows.byteLength, crc: crc32(asBytes(uuidRows)) } : undefined;
   const uuidsSpan: ColumnSpan | undefined = uuidRows.length ? { file: "uuid.b16", offset: -1, bytes: uuids.byteLength, crc: crc32(uuids) } : undefined;
@@ -269,7 +443,7 @@ export function sealSegment(input: SealInput): LoadSegmentResult {
     eventStart: placed[2].span,
     bitmaps: placed[3].span,
     bitmapEnds: placed[4].span,
-    properties: propertyLayouts,
+    properties: propertiesLayout,
     uuidRows: uuidRowsSpan,
     uuids: uuidsSpan,
     memoryBytes: memory.byteLength,
@@ -285,6 +459,7 @@ export function sealSegment(input: SealInput): LoadSegmentResult {
   mkdirSync(temporary);
   injectFault("segment.write", temporary);
   for (const { span, bytes } of placed) writeFileDurably(join(temporary, span.file), bytes, input.fsync);
+  if (propertiesLayout) writeFileDurably(join(temporary, propertiesLayout.span.file), propertySection, input.fsync);
   if (uuidRowsSpan) {
     writeFileDurably(join(temporary, uuidRowsSpan.file), asBytes(uuidRows), input.fsync);
     writeFileDurably(join(temporary, uuidsSpan!.file), uuids, input.fsync);
@@ -325,7 +500,7 @@ export function loadSegment(directory: string): LoadSegmentResult {
   const layout = readSegmentLayout(directory);
   const memory = new SharedArrayBuffer(layout.memoryBytes);
   const spans = [layout.time, layout.user, layout.eventStart, layout.bitmaps, layout.bitmapEnds];
-  for (const property of layout.properties) spans.push(property.values, property.textEnds, property.texts);
+  if (layout.properties) spans.push(layout.properties.span);
   for (const span of spans) readSpan(directory, span, new Uint8Array(memory, span.offset, span.bytes));
   // Row counts are checked after reading as well as before writing (STYLE rule 2).
   assert.equal(layout.time.bytes, layout.rowCount * 4, `${directory}: time column disagrees with row count`);

@@ -11,7 +11,7 @@
  */
 import { strict as assert } from "node:assert";
 import { basename } from "node:path";
-import { loadSegment, readSegmentFile, sealSegment, type LoadSegmentResult } from "./segment-format.js";
+import { loadSegment, PropertyDirectory, readSegmentFile, sealSegment, type LoadSegmentResult, type PropertyEntries } from "./segment-format.js";
 
 export interface MergeInput {
   /** Sealed segment directories of one day, oldest first. */
@@ -37,10 +37,24 @@ export function mergeSegments(input: MergeInput): LoadSegmentResult {
   const eventIds = new Uint32Array(rowCount);
   const uuidPresent = new Uint8Array(rowCount);
   const uuidBytes = new Uint8Array(rowCount * 16);
-  const properties = new Map<number, { texts: string[]; ids: Map<string, number>; valueIds: Uint32Array }>();
+  // Merged property entries: parts in order, each part's entries ascending, so
+  // every key's merged rows ascend. Sized by a first pass over the directories.
+  const directories = parts.map(({ layout, memory }) => new PropertyDirectory(layout, memory));
+  const entryCounts = new Map<number, number>();
+  for (const directory of directories) {
+    for (let index = 0; index < directory.keyCount; index++) {
+      const property = directory.at(index);
+      entryCounts.set(property.keyId, (entryCounts.get(property.keyId) ?? 0) + property.entryCount);
+    }
+  }
+  const properties = new Map<number, PropertyEntries & { ids: Map<string, number>; fill: number }>();
+  for (const [keyId, entryCount] of entryCounts) {
+    properties.set(keyId, { keyId, rows: new Uint32Array(entryCount), valueIds: new Uint32Array(entryCount), texts: [""], ids: new Map(), fill: 0 });
+  }
 
   let offset = 0;
-  for (const { layout, memory, uuidRows, uuids } of parts) {
+  for (let part = 0; part < parts.length; part++) {
+    const { layout, memory, uuidRows, uuids } = parts[part];
     const rows = layout.rowCount;
     timeOffsetMs.set(new Uint32Array(memory, layout.time.offset, rows), offset);
     userIds.set(new Uint32Array(memory, layout.user.offset, rows), offset);
@@ -51,37 +65,39 @@ export function mergeSegments(input: MergeInput): LoadSegmentResult {
       uuidPresent[row] = 1;
       uuidBytes.set(uuids.subarray(index * 16, index * 16 + 16), row * 16);
     }
-    for (const property of layout.properties) {
-      let merged = properties.get(property.keyId);
-      if (merged === undefined) {
-        merged = { texts: [""], ids: new Map(), valueIds: new Uint32Array(rowCount) };
-        properties.set(property.keyId, merged);
-      }
+    const directory = directories[part];
+    for (let index = 0; index < directory.keyCount; index++) {
+      const property = directory.at(index);
+      const merged = properties.get(property.keyId)!;
       // Dictionaries are per segment: map this segment's ids onto the merged dictionary.
-      const ends = new Uint32Array(memory, property.textEnds.offset, property.valueCount + 1);
-      const bytes = Buffer.from(memory, property.texts.offset, property.texts.bytes);
+      const texts = property.texts();
       const remap = new Uint32Array(property.valueCount + 1);
       for (let id = 1; id <= property.valueCount; id++) {
-        const text = bytes.toString("utf8", ends[id - 1], ends[id]);
-        let mergedId = merged.ids.get(text);
+        let mergedId = merged.ids.get(texts[id]);
         if (mergedId === undefined) {
           mergedId = merged.texts.length;
-          merged.texts.push(text);
-          merged.ids.set(text, mergedId);
+          merged.texts.push(texts[id]);
+          merged.ids.set(texts[id], mergedId);
         }
         remap[id] = mergedId;
       }
-      const values =
-        property.width === 1
-          ? new Uint8Array(memory, property.values.offset, rows)
-          : property.width === 2
-            ? new Uint16Array(memory, property.values.offset, rows)
-            : new Uint32Array(memory, property.values.offset, rows);
-      const target = merged.valueIds;
-      for (let row = 0; row < rows; row++) if (values[row] !== 0) target[offset + row] = remap[values[row]];
+      const { values } = property;
+      if (property.rows === undefined) {
+        for (let row = 0; row < rows; row++) {
+          if (values[row] === 0) continue;
+          merged.rows[merged.fill] = offset + row;
+          merged.valueIds[merged.fill++] = remap[values[row]];
+        }
+      } else {
+        for (let entry = 0; entry < property.entryCount; entry++) {
+          merged.rows[merged.fill] = offset + property.rows[entry];
+          merged.valueIds[merged.fill++] = remap[values[entry]];
+        }
+      }
     }
     offset += rows;
   }
+  for (const merged of properties.values()) assert.equal(merged.fill, merged.rows.length, `merged property ${merged.keyId} lost entries`);
 
   const result = sealSegment({
     directory: input.target,
@@ -92,7 +108,7 @@ export function mergeSegments(input: MergeInput): LoadSegmentResult {
     eventIds,
     uuidPresent,
     uuidBytes,
-    properties: [...properties].map(([keyId, merged]) => ({ keyId, valueIds: merged.valueIds, texts: merged.texts })),
+    properties: [...properties.values()].map(({ keyId, rows, valueIds, texts }) => ({ keyId, rows, valueIds, texts })),
     fsync: input.fsync,
     replaces: input.directories.map((directory) => basename(directory)),
   });

@@ -53,20 +53,37 @@ export function dayLabel(dayStartMs: number): string {
   return new Date(dayStartMs).toISOString().slice(0, 10);
 }
 
-/** Property values of one key in one active segment: a local dictionary, id 0 = not set. */
+/**
+ * Property values of one key in one active segment, sparse: the rows that set
+ * it (ascending: rows are appended in order) and their value ids into a local
+ * dictionary. Memory follows the values stored, not keys × rows: a day whose
+ * events bring 30 000 distinct keys, each on a few rows, stays small.
+ */
 class ActiveProperty {
-  readonly valueIds = new SharedColumn(Uint32Array, 1);
+  entryCount = 0;
+  readonly rows = new SharedColumn(Uint32Array, 1, 16);
+  readonly valueIds = new SharedColumn(Uint32Array, 1, 16);
   readonly texts: string[] = [""];
   private readonly ids = new Map<string, number>();
 
-  intern(text: string): number {
+  /** Returns 1 when the text is new to this key's dictionary, else 0. */
+  add(row: number, text: string): number {
     let id = this.ids.get(text);
+    let added = 0;
     if (id === undefined) {
       id = this.texts.length;
       this.texts.push(text);
       this.ids.set(text, id);
+      added = 1;
     }
-    return id;
+    const entry = this.entryCount++;
+    if (entry >= this.rows.values.length) {
+      this.rows.ensureRows(this.entryCount);
+      this.valueIds.ensureRows(this.entryCount);
+    }
+    this.rows.values[entry] = row;
+    this.valueIds.values[entry] = id;
+    return added;
   }
 }
 
@@ -104,24 +121,14 @@ export class ActiveSegment {
       property = new ActiveProperty();
       this.properties.set(keyId, property);
     }
-    property.valueIds.ensureRows(this.time.values.length);
     return property;
   }
 
-  /**
-   * Property columns grow only when written; before readers see `rowCount` rows,
-   * every column must cover them (rows never written read as 0, "not set").
-   */
-  coverAllRows(): void {
-    for (const property of this.properties.values()) property.valueIds.ensureRows(this.rowCount);
-  }
-
   describe(filterKeyIds: readonly number[]): ActiveSegmentDescriptor {
-    this.coverAllRows();
     const properties: ActiveSegmentDescriptor["properties"] = [];
     for (const keyId of filterKeyIds) {
       const property = this.properties.get(keyId);
-      if (property) properties.push({ keyId, valueIds: property.valueIds.buffer, texts: property.texts.slice() });
+      if (property) properties.push({ keyId, entryCount: property.entryCount, rows: property.rows.buffer, valueIds: property.valueIds.buffer, texts: property.texts.slice() });
     }
     return {
       kind: "active",
@@ -257,7 +264,10 @@ export class Store {
   private wal!: WriteAheadLog;
   private checkpointSequence = 0;
   private checkpointRunning: Promise<boolean> | undefined;
+  /** Counted when rows are applied to active segments; each bounds the memory they hold (see checkpointDue). */
   private rowsSinceCheckpoint = 0;
+  private propertyEntriesSinceCheckpoint = 0;
+  private propertyTextsSinceCheckpoint = 0;
   private checkpointTimer: NodeJS.Timeout | undefined;
   /** Segments a failed checkpoint froze but did not seal; the next checkpoint seals them first. */
   private unsealed: FrozenSegment[] = [];
@@ -366,7 +376,6 @@ export class Store {
           for (let row = 0; row < chunk.rowCount; row++) if (chunk.uuidPresent[row]) workspace.uuids.add(chunk.uuidBytes!, row * 16);
         }
         store.apply(workspace, chunk);
-        store.rowsSinceCheckpoint += chunk.rowCount;
       }
       appendSequence = sequence;
     }
@@ -474,11 +483,8 @@ export class Store {
     const settled = durable.then(
       () => {
         this.commitsInFlight.delete(commitId);
-        this.rowsSinceCheckpoint += chunk.rowCount;
         this.lastCommitAtMs = Date.now();
-        if (this.rowsSinceCheckpoint >= limits.checkpointRowsMax || this.wal.fileBytes >= limits.checkpointWalBytesMax) {
-          this.checkpointSoon();
-        }
+        if (this.checkpointDue()) this.checkpointSoon();
       },
       (error: unknown) => {
         this.commitsInFlight.delete(commitId);
@@ -527,15 +533,33 @@ export class Store {
       rowSegment[row] = segment!;
       rowIndex[row] = target;
     }
+    let textsAdded = 0;
     for (let key = 0; key < chunk.keyStrings.length; key++) {
       const keyId = workspace.keys.intern(strings[chunk.keyStrings[key]]);
       for (let entry = chunk.entryStarts[key]; entry < chunk.entryStarts[key + 1]; entry++) {
         const row = chunk.entryRows[entry];
-        const property = rowSegment[row].property(keyId);
-        property.valueIds.values[rowIndex[row]] = property.intern(strings[chunk.entryValues[entry]]);
+        textsAdded += rowSegment[row].property(keyId).add(rowIndex[row], strings[chunk.entryValues[entry]]);
       }
     }
     this.rowsApplied += rowCount;
+    this.rowsSinceCheckpoint += rowCount;
+    this.propertyEntriesSinceCheckpoint += chunk.entryRows.length;
+    this.propertyTextsSinceCheckpoint += textsAdded;
+  }
+
+  /**
+   * Active segments hold rows and property entries in memory until sealed; rows
+   * cost ~30 bytes, an entry 8–16, a distinct text ~100 with its map slot. The
+   * WAL's byte bound alone would let 512 MiB of all-distinct property values
+   * grow to gigabytes, so texts and entries have bounds of their own.
+   */
+  private checkpointDue(): boolean {
+    return (
+      this.rowsSinceCheckpoint >= limits.checkpointRowsMax ||
+      this.propertyEntriesSinceCheckpoint >= limits.checkpointPropertyEntriesMax ||
+      this.propertyTextsSinceCheckpoint >= limits.checkpointPropertyTextsMax ||
+      this.wal.fileBytes >= limits.checkpointWalBytesMax
+    );
   }
 
   /** Starts a checkpoint unless one failed less than `checkpointRetryDelayMs` ago. */
@@ -597,6 +621,8 @@ export class Store {
           dictionarySizes.set(workspace, [workspace.events.size, workspace.users.size, workspace.keys.size]);
         }
         this.rowsSinceCheckpoint = 0;
+        this.propertyEntriesSinceCheckpoint = 0;
+        this.propertyTextsSinceCheckpoint = 0;
       });
 
       let segmentNumber = 0;
@@ -610,7 +636,6 @@ export class Store {
           const name = `seg-${String(newSequence).padStart(12, "0")}-${String(++segmentNumber).padStart(6, "0")}`;
           const directory = segmentDirectory(this.dataDir, workspace.id, day, name);
           written.push(directory);
-          segment.coverAllRows();
           const result = await this.tasks.seal(segment, directory, workspace.id);
           assert.equal(result.layout.rowCount, segment.rowCount, "sealed segment lost rows");
           sealed.push({ partition, active: segment, segment: new SealedSegment(`${workspace.id}/${day}/${name}`, directory, segment.dayStartMs, result.layout), result });

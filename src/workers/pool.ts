@@ -6,7 +6,7 @@
 import { Piscina } from "piscina";
 import { limits } from "../config/limits.js";
 import type { IngestTask, IngestTaskResult, LoadSegmentTask, MergeTask, SealTask } from "./protocol.js";
-import type { QueryTask, QueryTaskResult } from "../query/query-protocol.js";
+import type { ParseQueryTask, ParseQueryTaskResult, QueryTask, QueryTaskResult } from "../query/query-protocol.js";
 import type { LoadSegmentResult } from "../storage/segment-format.js";
 
 export class PoolSaturatedError extends Error {}
@@ -60,6 +60,10 @@ export class WorkerPool {
 
   query(task: QueryTask): Promise<QueryTaskResult> {
     return this.run(task);
+  }
+
+  parseQuery(task: ParseQueryTask): Promise<ParseQueryTaskResult> {
+    return this.run(task, [task.body]);
   }
 
   async close(): Promise<void> {

@@ -5,7 +5,7 @@
  * segment columns as SharedArrayBuffers; nothing large is structured-cloned.
  */
 import type { IngestBodyResult, IngestShape, KeyedChunk } from "../ingest/event-validation.js";
-import type { QueryTask, QueryTaskResult } from "../query/query-protocol.js";
+import type { ParseQueryTask, ParseQueryTaskResult, QueryTask, QueryTaskResult } from "../query/query-protocol.js";
 import type { LoadSegmentResult } from "../storage/segment-format.js";
 
 /** One HTTP body inside a task's shared byte buffer. */
@@ -41,7 +41,8 @@ export interface SealTask {
   event: SharedArrayBuffer;
   uuidPresent: SharedArrayBuffer;
   uuid: SharedArrayBuffer;
-  properties: Array<{ keyId: number; valueIds: SharedArrayBuffer; texts: string[] }>;
+  /** Per key: entries [0, entryCount) of `rows` and `valueIds` (see ActiveSegmentDescriptor). */
+  properties: Array<{ keyId: number; entryCount: number; rows: SharedArrayBuffer; valueIds: SharedArrayBuffer; texts: string[] }>;
   fsync: boolean;
 }
 
@@ -58,8 +59,8 @@ export interface LoadSegmentTask {
   directory: string;
 }
 
-export type Task = IngestTask | SealTask | MergeTask | LoadSegmentTask | QueryTask;
-export type TaskResult = IngestTaskResult | LoadSegmentResult | QueryTaskResult;
+export type Task = IngestTask | SealTask | MergeTask | LoadSegmentTask | QueryTask | ParseQueryTask;
+export type TaskResult = IngestTaskResult | LoadSegmentResult | QueryTaskResult | ParseQueryTaskResult;
 
 export function assertNever(value: never): never {
   throw new Error(`unhandled variant: ${JSON.stringify(value)}`);

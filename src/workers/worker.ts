@@ -8,6 +8,7 @@ import { validateBodies } from "../ingest/event-validation.js";
 import { runQueryTask } from "../query/query-worker.js";
 import { loadSegment, sealSegment } from "../storage/segment-format.js";
 import { mergeSegments } from "../storage/segment-merge.js";
+import { parseQueryBody } from "../query/schemas.js";
 import { assertNever, type IngestTask, type SealTask, type Task, type TaskResult } from "./protocol.js";
 
 function runIngest(task: IngestTask): TaskResult {
@@ -36,7 +37,12 @@ function runSeal(task: SealTask) {
     eventIds: new Uint32Array(task.event, 0, rows),
     uuidPresent: new Uint8Array(task.uuidPresent, 0, rows),
     uuidBytes: new Uint8Array(task.uuid, 0, rows * 16),
-    properties: task.properties.map((property) => ({ keyId: property.keyId, valueIds: new Uint32Array(property.valueIds, 0, rows), texts: property.texts })),
+    properties: task.properties.map((property) => ({
+      keyId: property.keyId,
+      rows: new Uint32Array(property.rows, 0, property.entryCount),
+      valueIds: new Uint32Array(property.valueIds, 0, property.entryCount),
+      texts: property.texts,
+    })),
     fsync: task.fsync,
   });
 }
@@ -53,6 +59,8 @@ export default function run(task: Task): TaskResult {
       return loadSegment(task.directory);
     case "query":
       return runQueryTask(task);
+    case "parse-query":
+      return { kind: "parse-query", result: parseQueryBody(task.queryKind, new Uint8Array(task.body)) };
     default:
       return assertNever(task);
   }

@@ -11,7 +11,9 @@ import { join } from "node:path";
 import roaring from "roaring";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import {
+  denseValueIds,
   loadSegment,
+  PropertyDirectory,
   readSegmentLayout,
   readSegmentUuids,
   sealSegment,
@@ -42,7 +44,8 @@ function sealInput(directory: string, rows: InputRow[], keyIds: number[]): SealI
   const eventIds = new Uint32Array(capacity).fill(0xfeed);
   const uuidPresent = new Uint8Array(capacity).fill(1);
   const uuidBytes = new Uint8Array(capacity * 16).fill(0x5a);
-  const properties = keyIds.map((keyId) => ({ keyId, valueIds: new Uint32Array(capacity).fill(0x7777), texts: [""] as string[], ids: new Map<string, number>() }));
+  // Entry arrays longer than the entries, as an active segment's are: the extra slots hold garbage.
+  const properties = keyIds.map((keyId) => ({ keyId, rows: [] as number[], valueIds: [] as number[], texts: [""] as string[], ids: new Map<string, number>() }));
   for (const [row, input] of rows.entries()) {
     timeOffsetMs[row] = input.time;
     userIds[row] = input.user;
@@ -52,17 +55,15 @@ function sealInput(directory: string, rows: InputRow[], keyIds: number[]): SealI
     if (input.uuid !== undefined) uuidBytes.set(Buffer.from(input.uuid.replaceAll("-", ""), "hex"), row * 16);
     for (const property of properties) {
       const text = input.properties.get(property.keyId);
-      if (text === undefined) {
-        property.valueIds[row] = 0;
-        continue;
-      }
+      if (text === undefined) continue;
       let id = property.ids.get(text);
       if (id === undefined) {
         id = property.texts.length;
         property.texts.push(text);
         property.ids.set(text, id);
       }
-      property.valueIds[row] = id;
+      property.rows.push(row);
+      property.valueIds.push(id);
     }
   }
   // A text the segment's rows no longer use (it must not be written).
@@ -76,7 +77,12 @@ function sealInput(directory: string, rows: InputRow[], keyIds: number[]): SealI
     eventIds,
     uuidPresent,
     uuidBytes,
-    properties: properties.map(({ keyId, valueIds, texts }) => ({ keyId, valueIds, texts })),
+    properties: properties.map(({ keyId, rows, valueIds, texts }) => ({
+      keyId,
+      rows: Uint32Array.from([...rows, 0xdead]).subarray(0, rows.length),
+      valueIds: Uint32Array.from([...valueIds, 0x7777]).subarray(0, valueIds.length),
+      texts,
+    })),
     fsync: false,
   };
 }
@@ -114,18 +120,14 @@ function storedRows(directory: string, layout: SegmentLayout, memory: SharedArra
       rows.push({ event, user: user[row], time: time[row], uuid: undefined, properties: new Map() });
     }
   }
-  for (const property of layout.properties) {
-    const values =
-      property.width === 1
-        ? new Uint8Array(memory, property.values.offset, layout.rowCount)
-        : property.width === 2
-          ? new Uint16Array(memory, property.values.offset, layout.rowCount)
-          : new Uint32Array(memory, property.values.offset, layout.rowCount);
-    const textEnds = new Uint32Array(memory, property.textEnds.offset, property.valueCount + 1);
-    const texts = Buffer.from(memory, property.texts.offset, property.texts.bytes);
+  const properties = new PropertyDirectory(layout, memory);
+  for (let index = 0; index < properties.keyCount; index++) {
+    const property = properties.at(index);
+    const values = denseValueIds(property, layout.rowCount);
+    const texts = property.texts();
     for (let row = 0; row < layout.rowCount; row++) {
       const id = values[row];
-      if (id !== 0) rows[row].properties.set(property.keyId, texts.toString("utf8", textEnds[id - 1], textEnds[id]));
+      if (id !== 0) rows[row].properties.set(property.keyId, texts[id]);
     }
   }
   if (layout.uuidRows) {
@@ -226,14 +228,14 @@ describe("a sealed segment", () => {
   });
 
   it("keeps only the property texts its rows use, writes no file for a key no row sets", () => {
-    const keyIds = sealed.layout.properties.map((property) => property.keyId);
-    expect(keyIds).toEqual([0, 5]);
-    const plan = sealed.layout.properties[0];
+    const properties = new PropertyDirectory(sealed.layout, sealed.memory);
+    expect(Array.from({ length: properties.keyCount }, (_, index) => properties.at(index).keyId)).toEqual([0, 5]);
+    const plan = properties.find(0)!;
     expect(plan.width).toBe(1);
     expect(plan.valueCount).toBe(new Set(rows.flatMap((row) => (row.properties.has(0) ? [row.properties.get(0)] : []))).size);
-    const texts = Buffer.from(sealed.memory, plan.texts.offset, plan.texts.bytes).toString("utf8");
-    expect(texts).not.toContain("unused text");
-    expect(readdirSync(directory).some((name) => name.startsWith("prop-9"))).toBe(false);
+    expect(plan.texts()).not.toContain("unused text");
+    expect(properties.find(5)!.texts()).not.toContain("unused text");
+    expect(properties.find(9)).toBeUndefined();
   });
 
   it("lists every uuid it holds, for the dedupe set rebuilt at start-up", () => {
@@ -248,7 +250,7 @@ describe("a sealed segment", () => {
   it("refuses any column file with a flipped byte or cut short", () => {
     // Row numbers of uuids are not read back by the store (only the uuid bytes are, and checked).
     const files = readdirSync(directory).filter((name) => name !== "_meta.json" && name !== "uuid-row.u32");
-    expect(files.length).toBeGreaterThan(8);
+    expect(files.sort()).toEqual(["bitmap-end.u32", "bitmaps.roaring", "event-start.u32", "properties.bin", "time.u32", "user.u32", "uuid.b16"]);
     for (const file of files) {
       for (const damage of ["flip", "truncate"] as const) {
         const copy = join(root, `damaged-${damage}-${file}`);
@@ -288,10 +290,38 @@ describe("sealing", () => {
     }
     const directory = join(root, "2024-03-01", "seg-000000000003-000001");
     const sealed = sealSegment(sealInput(directory, rows, [1, 2]));
-    expect(sealed.layout.properties.map((property) => [property.keyId, property.width])).toEqual([[1, 4], [2, 2]]);
+    const properties = new PropertyDirectory(sealed.layout, sealed.memory);
+    expect([properties.at(0), properties.at(1)].map((property) => [property.keyId, property.width])).toEqual([[1, 4], [2, 2]]);
     expect(sealed.layout.uuids).toBeUndefined();
     const loaded = loadSegment(directory);
     expect(storedRows(directory, loaded.layout, loaded.memory).map(rowKey).sort()).toEqual(rows.map(rowKey).sort());
+  });
+
+  it("stores a key set on few rows sparsely, and thousands of such keys in one file, in bytes proportional to the values", () => {
+    const random = new Random(77);
+    const rows: InputRow[] = [];
+    const keyCount = 3_000;
+    for (let index = 0; index < 20_000; index++) {
+      const properties = new Map<number, string>([[0, random.pick(["a", "b"])]]);
+      // Keys 1..keyCount: each on about three rows.
+      if (index % 2 === 0) properties.set(1 + ((index >>> 1) % keyCount), `v-${random.integer(0, 5)}`);
+      rows.push({ event: random.integer(0, 3), user: random.integer(0, 500), time: random.integer(0, 86_399_999), uuid: undefined, properties });
+    }
+    const directory = join(root, "2024-03-04", "seg-000000000006-000001");
+    const sealed = sealSegment(sealInput(directory, rows, Array.from({ length: keyCount + 1 }, (_, keyId) => keyId)));
+    const properties = new PropertyDirectory(sealed.layout, sealed.memory);
+    expect(properties.keyCount).toBe(keyCount + 1);
+    expect(properties.find(0)!.rows, "a key on every row is dense").toBeUndefined();
+    const sparse = properties.find(17)!;
+    expect(sparse.rows, "a key on a few rows is sparse").toBeDefined();
+    expect(sparse.entryCount).toBe(rows.filter((row) => row.properties.has(17)).length);
+    expect(Array.from(sparse.rows!)).toEqual([...sparse.rows!].sort((a, b) => a - b));
+    // Dense would be 3 000 keys × 20 000 rows = 60 MB; sparse is a few hundred kB.
+    expect(sealed.layout.memoryBytes).toBeLessThan(2_000_000);
+    expect(readdirSync(directory).filter((name) => name.startsWith("prop")).length).toBe(1);
+    const loaded = loadSegment(directory);
+    expect(storedRows(directory, loaded.layout, loaded.memory).map(rowKey).sort()).toEqual(rows.map(rowKey).sort());
+    expect(denseValueIds(new PropertyDirectory(loaded.layout, loaded.memory).find(17)!, rows.length).filter((id) => id !== 0).length).toBe(sparse.entryCount);
   });
 
   it("orders users beyond 2^26 by the exact comparator", () => {

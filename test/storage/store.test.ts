@@ -34,7 +34,12 @@ function sealInline(segment: ActiveSegment, directory: string): LoadSegmentResul
     eventIds: new Uint32Array(segment.event.buffer, 0, rows),
     uuidPresent: new Uint8Array(segment.uuidPresent.buffer, 0, rows),
     uuidBytes: new Uint8Array(segment.uuid.buffer, 0, rows * 16),
-    properties: [...segment.properties].map(([keyId, property]) => ({ keyId, valueIds: new Uint32Array(property.valueIds.buffer, 0, rows), texts: property.texts })),
+    properties: [...segment.properties].map(([keyId, property]) => ({
+      keyId,
+      rows: new Uint32Array(property.rows.buffer, 0, property.entryCount),
+      valueIds: new Uint32Array(property.valueIds.buffer, 0, property.entryCount),
+      texts: property.texts,
+    })),
     fsync: false,
   });
 }
