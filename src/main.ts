@@ -10,6 +10,7 @@ import { limits } from "./config/limits.js";
 import { startHttp } from "./http/server.js";
 import { IngestService } from "./ingest/ingest-service.js";
 import { QueryService } from "./query/query-service.js";
+import { packPropertyEntries } from "./storage/property-transfer.js";
 import { Store } from "./storage/store.js";
 import { WorkerPool } from "./workers/pool.js";
 
@@ -51,7 +52,7 @@ async function main(): Promise<void> {
         event: segment.event.buffer,
         uuidPresent: segment.uuidPresent.buffer,
         uuid: segment.uuid.buffer,
-        properties: [...segment.properties].map(([keyId, property]) => ({ keyId, entryCount: property.entryCount, rows: property.rows.buffer, valueIds: property.valueIds.buffer, texts: property.texts })),
+        properties: packPropertyEntries(segment.propertyEntries()),
         fsync: config.fsync,
       }),
     load: (directory) => pool.load({ kind: "load-segment", directory }),

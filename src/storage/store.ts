@@ -33,6 +33,7 @@ import {
   workspaceDirectory,
   workspacesDirectory,
 } from "./paths.js";
+import type { ActivePropertyEntries } from "./property-transfer.js";
 import type { ActiveSegmentDescriptor, SealedSegmentDescriptor, SegmentDescriptor } from "./segment-descriptor.js";
 import { readSegmentLayout, readSegmentUuids, segmentExists, type LoadSegmentResult, type SegmentLayout } from "./segment-format.js";
 import { UuidSet } from "./uuid-set.js";
@@ -122,6 +123,11 @@ export class ActiveSegment {
       this.properties.set(keyId, property);
     }
     return property;
+  }
+
+  /** Every key's entries as they stand (the segment is frozen when this is sealed). */
+  propertyEntries(): ActivePropertyEntries[] {
+    return [...this.properties].map(([keyId, property]) => ({ keyId, entryCount: property.entryCount, rows: property.rows.buffer, valueIds: property.valueIds.buffer, texts: property.texts }));
   }
 
   describe(filterKeyIds: readonly number[]): ActiveSegmentDescriptor {

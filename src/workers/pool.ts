@@ -47,7 +47,7 @@ export class WorkerPool {
   }
 
   seal(task: SealTask): Promise<LoadSegmentResult> {
-    return this.run(task);
+    return this.run(task, [task.properties.packed]);
   }
 
   merge(task: MergeTask): Promise<LoadSegmentResult> {

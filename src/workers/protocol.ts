@@ -7,6 +7,7 @@
 import type { IngestBodyResult, IngestShape, KeyedChunk } from "../ingest/event-validation.js";
 import type { ParseQueryTask, ParseQueryTaskResult, QueryTask, QueryTaskResult } from "../query/query-protocol.js";
 import type { LoadSegmentResult } from "../storage/segment-format.js";
+import type { PropertyEntriesMessage } from "../storage/property-transfer.js";
 
 /** One HTTP body inside a task's shared byte buffer. */
 export interface BodySlice {
@@ -41,8 +42,7 @@ export interface SealTask {
   event: SharedArrayBuffer;
   uuidPresent: SharedArrayBuffer;
   uuid: SharedArrayBuffer;
-  /** Per key: entries [0, entryCount) of `rows` and `valueIds` (see ActiveSegmentDescriptor). */
-  properties: Array<{ keyId: number; entryCount: number; rows: SharedArrayBuffer; valueIds: SharedArrayBuffer; texts: string[] }>;
+  properties: PropertyEntriesMessage;
   fsync: boolean;
 }
 

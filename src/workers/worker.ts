@@ -8,6 +8,7 @@ import { validateBodies } from "../ingest/event-validation.js";
 import { runQueryTask } from "../query/query-worker.js";
 import { loadSegment, sealSegment } from "../storage/segment-format.js";
 import { mergeSegments } from "../storage/segment-merge.js";
+import { unpackPropertyEntries } from "../storage/property-transfer.js";
 import { parseQueryBody } from "../query/schemas.js";
 import { assertNever, type IngestTask, type SealTask, type Task, type TaskResult } from "./protocol.js";
 
@@ -37,12 +38,7 @@ function runSeal(task: SealTask) {
     eventIds: new Uint32Array(task.event, 0, rows),
     uuidPresent: new Uint8Array(task.uuidPresent, 0, rows),
     uuidBytes: new Uint8Array(task.uuid, 0, rows * 16),
-    properties: task.properties.map((property) => ({
-      keyId: property.keyId,
-      rows: new Uint32Array(property.rows, 0, property.entryCount),
-      valueIds: new Uint32Array(property.valueIds, 0, property.entryCount),
-      texts: property.texts,
-    })),
+    properties: unpackPropertyEntries(task.properties),
     fsync: task.fsync,
   });
 }
