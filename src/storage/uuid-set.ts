@@ -77,11 +77,25 @@ export class UuidSet {
       this.nilOwner = owner;
       return -1;
     }
-    const slot = this.find(a, b, c, d);
-    if (slot >= 0) return this.slots[slot * slotWords + 4];
+    // Grown first, so the probe below both finds the uuid and, failing that,
+    // stops at the empty slot it goes into: one walk of the chain, not two.
     if ((this.count + 1) * 10 > this.capacity * 7) this.grow();
-    this.insert(a, b, c, d, owner);
-    return -1;
+    const mask = this.capacity - 1;
+    const slots = this.slots;
+    for (let slot = UuidSet.hash(a, b, c, d) & mask; ; slot = (slot + 1) & mask) {
+      const base = slot * slotWords;
+      const s0 = slots[base], s1 = slots[base + 1], s2 = slots[base + 2], s3 = slots[base + 3];
+      if (s0 === a && s1 === b && s2 === c && s3 === d) return slots[base + 4];
+      if ((s0 | s1 | s2 | s3) === 0) {
+        slots[base] = a;
+        slots[base + 1] = b;
+        slots[base + 2] = c;
+        slots[base + 3] = d;
+        slots[base + 4] = owner;
+        this.count++;
+        return -1;
+      }
+    }
   }
 
   /** Marks the uuid durable (its commit's fdatasync succeeded). */
