@@ -42,6 +42,14 @@ import { encodeRecord, listWalSequences, readWalFile, truncateWalFile, WriteAhea
 export const dayMs = 86_400_000;
 /** Days larger than this are left as several segments rather than rewritten whole. */
 const mergeRowsMax = 20_000_000;
+/**
+ * While ingest is busy, a day is merged only once it holds this many sealed
+ * segments. Merging at every checkpoint rewrote each day's rows again and
+ * again — quadratic work that took ~20 % of the CPU under sustained ingest —
+ * while a query pays little for a few more segments. When ingest pauses, every
+ * day is merged into one segment.
+ */
+const busyMergeSegmentsMin = 8;
 
 /**
  * After a failed checkpoint, the next one waits this long: a disk that is full
@@ -303,6 +311,8 @@ export class Store {
   private lastCommitAtMs = 0;
   private mergeRunning: Promise<void> | undefined;
   private mergeWanted = false;
+  /** A merge pass left a day unmerged because ingest was busy; the idle timer runs another. */
+  private mergesDeferred = false;
   private mergeCount = 0;
   /** Commits that claimed uuids and are not yet durable, by commit id. */
   private readonly commitsInFlight = new Map<number, Promise<void>>();
@@ -403,8 +413,9 @@ export class Store {
     // active segments, and a restart replays less.
     let lastCheckpointAtMs = Date.now();
     this.checkpointTimer = setInterval(() => {
-      if (this.rowsSinceCheckpoint === 0 && this.unsealed.length === 0) return;
       const nowMs = Date.now();
+      if (this.mergesDeferred && nowMs - this.lastCommitAtMs >= limits.checkpointIdleMs) this.scheduleMerges();
+      if (this.rowsSinceCheckpoint === 0 && this.unsealed.length === 0) return;
       if (nowMs - this.lastCommitAtMs < limits.checkpointIdleMs && nowMs - lastCheckpointAtMs < limits.checkpointIntervalMs) return;
       lastCheckpointAtMs = nowMs;
       this.checkpointSoon();
@@ -849,15 +860,27 @@ export class Store {
       });
   }
 
-  /** Merges every day that holds more than one sealed segment into one segment. */
-  private async runMerges(): Promise<void> {
+  /** Merges every day that holds several sealed segments into one now, busy or not (maintenance, tests). */
+  async mergeAll(): Promise<void> {
+    while (this.mergeRunning) await this.mergeRunning;
+    this.mergeRunning = this.runMerges(false).finally(() => (this.mergeRunning = undefined));
+    await this.mergeRunning;
+  }
+
+  /** Merges every day that holds more than one sealed segment into one segment (see busyMergeSegmentsMin). */
+  private async runMerges(busy = Date.now() - this.lastCommitAtMs < limits.checkpointIdleMs): Promise<void> {
     this.removeAbandonedSegments();
+    this.mergesDeferred = false;
     for (const workspace of [...this.workspaces.values()]) {
       for (const [dayStartMs, partition] of [...workspace.days]) {
         // A merge must not fold in segments of a checkpoint a power loss could still undo (see runCheckpoint).
         if (this.closing || this.publishUncertain) return;
         const victims = partition.sealed.slice();
         if (victims.length < 2) continue;
+        if (busy && victims.length < busyMergeSegmentsMin) {
+          this.mergesDeferred = true;
+          continue;
+        }
         let rows = 0;
         for (const victim of victims) rows += victim.layout.rowCount;
         if (rows > mergeRowsMax) continue;

@@ -16,7 +16,7 @@
  */
 import { strict as assert } from "node:assert";
 import { closeSync, existsSync, fdatasyncSync, ftruncateSync, fstatSync, openSync, readdirSync, readFileSync, unlinkSync } from "node:fs";
-import { fdatasync, writev } from "node:fs";
+import { fdatasync, writevSync } from "node:fs";
 import { crc32 } from "node:zlib";
 import { limits } from "../config/limits.js";
 import { walDirectory, walFilePath } from "./paths.js";
@@ -225,7 +225,19 @@ export class WriteAheadLog {
       this.flush();
     };
 
-    writev(this.fd, buffers, startPosition, (writeError, bytesWritten) => {
+    // The write is synchronous: into the page cache it takes tens of
+    // microseconds, less than a thread-pool round trip and the event-loop
+    // wake-up after it, and a group's latency is what single-event clients wait
+    // on. Only the fdatasync, which waits for the device, goes to the pool.
+    let bytesWritten = 0;
+    let writeError: Error | undefined;
+    try {
+      bytesWritten = writevSync(this.fd, buffers, startPosition);
+    } catch (error) {
+      writeError = error as Error;
+    }
+    // Reported on a later turn, as an asynchronous write would be: callers expect append() never to settle synchronously.
+    setImmediate(() => {
       // An injected write fault strikes after the real write, so the cut-back has real bytes to remove.
       const failure = writeError ?? injectedFault("wal.write", path);
       if (failure) return fail(failure);

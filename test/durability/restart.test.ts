@@ -110,6 +110,18 @@ async function expectCounts(server: ServerHandle, expected: Expected, moment: st
   }
 }
 
+/** Sealed segments per day directory. */
+function segmentsPerDay(dataDir: string): number[] {
+  const counts: number[] = [];
+  const workspaces = join(dataDir, "ws");
+  for (const workspace of readdirSync(workspaces)) {
+    for (const day of readdirSync(join(workspaces, workspace))) {
+      if (/^\d{4}-\d{2}-\d{2}$/.test(day)) counts.push(readdirSync(join(workspaces, workspace, day)).filter((name) => name.startsWith("seg-")).length);
+    }
+  }
+  return counts;
+}
+
 function sealedSegmentCount(dataDir: string): number {
   let count = 0;
   const workspaces = join(dataDir, "ws");
@@ -124,7 +136,7 @@ function sealedSegmentCount(dataDir: string): number {
 
 const servers: ServerHandle[] = [];
 const dataDir = makeDataDir("eventide-restart-");
-const environment = { EVENTIDE_CHECKPOINT_ROWS_MAX: "500" };
+const environment = { EVENTIDE_CHECKPOINT_ROWS_MAX: "500", EVENTIDE_CHECKPOINT_IDLE_MS: "500" };
 
 async function start(credentials?: { apiKey: string; token: string; workspaceId: string }): Promise<ServerHandle> {
   const server = await startServer({ dataDir, credentials, env: environment });
@@ -159,6 +171,15 @@ describe("events survive restarts, counted exactly once", () => {
     const { walSequence } = JSON.parse(readFileSync(join(dataDir, "_checkpoint.json"), "utf8")) as { walSequence: number };
     expect(walSequence, "checkpoints were published while ingesting").toBeGreaterThan(1);
     expect(sealedSegmentCount(dataDir), "checkpoints sealed segments").toBeGreaterThan(0);
+  });
+
+  it("merges each day into one segment once ingest pauses (merges wait while it is busy)", async () => {
+    const deadline = Date.now() + 30_000;
+    while (segmentsPerDay(dataDir).some((count) => count !== 1)) {
+      expect(Date.now(), `segments per day still ${JSON.stringify(segmentsPerDay(dataDir))} after 30 s`).toBeLessThan(deadline);
+      await new Promise((resolve) => setTimeout(resolve, 100));
+    }
+    await expectCounts(servers.at(-1)!, expected, "after the idle merge");
   });
 
   it("counts the same after SIGTERM and a restart, and still deduplicates uuids from sealed segments", async () => {
