@@ -353,11 +353,19 @@ export function sealSegment(input: SealInput): LoadSegmentResult {
   const uuidRows = new Uint32Array(uuidCount);
   const uuids = new Uint8Array(uuidCount * 16);
   const uuidSource = input.uuidBytes;
+  // Four word copies per uuid where the source is word-aligned (always, from
+  // the store), sixteen byte copies otherwise.
+  const sourceWords = uuidSource.byteOffset % 4 === 0 ? new Uint32Array(uuidSource.buffer, uuidSource.byteOffset, uuidSource.length >>> 2) : undefined;
+  const targetWords = new Uint32Array(uuids.buffer);
   for (let index = 0, cursor = 0; index < rowCount; index++) {
     const row = order[index];
     if (input.uuidPresent[row] === 0) continue;
     uuidRows[cursor] = index;
-    for (let byte = 0; byte < 16; byte++) uuids[cursor * 16 + byte] = uuidSource[row * 16 + byte];
+    if (sourceWords) {
+      for (let word = 0; word < 4; word++) targetWords[cursor * 4 + word] = sourceWords[row * 4 + word];
+    } else {
+      for (let byte = 0; byte < 16; byte++) uuids[cursor * 16 + byte] = uuidSource[row * 16 + byte];
+    }
     cursor++;
   }
 
