@@ -74,7 +74,8 @@ async function main(): Promise<void> {
     deadline.unref();
     try {
       await http.close(limits.shutdownTimeoutMs / 3);
-      await store.close();
+      // Sealing may take what is left but a margin for closing the WAL and the pool.
+      await store.close(Date.now() + limits.shutdownTimeoutMs / 3);
       credentials.close();
       await pool.close();
       console.error(`eventide: stopped on ${signal}`);

@@ -39,7 +39,7 @@ export interface TimelinePoint {
   errors: number;
 }
 
-interface LoadRunBase {
+export interface LoadRunBase {
   connections: number;
   mode: "closed" | "open";
   /** Open loop: requests per second asked for. */

@@ -24,7 +24,7 @@ import { CpuMeter, machineBusyCpuMs, othersPercent, processCpuMs, processMemoryB
 import type { QueryKind, SuiteOptions } from "./options.js";
 import type { Progress } from "./progress.js";
 import { CacheExposure, queryVariants, type QueryVariant } from "./queries.js";
-import type { DuckdbResult, DuckdbRun, IngestRun, MixedQueryKind, MixedResult, MixedSample, QueryRun, SoakResult, StepCpu, SuiteResults, TimelinePoint } from "./results.js";
+import type { DuckdbResult, DuckdbRun, IngestRun, LoadRunBase, MixedQueryKind, MixedResult, MixedSample, QueryRun, SoakResult, StepCpu, SuiteResults, TimelinePoint } from "./results.js";
 import { formatCount, formatMs, mean, summarizeHistogram, summarizeSample } from "./stats.js";
 import { startCeiling, type CeilingServer, type Target } from "./target.js";
 
@@ -215,6 +215,30 @@ function errorCount(report: LoadReport): number {
   return report.requests - report.okResponses + report.socketErrors + report.protocolErrors;
 }
 
+/** The figures every load step records, whatever it drove. */
+function loadRunFigures(step: LoadStepResult, connections: number): LoadRunBase {
+  const { report } = step;
+  return {
+    connections,
+    mode: report.mode,
+    targetRequestsPerSecond: report.targetRate,
+    requestsPerSecond: report.requestsPerSecond,
+    latencyMs: report.latencyMs,
+    serviceLatencyMs: report.serviceLatencyMs,
+    schedulerLagP99Ms: report.schedulerLagMs.p99,
+    requests: report.requests,
+    errors: errorCount(report),
+    statusCounts: report.statusCounts,
+    timedOut: report.timedOut,
+    cpu: step.cpu,
+    timeline: step.timeline,
+  };
+}
+
+function cpuSummary(cpu: StepCpu): string {
+  return `CPU: generator ${cpu.generatorPercent.toFixed(0)} %, server ${Number.isFinite(cpu.serverPercent) ? `${cpu.serverPercent.toFixed(0)} %` : "?"}, others ${cpu.othersPercent.toFixed(0)} %`;
+}
+
 // ---------------------------------------------------------------------------
 // Dataset.
 
@@ -344,29 +368,12 @@ export async function runQueries(context: SuiteContext): Promise<void> {
         // Everything sent, warm-up included, went through the cache.
         const sent = Math.round(report.requests * ((options.warmupSeconds + options.durationSeconds) / options.durationSeconds));
         const cachedShareEstimate = exposure === null ? 0 : exposure.record(sent, step.startedAtMs, step.endedAtMs);
-        const run: QueryRun = {
-          query: kind,
-          connections,
-          mode: report.mode,
-          targetRequestsPerSecond: report.targetRate,
-          requestsPerSecond: report.requestsPerSecond,
-          latencyMs: report.latencyMs,
-          serviceLatencyMs: report.serviceLatencyMs,
-          schedulerLagP99Ms: report.schedulerLagMs.p99,
-          requests: report.requests,
-          errors: errorCount(report),
-          statusCounts: report.statusCounts,
-          timedOut: report.timedOut,
-          cpu: step.cpu,
-          timeline: step.timeline,
-          distinctRequests: variants.length,
-          cachedShareEstimate,
-        };
+        const run: QueryRun = { query: kind, ...loadRunFigures(step, connections), distinctRequests: variants.length, cachedShareEstimate };
         context.queries.push(run);
         context.progress.endStep(
           `${formatCount(run.requestsPerSecond)} queries/s, p50 ${formatMs(run.latencyMs.p50)} ms, p95 ${formatMs(run.latencyMs.p95)} ms, p99 ${formatMs(run.latencyMs.p99)} ms` +
             (cachedShareEstimate > 0.01 ? ` (≈${(cachedShareEstimate * 100).toFixed(0)} % may be cached answers)` : "") +
-            `; CPU: generator ${run.cpu.generatorPercent.toFixed(0)} %, server ${Number.isFinite(run.cpu.serverPercent) ? `${run.cpu.serverPercent.toFixed(0)} %` : "?"}, others ${run.cpu.othersPercent.toFixed(0)} %`,
+            `; ${cpuSummary(run.cpu)}`,
         );
       }
     }
@@ -512,29 +519,17 @@ export async function runIngest(context: SuiteContext): Promise<void> {
             const run: IngestRun = {
               scenario,
               server,
-              connections,
               eventsPerBody: shape.eventsPerBody,
-              mode: report.mode,
               targetEventsPerSecond: eventRate > 0 ? eventRate : null,
-              targetRequestsPerSecond: report.targetRate,
               eventsPerSecond: report.eventsPerSecond,
-              requestsPerSecond: report.requestsPerSecond,
-              latencyMs: report.latencyMs,
-              serviceLatencyMs: report.serviceLatencyMs,
-              schedulerLagP99Ms: report.schedulerLagMs.p99,
-              requests: report.requests,
-              errors: errorCount(report),
-              statusCounts: report.statusCounts,
-              timedOut: report.timedOut,
-              cpu: step.cpu,
-              timeline: step.timeline,
+              ...loadRunFigures(step, connections),
             };
             context.ingest.push(run);
             const peer = server === "ceiling" ? context.ingest.find((other) => other.server === "eventide" && other.scenario === scenario && other.connections === connections && other.targetEventsPerSecond === run.targetEventsPerSecond) : undefined;
             context.progress.endStep(
               `${formatCount(run.eventsPerSecond)} events/s, ${formatCount(run.requestsPerSecond)} req/s, p50 ${formatMs(run.latencyMs.p50)} ms, p99 ${formatMs(run.latencyMs.p99)} ms` +
                 (peer === undefined ? "" : ` (Eventide reached ${((peer.eventsPerSecond / run.eventsPerSecond) * 100).toFixed(0)} % of this)`) +
-                `; CPU: generator ${run.cpu.generatorPercent.toFixed(0)} %, server ${Number.isFinite(run.cpu.serverPercent) ? `${run.cpu.serverPercent.toFixed(0)} %` : "?"}, others ${run.cpu.othersPercent.toFixed(0)} %`,
+                `; ${cpuSummary(run.cpu)}`,
             );
             await sleep(200);
           }

@@ -1,7 +1,7 @@
 /**
  * Shared pieces of the property-based suites (test/fuzz): how many cases a
- * property runs, an HTTP client that times every request and treats a dropped
- * connection as a failure, the SPEC §1 answer checks written as plain throws
+ * property runs, a keep-alive client over test/helpers/http.ts that treats a
+ * dropped connection as a failure, the SPEC §1 answer checks written as plain throws
  * (fast-check shrinks on any exception), and arbitraries for the odd text and
  * odd JSON that hostile clients send.
  *
@@ -10,8 +10,9 @@
  * replays a failing run (fast-check prints the seed and the shrunk case).
  */
 import fc from "fast-check";
-import { Agent, request as httpRequest, type IncomingHttpHeaders } from "node:http";
+import { Agent } from "node:http";
 import { expect } from "vitest";
+import { send, type HttpAnswer } from "../helpers/http.js";
 import { removeDataDir, startServer, type ServerHandle } from "../helpers/server.js";
 
 export const fuzzRuns = positiveIntegerFromEnvironment("EVENTIDE_FUZZ_RUNS", 300);
@@ -30,7 +31,7 @@ function positiveIntegerFromEnvironment(name: string, fallback: number): number 
 
 /**
  * The server under fuzzing. Checkpoints are pushed out of the run (by time,
- * rows and WAL bytes): the generators spread events over thousands of UTC days
+ * rows, property values and texts, and WAL bytes): the generators spread events over thousands of UTC days
  * (1970–9999), and a checkpoint sealing thousands of day segments at once
  * currently stalls queries for seconds (reported separately, a storage
  * matter). These suites judge how input is handled, so that stall must not
@@ -42,6 +43,8 @@ export async function startServerForFuzzing(): Promise<ServerHandle> {
       EVENTIDE_CHECKPOINT_INTERVAL_MS: String(24 * 3_600_000),
       EVENTIDE_CHECKPOINT_ROWS_MAX: String(1_000_000_000),
       EVENTIDE_CHECKPOINT_WAL_BYTES_MAX: String(64 * 1024 ** 3),
+      EVENTIDE_CHECKPOINT_PROPERTY_ENTRIES_MAX: String(1_000_000_000),
+      EVENTIDE_CHECKPOINT_PROPERTY_TEXTS_MAX: String(1_000_000_000),
     },
   });
 }
@@ -68,13 +71,7 @@ export function propertyTimeoutMs(runs: number, perCaseMs: number): number {
   return 60_000 + runs * perCaseMs;
 }
 
-export interface Answer {
-  status: number;
-  headers: IncomingHttpHeaders;
-  text: string;
-  body: any;
-  durationMs: number;
-}
+export type Answer = HttpAnswer;
 
 export interface RawRequest {
   method?: string;
@@ -96,87 +93,23 @@ export function closeClient(): void {
 }
 
 /**
- * One request; resolves with the answer and how long it took, rejects when the
- * connection drops before an answer. A request on a reused keep-alive socket
- * that the server closed in the meantime (its idle timeout) is retried once on
- * a fresh socket, as Node's documentation advises: that is not a dropped request.
+ * One request over the keep-alive agent; resolves with the answer and how long
+ * it took, rejects when the connection drops before an answer. A request on a
+ * reused socket that the server closed in the meantime (its idle timeout) is
+ * retried once on a fresh connection, as Node's documentation advises: that is
+ * not a dropped request. A chunked body goes in at least two pieces, so the
+ * server really reassembles chunks.
  */
 export async function request(url: string, options: RawRequest = {}): Promise<Answer> {
+  const bodyBytes = options.body === undefined ? 0 : typeof options.body === "string" ? Buffer.byteLength(options.body) : options.body.length;
+  const chunkBytes = options.chunked ? Math.max(1, Math.min(64 * 1024, Math.ceil(bodyBytes / 2))) : undefined;
+  const sendOptions = { method: options.method, headers: options.headers, body: options.body, chunkBytes };
   try {
-    return await requestOnce(url, options, agent);
+    return await send(url, { ...sendOptions, agent });
   } catch (error) {
-    if ((error as { reusedSocket?: boolean }).reusedSocket) return requestOnce(url, options, false);
+    if ((error as { reusedSocket?: boolean }).reusedSocket) return send(url, sendOptions);
     throw error;
   }
-}
-
-/**
- * A large body announces itself with Expect: 100-continue (as curl does), and a
- * chunked one is written piece by piece, so that a server refusing it early
- * (413 on Content-Length, or at the limit while reading) is heard before the
- * socket it closes fails a write: the same care as test/helpers/http.ts.
- */
-const expectContinueBytesMin = 64 * 1024;
-const chunkPieceBytes = 64 * 1024;
-
-function requestOnce(url: string, options: RawRequest, via: Agent | false): Promise<Answer> {
-  const body = options.body === undefined ? undefined : typeof options.body === "string" ? Buffer.from(options.body, "utf8") : Buffer.from(options.body);
-  const headers: Record<string, string> = { ...options.headers };
-  if (body !== undefined && !options.chunked) headers["content-length"] = String(body.length);
-  const expectContinue = body !== undefined && !options.chunked && body.length >= expectContinueBytesMin;
-  if (expectContinue) headers.expect = "100-continue";
-  const startedMs = performance.now();
-  return new Promise((resolve, reject) => {
-    let answered = false;
-    const outgoing = httpRequest(url, { method: options.method ?? "POST", headers, agent: via }, (response) => {
-      answered = true;
-      const chunks: Buffer[] = [];
-      response.on("data", (chunk: Buffer) => chunks.push(chunk));
-      response.on("error", (error) => reject(error));
-      response.on("end", () => {
-        const text = Buffer.concat(chunks).toString("utf8");
-        let parsed: unknown;
-        try {
-          parsed = JSON.parse(text);
-        } catch {
-          parsed = undefined;
-        }
-        resolve({ status: response.statusCode ?? 0, headers: response.headers, text, body: parsed, durationMs: performance.now() - startedMs });
-      });
-    });
-    outgoing.on("error", (error) => {
-      if (answered) return;
-      Object.assign(error, { reusedSocket: outgoing.reusedSocket });
-      reject(error);
-    });
-    if (body === undefined) return void outgoing.end();
-    if (expectContinue) {
-      let sent = false;
-      const sendBody = () => {
-        if (sent || answered || outgoing.destroyed) return;
-        sent = true;
-        outgoing.end(body);
-      };
-      outgoing.on("continue", sendBody);
-      outgoing.flushHeaders();
-      // uWS answers 100 Continue at once; a server that did not would get the body after a short wait.
-      setTimeout(sendBody, 300).unref();
-      return;
-    }
-    if (!options.chunked) return void outgoing.end(body);
-    // One piece per turn of the event loop, at least two pieces, so the server really reassembles chunks.
-    const piece = Math.max(1, Math.min(chunkPieceBytes, Math.ceil(body.length / 2)));
-    let offset = 0;
-    const writeMore = () => {
-      if (answered || outgoing.destroyed) return;
-      if (offset >= body.length) return void outgoing.end();
-      const next = body.subarray(offset, offset + piece);
-      offset += next.length;
-      if (outgoing.write(next)) setImmediate(writeMore);
-      else outgoing.once("drain", () => setImmediate(writeMore));
-    };
-    writeMore();
-  });
 }
 
 /** Thrown by the checks below; the message carries the request's context for the shrunk counterexample. */

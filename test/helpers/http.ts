@@ -1,14 +1,15 @@
 /**
- * HTTP conformance helpers (test/http/*): raw requests through node:http, so a
- * test controls the method, every header, Content-Length versus chunked
- * bodies, and still sees the answer when the server refuses a large body
- * early and closes the connection while the client is writing. Also: the
+ * HTTP helpers for every suite that talks to a real server: raw requests
+ * through node:http, so a test controls the method, every header,
+ * Content-Length versus chunked bodies, and still sees the answer when the
+ * server refuses a large body early and closes the connection while the client
+ * is writing (the fuzz suites add keep-alive and timing on top). Also: the
  * error-shape assertion of SPEC §1, trend counting for "was it stored?"
  * checks, the `eventide` CLI, and polling for changes the server must see
  * within a bound.
  */
 import { execFile } from "node:child_process";
-import { request as httpRequest, type IncomingHttpHeaders } from "node:http";
+import { request as httpRequest, type Agent, type IncomingHttpHeaders } from "node:http";
 import { join } from "node:path";
 import { expect } from "vitest";
 import { repoRoot, type ServerHandle } from "./server.js";
@@ -21,6 +22,8 @@ export interface HttpAnswer {
   text: string;
   /** The body parsed as JSON; undefined when it is not JSON. */
   body: any;
+  /** From the start of the request to the end of the answer. */
+  durationMs: number;
 }
 
 export interface SendOptions {
@@ -32,12 +35,17 @@ export interface SendOptions {
   body?: string | Uint8Array;
   /** Send the body with Transfer-Encoding: chunked (no Content-Length), in pieces of this many bytes. */
   chunkBytes?: number;
+  /** A keep-alive agent to reuse connections; by default each request has a connection of its own. */
+  agent?: Agent;
 }
 
 /**
  * One request on its own connection. Resolves with the answer even when the
  * server answers before the body is fully sent and closes the socket (a 413
  * refused on Content-Length): write errors after the answer are expected then.
+ * A connection error before any answer rejects, with `reusedSocket` set when
+ * the request went out on a kept-alive socket (which the server may have
+ * closed in the meantime).
  */
 export function send(url: string, options: SendOptions = {}): Promise<HttpAnswer> {
   const headers: Record<string, string> = { ...options.headers };
@@ -49,9 +57,10 @@ export function send(url: string, options: SendOptions = {}): Promise<HttpAnswer
   // the answer cannot be lost to a write error on the socket it closes.
   const expectContinue = body !== undefined && options.chunkBytes === undefined && body.length > 64 * 1024;
   if (expectContinue) headers.expect = "100-continue";
+  const startedMs = performance.now();
   return new Promise((resolve, reject) => {
     let answered = false;
-    const request = httpRequest(url, { method: options.method ?? "POST", headers, agent: false }, (response) => {
+    const request = httpRequest(url, { method: options.method ?? "POST", headers, agent: options.agent ?? false }, (response) => {
       answered = true;
       const chunks: Buffer[] = [];
       let settled = false;
@@ -65,7 +74,7 @@ export function send(url: string, options: SendOptions = {}): Promise<HttpAnswer
         } catch {
           parsed = undefined;
         }
-        resolve({ status: response.statusCode ?? 0, headers: response.headers, text, body: parsed });
+        resolve({ status: response.statusCode ?? 0, headers: response.headers, text, body: parsed, durationMs: performance.now() - startedMs });
       };
       response.on("data", (chunk: Buffer) => chunks.push(chunk));
       response.on("end", finish);
@@ -73,7 +82,7 @@ export function send(url: string, options: SendOptions = {}): Promise<HttpAnswer
       response.on("error", finish);
     });
     request.on("error", (error) => {
-      if (!answered) reject(error);
+      if (!answered) reject(Object.assign(error, { reusedSocket: request.reusedSocket }));
     });
     if (body === undefined) {
       request.end();
