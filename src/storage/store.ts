@@ -45,9 +45,9 @@ const mergeRowsMax = 20_000_000;
 /**
  * While ingest is busy, a day is merged only once it holds this many sealed
  * segments. Merging at every checkpoint rewrote each day's rows again and
- * again — quadratic work that took ~20 % of the CPU under sustained ingest —
- * while a query pays little for a few more segments. When ingest pauses, every
- * day is merged into one segment.
+ * again — work quadratic in a day's rows, taken from the workers that parse
+ * ingest — while a query pays little for a few more segments. When ingest
+ * pauses, every day is merged into one segment.
  */
 const busyMergeSegmentsMin = 8;
 
