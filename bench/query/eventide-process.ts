@@ -9,7 +9,6 @@
  * the mind from the fastest trend answers (target ≤ 5 ms).
  */
 import { spawn, type ChildProcess } from "node:child_process";
-import { Agent, request as httpRequest } from "node:http";
 import { readFileSync } from "node:fs";
 import { createInterface } from "node:readline";
 
@@ -94,38 +93,6 @@ export async function startEventide(
       return code;
     },
   };
-}
-
-export interface HttpAnswer {
-  status: number;
-  headers: Record<string, string | string[] | undefined>;
-  text: string;
-}
-
-/** POST with a keep-alive agent; resolves once the whole body has arrived. */
-export function post(agent: Agent, url: string, body: string | Buffer, headers: Record<string, string> = {}): Promise<HttpAnswer> {
-  return new Promise((resolvePost, rejectPost) => {
-    const target = new URL(url);
-    const payload = typeof body === "string" ? Buffer.from(body, "utf8") : body;
-    const outgoing = httpRequest(
-      {
-        agent,
-        method: "POST",
-        hostname: target.hostname,
-        port: target.port,
-        path: target.pathname,
-        headers: { "content-type": "application/json", "content-length": String(payload.length), ...headers },
-      },
-      (incoming) => {
-        const chunks: Buffer[] = [];
-        incoming.on("data", (chunk: Buffer) => chunks.push(chunk));
-        incoming.on("end", () => resolvePost({ status: incoming.statusCode ?? 0, headers: incoming.headers, text: Buffer.concat(chunks).toString("utf8") }));
-        incoming.on("error", rejectPost);
-      },
-    );
-    outgoing.on("error", rejectPost);
-    outgoing.end(payload);
-  });
 }
 
 /** A field of /proc/<pid>/status in kB (VmRSS, VmHWM), NaN when unreadable. */

@@ -39,9 +39,10 @@ import { Agent } from "node:http";
 import { availableParallelism, cpus, loadavg, tmpdir, totalmem } from "node:os";
 import { dirname, join, resolve } from "node:path";
 import { parseArgs } from "node:util";
-import { BatchSerializer, generateDataset, distinctIdOf, type Dataset } from "../fixtures/dataset.js";
+import { generateDataset, distinctIdOf, type Dataset } from "../fixtures/dataset.js";
 import { DuckDbEngine } from "./duckdb-engine.js";
-import { post, processCpuMs, startEventide, statusKilobytes, type EventideProcess } from "./eventide-process.js";
+import { loadDataset, post, type DatasetLoadReport } from "../suite/dataset-load.js";
+import { processCpuMs, startEventide, statusKilobytes } from "./eventide-process.js";
 import { runSelfCheck } from "./self-check.js";
 import {
   addDays,
@@ -209,75 +210,6 @@ function sleep(milliseconds: number): Promise<void> {
 // ---------------------------------------------------------------------------
 // Loading Eventide.
 
-interface IngestReport {
-  events: number;
-  requests: number;
-  retries: number;
-  elapsedMs: number;
-  eventsPerSecond: number;
-  /** Client time spent building JSON bodies (overlaps with the server's work). */
-  serializeMs: number;
-  bodyBytes: number;
-}
-
-async function ingestDataset(eventide: EventideProcess, dataset: Dataset, inflight: number): Promise<IngestReport> {
-  const serializer = new BatchSerializer(dataset);
-  const batchEvents = dataset.options.batchEvents;
-  const batchCount = Math.ceil(dataset.eventCount / batchEvents);
-  const agent = new Agent({ keepAlive: true, maxSockets: inflight });
-  const url = `${eventide.ingestUrl}/ingest/batch`;
-  let next = 0;
-  let serializeMs = 0;
-  let bodyBytes = 0;
-  let retries = 0;
-  let acknowledged = 0;
-  let lastReportMs = performance.now();
-  const startMs = performance.now();
-  const worker = async () => {
-    for (;;) {
-      const batch = next;
-      next += 1;
-      if (batch >= batchCount) return;
-      const start = batch * batchEvents;
-      const end = Math.min(start + batchEvents, dataset.eventCount);
-      const serializeStartMs = performance.now();
-      const body = Buffer.from(serializer.batchBody(eventide.apiKey, start, end), "utf8");
-      serializeMs += performance.now() - serializeStartMs;
-      bodyBytes += body.length;
-      for (let attempt = 0; ; attempt += 1) {
-        const answer = await post(agent, url, body);
-        if (answer.status === 503 && attempt < 100) {
-          retries += 1;
-          const retryAfterSeconds = Number(answer.headers["retry-after"] ?? 1);
-          await sleep(Math.min(1000, Math.max(50, retryAfterSeconds * 1000)));
-          continue;
-        }
-        let accepted = -1;
-        try {
-          const parsed = JSON.parse(answer.text) as { accepted?: unknown; errors?: unknown };
-          if (parsed.errors === undefined) accepted = Number(parsed.accepted);
-        } catch {
-          // Reported below.
-        }
-        if (answer.status !== 200 || accepted !== end - start) {
-          throw new Error(`ingest batch ${batch} answered ${answer.status}: ${answer.text.slice(0, 1000)}`);
-        }
-        acknowledged += accepted;
-        break;
-      }
-      const nowMs = performance.now();
-      if (nowMs - lastReportMs > 10_000) {
-        lastReportMs = nowMs;
-        say(`    … ${formatCount(acknowledged)} events acknowledged, ${formatCount((acknowledged / (nowMs - startMs)) * 1000)} events/s`);
-      }
-    }
-  };
-  await Promise.all(Array.from({ length: inflight }, worker));
-  const elapsedMs = performance.now() - startMs;
-  agent.destroy();
-  return { events: acknowledged, requests: batchCount, retries, elapsedMs, eventsPerSecond: (acknowledged / elapsedMs) * 1000, serializeMs, bodyBytes };
-}
-
 // ---------------------------------------------------------------------------
 // One dataset size.
 
@@ -318,7 +250,7 @@ interface SizeResult {
   activeUsers: number;
   eventCounts: Record<string, number>;
   generateMs: number;
-  ingest: IngestReport;
+  ingest: DatasetLoadReport;
   eventideStopMs: number | null;
   eventideRestartMs: number | null;
   duckdbLoad: { appendMs: number; sortMs: number };
@@ -373,9 +305,17 @@ async function runSize(eventCount: number, options: Options, duckdb: DuckDbEngin
   say(`eventide: pid ${eventide.pid}, query ${eventide.queryUrl}, ingest ${eventide.ingestUrl}, data ${dataDirectory}`);
 
   say(`loading Eventide: ${Math.ceil(eventCount / 1000)} batches of 1 000 events, ${options.inflight} in flight`);
-  const ingest = await ingestDataset(eventide, dataset, options.inflight);
+  let lastReportMs = 0;
+  const ingest = await loadDataset(eventide, dataset, {
+    inflight: options.inflight,
+    onProgress: ({ acknowledgedEvents, elapsedMs }) => {
+      if (elapsedMs - lastReportMs < 10_000) return;
+      lastReportMs = elapsedMs;
+      say(`    … ${formatCount(acknowledgedEvents)} events acknowledged, ${formatCount((acknowledgedEvents / elapsedMs) * 1000)} events/s`);
+    },
+  });
   say(
-    `  ${formatCount(ingest.events)} events in ${(ingest.elapsedMs / 1000).toFixed(1)} s (${formatCount(ingest.eventsPerSecond)} events/s, ${ingest.retries} retries after 503); ` +
+    `  ${formatCount(ingest.events)} events in ${ingest.seconds.toFixed(1)} s (${formatCount(ingest.eventsPerSecond)} events/s, ${ingest.retries} retries after 503); ` +
       `client JSON building ${(ingest.serializeMs / 1000).toFixed(1)} s, ${(ingest.bodyBytes / ingest.events).toFixed(0)} B/event`,
   );
   const afterLoadRss = statusKilobytes(eventide.pid, "VmRSS") / 1024;
