@@ -7,6 +7,10 @@
  * fetches them. Run after any `npm install` that changes dependencies:
  *
  *   node scripts/complete-lockfile.mjs
+ *
+ * then `npm install` once more: npm rewrites the added entries in its own
+ * order and form (with `dev` flags). Commit that lock: `npm ci` accepts it and
+ * a later `npm install` leaves it unchanged.
  */
 import { readFileSync, writeFileSync } from "node:fs";
 
