@@ -236,26 +236,24 @@ export class WriteAheadLog {
     } catch (error) {
       writeError = error as Error;
     }
-    // Reported on a later turn, as an asynchronous write would be: callers expect append() never to settle synchronously.
-    setImmediate(() => {
-      // An injected write fault strikes after the real write, so the cut-back has real bytes to remove.
-      const failure = writeError ?? injectedFault("wal.write", path);
+    const finish = (syncError: Error | null) => {
+      const failure = syncError ?? (this.fsyncEnabled ? injectedFault("wal.fsync", path) : undefined);
       if (failure) return fail(failure);
-      if (bytesWritten !== groupBytes) return fail(new Error(`short write: ${bytesWritten} of ${groupBytes} bytes`));
-      const finish = (syncError: Error | null) => {
-        const failure = syncError ?? (this.fsyncEnabled ? injectedFault("wal.fsync", path) : undefined);
-        if (failure) return fail(failure);
-        if (this.fsyncEnabled) recordSync(path, startPosition + groupBytes);
-        this.position = startPosition + groupBytes;
-        for (const entry of group) {
-          entry.onDurable();
-          entry.resolve();
-        }
-        this.flush();
-      };
-      if (this.fsyncEnabled) fdatasync(this.fd, finish);
-      else finish(null);
-    });
+      if (this.fsyncEnabled) recordSync(path, startPosition + groupBytes);
+      this.position = startPosition + groupBytes;
+      for (const entry of group) {
+        entry.onDurable();
+        entry.resolve();
+      }
+      this.flush();
+    };
+    // An injected write fault strikes after the real write, so the cut-back has real bytes to remove.
+    const writeFailure = writeError ?? injectedFault("wal.write", path) ?? (bytesWritten !== groupBytes ? new Error(`short write: ${bytesWritten} of ${groupBytes} bytes`) : undefined);
+    // Settled on a later turn either way: callers expect append() never to settle synchronously. The
+    // fdatasync starts at once (waiting a turn first cost ~0.25 ms per group under load).
+    if (writeFailure) setImmediate(() => fail(writeFailure));
+    else if (this.fsyncEnabled) fdatasync(this.fd, finish);
+    else setImmediate(() => finish(null));
   }
 
   /** Resolves when nothing is queued or in flight. */
