@@ -237,7 +237,7 @@ function addEvent(
         // accepts ~1 MiB of `[[[…]]]`) took ~0.4 s to print, twice, only to be found too large (fuzz suite).
         const depth = nestingDepth(value, limits.propertiesBytesMax / 2);
         if (depth < 0) return `properties: larger than ${limits.propertiesBytesMax} bytes`;
-        text = depth <= nativePrintDepthMax ? JSON.stringify(value) : linearJson(value);
+        text = compactJson(value, depth);
       } else {
         text = propertyText(value);
       }
@@ -371,17 +371,12 @@ export function propertyText(value: unknown): string | undefined {
 }
 
 /**
- * JSON.stringify, except that nesting deeper than the engine's recursion limit
- * (JSON.parse accepts ~60 KB of `[[[…]]]` that JSON.stringify cannot print) is
- * printed by linearJson, with the same output.
+ * JSON.stringify of a value JSON.parse produced, printed by whichever is
+ * faster at its depth (see nativePrintDepthMax); linearJson also prints nesting
+ * deeper than JSON.stringify can recurse. `depth` when the caller measured it.
  */
-export function compactJson(value: unknown): string {
-  try {
-    return JSON.stringify(value);
-  } catch (error) {
-    if (!(error instanceof RangeError) || value === null || typeof value !== "object") throw error;
-    return linearJson(value);
-  }
+export function compactJson(value: object, depth = nestingDepth(value, Number.POSITIVE_INFINITY)): string {
+  return depth <= nativePrintDepthMax ? JSON.stringify(value) : linearJson(value);
 }
 
 /**
