@@ -54,8 +54,7 @@ export interface ColumnSpan {
  */
 export interface PropertiesLayout {
   keyCount: number;
-  /** Memory offset of the directory, inside `span`. */
-  directoryOffset: number;
+  /** The whole section; the directory opens it. */
   span: ColumnSpan;
 }
 
@@ -109,7 +108,7 @@ export class PropertyDirectory {
   ) {
     const section = layout.properties;
     this.keyCount = section?.keyCount ?? 0;
-    this.fields = section ? new Float64Array(memory, section.directoryOffset, this.keyCount * directoryFields) : new Float64Array(0);
+    this.fields = section ? new Float64Array(memory, section.span.offset, this.keyCount * directoryFields) : new Float64Array(0);
   }
 
   find(keyId: number): StoredProperty | undefined {
@@ -394,6 +393,7 @@ export function sealSegment(input: SealInput): LoadSegmentResult {
     memoryBytes = align8(memoryBytes + bytes.byteLength);
     return offset;
   };
+  // Placed first and filled in below: its bytes are copied into memory only after every key is placed.
   placeProperty(asBytes(directory));
   for (let keyIndex = 0; keyIndex < keys.length; keyIndex++) {
     const texts = usedTexts[keyIndex];
@@ -436,7 +436,7 @@ export function sealSegment(input: SealInput): LoadSegmentResult {
   const propertiesLayout: PropertiesLayout | undefined =
     keys.length === 0
       ? undefined
-      : { keyCount: keys.length, directoryOffset: propertySectionStart, span: { file: "properties.bin", offset: propertySectionStart, bytes: propertySection.byteLength, crc: crc32(propertySection) } };
+      : { keyCount: keys.length, span: { file: "properties.bin", offset: propertySectionStart, bytes: propertySection.byteLength, crc: crc32(propertySection) } };
 
   const uuidRowsSpan: ColumnSpan | undefined = uuidRows.length ? { file: "uuid-row.u32", offset: -1, bytes: uuidRows.byteLength, crc: crc32(asBytes(uuidRows)) } : undefined;
   const uuidsSpan: ColumnSpan | undefined = uuidRows.length ? { file: "uuid.b16", offset: -1, bytes: uuids.byteLength, crc: crc32(uuids) } : undefined;
