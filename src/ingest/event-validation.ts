@@ -12,6 +12,7 @@ import { isUtf8 } from "node:buffer";
 import { gunzipSync } from "node:zlib";
 import { limits } from "../config/limits.js";
 import type { ServiceError } from "../http/errors.js";
+import { PrintedValue, parseBodyBytes } from "./body-bytes.js";
 import { ChunkBuilder } from "./chunk-codec.js";
 
 export type IngestShape = "batch" | "single";
@@ -94,8 +95,25 @@ export function bodyBytesMax(shape: IngestShape): number {
   return shape === "batch" ? limits.batchBodyBytesMax : limits.ingestBodyBytesMax;
 }
 
-/** Inflates (when gzip) and parses a body; a string result is the rejection. */
+/** Inflates (when gzip) and parses a body with JSON.parse; a ServiceError result is the rejection. */
 export function parseBody(bytes: Uint8Array, gzip: boolean, maxBytes: number): { value: unknown } | ServiceError {
+  const plain = plainUtf8Body(bytes, gzip, maxBytes);
+  if (!(plain instanceof Uint8Array)) return plain;
+  let value: unknown;
+  try {
+    value = JSON.parse(Buffer.from(plain.buffer, plain.byteOffset, plain.byteLength).toString("utf8"));
+  } catch {
+    return invalidJson;
+  }
+  if (value === null || typeof value !== "object" || Array.isArray(value)) return notAnObject;
+  return { value };
+}
+
+const invalidJson: ServiceError = { code: "invalid_json", message: "body is not valid JSON" };
+const notAnObject: ServiceError = { code: "invalid_json", message: "body must be a JSON object" };
+
+/** The body's bytes, inflated when gzip, checked to be UTF-8 and within `maxBytes`. */
+function plainUtf8Body(bytes: Uint8Array, gzip: boolean, maxBytes: number): Uint8Array | ServiceError {
   let plain: Uint8Array = bytes;
   if (gzip) {
     try {
@@ -113,20 +131,33 @@ export function parseBody(bytes: Uint8Array, gzip: boolean, maxBytes: number): {
   }
   // Invalid UTF-8 is refused rather than silently replaced, so what is stored is what was sent.
   if (!isUtf8(plain)) return { code: "invalid_json", message: "body is not valid UTF-8" };
-  let value: unknown;
-  try {
-    value = JSON.parse(Buffer.from(plain.buffer, plain.byteOffset, plain.byteLength).toString("utf8"));
-  } catch {
-    return { code: "invalid_json", message: "body is not valid JSON" };
-  }
-  if (value === null || typeof value !== "object" || Array.isArray(value)) {
-    return { code: "invalid_json", message: "body must be a JSON object" };
-  }
-  return { value };
+  return plain;
 }
 
-export function validateBody(bytes: Uint8Array, gzip: boolean, shape: IngestShape, receivedAtMs: number, builderFor: BuilderFor): IngestBodyResult {
-  const parsed = parseBody(bytes, gzip, bodyBytesMax(shape));
+/**
+ * Which parser reads an ingest body: V8's JSON.parse, or body-bytes.ts, which
+ * does not build nested property values. "auto" picks by the body's shape.
+ */
+export type IngestParser = "native" | "bytes" | "auto";
+
+/** Parses an ingest body; validation cannot tell which parser read it. */
+export function parseIngestBody(bytes: Uint8Array, gzip: boolean, shape: IngestShape, parser: IngestParser = "auto"): { value: unknown } | ServiceError {
+  const plain = plainUtf8Body(bytes, gzip, bodyBytesMax(shape));
+  if (!(plain instanceof Uint8Array)) return plain;
+  if (parser === "native" || (parser === "auto" && !isContainerHeavy(plain))) {
+    try {
+      const value: unknown = JSON.parse(Buffer.from(plain.buffer, plain.byteOffset, plain.byteLength).toString("utf8"));
+      return value === null || typeof value !== "object" || Array.isArray(value) ? notAnObject : { value };
+    } catch {
+      return invalidJson;
+    }
+  }
+  const parsed = parseBodyBytes(plain, shape);
+  return parsed.kind === "object" ? { value: parsed.value } : parsed.kind === "not-object" ? notAnObject : invalidJson;
+}
+
+export function validateBody(bytes: Uint8Array, gzip: boolean, shape: IngestShape, receivedAtMs: number, builderFor: BuilderFor, parser: IngestParser = "auto"): IngestBodyResult {
+  const parsed = parseIngestBody(bytes, gzip, shape, parser);
   if (!("value" in parsed)) return { kind: "rejected", error: parsed };
   const body = parsed.value as Record<string, unknown>;
   const apiKey = typeof body.apiKey === "string" ? body.apiKey : undefined;
@@ -232,7 +263,10 @@ function addEvent(
       const value = properties[keys[index]];
       if (!keys[index].isWellFormed() || (typeof value === "string" && !value.isWellFormed())) return notWellFormed(`properties.${keys[index]}`);
       let text: string | undefined;
-      if (typeof value === "object" && value !== null) {
+      if (value instanceof PrintedValue) {
+        if (value.text === undefined) return `properties: larger than ${limits.propertiesBytesMax} bytes`;
+        text = value.text;
+      } else if (typeof value === "object" && value !== null) {
         // Refused before it is printed: a value nested hundreds of thousands of levels deep (JSON.parse
         // accepts ~1 MiB of `[[[…]]]`) took ~0.4 s to print, twice, only to be found too large (fuzz suite).
         const depth = nestingDepth(value, limits.propertiesBytesMax / 2);
@@ -262,12 +296,6 @@ function addEvent(
   return undefined;
 }
 
-/**
- * True when `root` holds more than `limit` arrays and objects (itself included).
- * Each prints as at least two bytes (`[]`, `{}`), so such a value's compact JSON
- * is longer than 2 × limit bytes. Iterative, and stops as soon as the count
- * passes the limit, so it costs at most `limit` steps however deep the value.
- */
 /**
  * Nesting depth of a parsed JSON value (1 for a container of scalars), or -1
  * when it holds more than `limit` arrays and objects. Iterative: JSON.parse
@@ -514,4 +542,22 @@ export function parseTimestampMs(text: string): number | undefined {
   const timeMs = ((daysFromCivil(year, month, day) * 24 + hour) * 60 + minute - offsetMinutes) * 60_000 + second * 1000 + millisecond;
   if (timeMs < 0 || timeMs > latestTimeMs) return undefined;
   return timeMs;
+}
+
+/**
+ * Bodies up to this size parse with JSON.parse in well under a second whatever
+ * they hold (at most ~130 k arrays and objects at ~0.3 µs each).
+ */
+const nativeParseBodyBytesMax = 256 * 1024;
+/** Above this many `[` and `{` bytes a body goes to body-bytes.ts. */
+const nativeParseContainersMax = 100_000;
+
+function isContainerHeavy(plain: Uint8Array): boolean {
+  if (plain.length <= nativeParseBodyBytesMax) return false;
+  let containers = 0;
+  for (let index = 0; index < plain.length; index++) {
+    const byte = plain[index];
+    if (byte === 0x5b || byte === 0x7b) containers++;
+  }
+  return containers > nativeParseContainersMax;
 }

@@ -1,0 +1,154 @@
+/**
+ * body-bytes.ts parses value-heavy ingest bodies without JSON.parse; validation
+ * must not be able to tell: for any body, valid or not, the answer (accepted
+ * count, per-event errors, rejection) and the chunk of rows built from it are
+ * byte-identical to what the JSON.parse path produces. Bodies are generated as
+ * JSON text, so duplicate keys, number spellings, escapes and whitespace reach
+ * both parsers as a client sends them, then some are cut or have a byte changed.
+ */
+import fc from "fast-check";
+import { describe, expect, it } from "vitest";
+import { ChunkBuilder } from "../../src/ingest/chunk-codec.js";
+import { type IngestParser, type IngestShape, validateBody } from "../../src/ingest/event-validation.js";
+import { limits } from "../../src/config/limits.js";
+
+function validate(text: string | Uint8Array, shape: IngestShape, parser: IngestParser) {
+  const builder = new ChunkBuilder();
+  const bytes = typeof text === "string" ? Buffer.from(text, "utf8") : text;
+  const result = validateBody(bytes, false, shape, Date.UTC(2024, 4, 1, 12), () => ({ builder, chunkIndex: 0 }), parser);
+  return { result, chunk: Buffer.from(builder.finish()).toString("hex") };
+}
+
+/** Events stored by the comparisons so far: the generators must reach rows, not only refusals. */
+let acceptedEventCount = 0;
+
+function expectSameAnswer(text: string | Uint8Array, shape: IngestShape): void {
+  const native = validate(text, shape, "native");
+  const bytes = validate(text, shape, "bytes");
+  expect(bytes.result).toEqual(native.result);
+  expect(bytes.chunk).toBe(native.chunk);
+  if (native.result.kind === "parsed") acceptedEventCount += native.result.acceptedCount;
+}
+
+const whitespace = fc.constantFrom("", "", "", " ", "\n", "\t", "\r\n  ");
+const oddKey = fc.oneof(fc.string({ maxLength: 6 }), fc.constantFrom("__proto__", "constructor", "0", "10", "2", "-1", "01", "4294967294", "4294967295", "toJSON", "", "a", "b"));
+/** A key as written: sometimes spelled with escapes, which JSON.parse treats as the same key. */
+const keyText = fc.oneof(
+  oddKey.map((key) => JSON.stringify(key)),
+  fc.constantFrom('"\\u0061"', '"\\u005f_proto__"', '"\\ud800"', '"\\/"', '"a\\u0000"', '"\\u0031\\u0030"'),
+);
+const scalarText = fc.oneof(
+  fc.oneof(fc.string(), fc.string({ unit: "grapheme" }), fc.double(), fc.integer(), fc.boolean(), fc.constant(null)).map((value) => JSON.stringify(value)),
+  fc.constantFrom("1e400", "-1e400", "-0", "0", "1.50", "1E2", "1e-7", "0.000001", "123456789012345678901234567890", "999999999999999", "9999999999999999", "-12", "2.5e+3"),
+  fc.constantFrom('"\\u0000"', '"\\ud83d\\ude80"', '"\\udc00x"', '"\\"\\\\\\/\\b\\f\\n\\r\\t"', '"\u2028 é 🚀"', '"\u007f"'),
+);
+const jsonText = fc.letrec<{ value: string; array: string; object: string }>((tie) => ({
+  value: fc.oneof({ depthSize: "small" }, scalarText, tie("array"), tie("object")),
+  array: fc.tuple(fc.array(fc.tuple(whitespace, tie("value"), whitespace), { maxLength: 5 }), whitespace).map(([items, inner]) => `[${inner}${items.map(([before, item, after]) => before + item + after).join(",")}]`),
+  object: fc
+    .array(fc.tuple(whitespace, keyText, whitespace, tie("value")), { maxLength: 6 })
+    .map((entries) => `{${entries.map(([before, key, middle, value]) => `${before}${key}${middle}:${value}`).join(",")}}`),
+})).value;
+
+const uuidText = fc.oneof(fc.uuid().map((uuid) => JSON.stringify(uuid)), fc.constant('"not-a-uuid"'));
+const timestampText = fc.oneof(fc.constantFrom('"2024-05-01T12:00:00Z"', '"2024-05-01T12:00:00.123+02:00"', '"2024-02-30T00:00:00Z"', '"1969-12-31T23:59:59Z"', "12"), jsonText);
+/** An event's members, right or wrong, repeated or not, among unknown ones. */
+const eventMember = fc.oneof(
+  fc.tuple(fc.constant('"event"'), fc.oneof(fc.constantFrom('"signup"', '"page view"', '""', `"${"x".repeat(201)}"`, '"\\ud800"'), jsonText)),
+  fc.tuple(fc.constant('"distinctId"'), fc.oneof(fc.constantFrom('"user-1"', "7", "-0", "1e400", "null", '"\\udfff"'), jsonText)),
+  fc.tuple(fc.constant('"timestamp"'), timestampText),
+  fc.tuple(fc.constant('"properties"'), fc.oneof(jsonText.filter((text) => text.startsWith("{")), jsonText)),
+  fc.tuple(fc.constant('"uuid"'), fc.oneof(uuidText, jsonText)),
+  fc.tuple(keyText, jsonText),
+);
+/** Nested property values, where the printing differs most from parsing: objects holding objects, duplicates, index keys. */
+const propertiesText = fc
+  .array(fc.tuple(keyText, fc.oneof(jsonText, jsonText.map((value) => `{"1":${value},"b":[${value}],"b":{"0":${value}}}`))), { maxLength: 4 })
+  .map((entries) => `{${entries.map(([key, value]) => `${key}:${value}`).join(",")}}`);
+const eventText = fc.oneof(
+  // Mostly valid events, so that rows and their printed properties are compared, not only errors.
+  { weight: 3, arbitrary: fc.tuple(propertiesText, fc.array(fc.tuple(whitespace, eventMember), { maxLength: 2 })).map(([properties, members]) => `{"event":"signup","distinctId":"user-1","properties":${properties}${members.map(([space, [key, value]]) => `,${space}${key}:${value}`).join("")}}`) },
+  { weight: 1, arbitrary: fc.array(fc.tuple(whitespace, eventMember), { minLength: 1, maxLength: 7 }).map((members) => `{${members.map(([space, [key, value]]) => `${space}${key}:${value}`).join(",")}}`) },
+  { weight: 1, arbitrary: jsonText },
+);
+const batchText = fc
+  .tuple(fc.array(eventText, { maxLength: 6 }), fc.array(fc.tuple(keyText, jsonText), { maxLength: 2 }), whitespace)
+  .map(([events, extra, space]) => `${space}{"apiKey":"key",${extra.map(([key, value]) => `${key}:${value},`).join("")}"events":[${events.join(`,${space}`)}]}${space}`);
+const singleText = fc.oneof(
+  fc.tuple(propertiesText, fc.array(fc.tuple(whitespace, eventMember), { maxLength: 2 })).map(([properties, members]) => `{"apiKey":"key","event":"signup","distinctId":7,"properties":${properties}${members.map(([space, [key, value]]) => `,${space}${key}:${value}`).join("")}}`),
+  fc.array(fc.tuple(whitespace, eventMember), { maxLength: 7 }).map((members) => `{"apiKey":"key"${members.map(([space, [key, value]]) => `,${space}${key}:${value}`).join("")}}`),
+);
+
+/** The text cut short, or one byte replaced by a character that matters to JSON's grammar. */
+const damaged = (text: fc.Arbitrary<string>) =>
+  fc.tuple(text, fc.nat(), fc.constantFrom("cut", "replace", "insert"), fc.constantFrom(..."{}[],:\"\\ 0-e.tn\u0000\u001f".split(""))).map(([body, at, how, character]) => {
+    const position = body.length === 0 ? 0 : at % body.length;
+    if (how === "cut") return body.slice(0, position);
+    if (how === "replace") return body.slice(0, position) + character + body.slice(position + 1);
+    return body.slice(0, position) + character + body.slice(position);
+  });
+
+describe("parsing ingest bodies from bytes", () => {
+  it("answers every generated batch exactly as JSON.parse does, rows included", () => {
+    acceptedEventCount = 0;
+    fc.assert(fc.property(batchText, (text) => expectSameAnswer(text, "batch")), { numRuns: 1500 });
+    expect(acceptedEventCount, "events stored from 1 500 generated batches").toBeGreaterThan(600);
+  });
+
+  it("answers every generated single event exactly as JSON.parse does", () => {
+    acceptedEventCount = 0;
+    fc.assert(fc.property(singleText, (text) => expectSameAnswer(text, "single")), { numRuns: 1500 });
+    expect(acceptedEventCount, "events stored from 1 500 generated single events").toBeGreaterThan(150);
+  });
+
+  it("refuses exactly the damaged bodies JSON.parse refuses, with the same answer", () => {
+    fc.assert(
+      fc.property(damaged(batchText), (text) => expectSameAnswer(text, "batch")),
+      { numRuns: 1500 },
+    );
+    fc.assert(
+      fc.property(damaged(singleText), (text) => expectSameAnswer(text, "single")),
+      { numRuns: 500 },
+    );
+  });
+
+  it("answers bodies that are not objects, empty, or only whitespace as JSON.parse does", () => {
+    for (const text of ["", " ", "[]", "[1,2]", '"apiKey"', "null", "1", "{}", "{} {}", "{}x", "\ufeff{}", '{"apiKey":"key","events":[]} ', '{"apiKey":"key","events":[],}']) {
+      expectSameAnswer(text, "batch");
+      expectSameAnswer(text, "single");
+    }
+  });
+
+  it("counts an events array past the batch limit without reading the rest, as JSON.parse counts it", () => {
+    const events = Array.from({ length: limits.batchEventsMax + 5 }, (_, index) => (index % 3 ? '{"event":"a","distinctId":"u"}' : "[[1]]"));
+    expectSameAnswer(`{"apiKey":"key","events":[${events.join(",")}]}`, "batch");
+    expectSameAnswer(`{"apiKey":"key","events":[${events.slice(0, limits.batchEventsMax).join(",")}]}`, "batch");
+    expectSameAnswer(`{"apiKey":"key","events":[${events.join(",")},]}`, "batch");
+  });
+
+  it("prints nested values at and around the properties limit as JSON.stringify does", () => {
+    const half = limits.propertiesBytesMax / 2;
+    const values = [
+      `[${"[],".repeat(half - 2)}[]]`, // half - 1 arrays inside one: exactly `half` containers
+      `[${"[],".repeat(half - 1)}[]]`, // one container too many: refused unprinted
+      `{"a":[${"[],".repeat(half)}[]],"a":1}`, // too many containers, but a later duplicate drops them
+      `{"b":1,"1":[${"[],".repeat(half)}[]],"1":{"x":[2, 3]},"0":"zero"}`,
+      `"${"é".repeat(half - 20)}"`,
+      `["${"x".repeat(limits.propertiesBytesMax - 14)}"]`,
+      `["${"x".repeat(limits.propertiesBytesMax)}"]`,
+      `${"[".repeat(20_000)}${"]".repeat(20_000)}`,
+      `${'{"k":'.repeat(5000)}1${"}".repeat(5000)}`,
+      `${'{"b":0,"1":'.repeat(3000)}1${"}".repeat(3000)}`,
+    ];
+    for (const value of values) {
+      expectSameAnswer(`{"apiKey":"key","events":[{"event":"a","distinctId":"u","properties":{"v":${value}}}]}`, "batch");
+      expectSameAnswer(`{"apiKey":"key","event":"a","distinctId":"u","properties":{"v":${value},"w":2}}`, "single");
+    }
+  });
+
+  it("reads non-ASCII text and escapes in every field as JSON.parse does", () => {
+    const text = '{"apiKey":"k\\u0065y","events":[{"ev\\u0065nt":"名前 🛒","distinctId":"\\u00fcber","properties":{"\\u00e9":"\\ud83d\\ude80","x":["\\u2028",{"\\u0031":1,"0":0}]}}]}';
+    expectSameAnswer(text, "batch");
+    expectSameAnswer(new Uint8Array([...Buffer.from('{"apiKey":"key","event":"'), 0xff, ...Buffer.from('","distinctId":"u"}')]), "single");
+  });
+});
