@@ -21,9 +21,17 @@
  */
 import { limits } from "../config/limits.js";
 
-/** A nested property value, already printed as JSON.stringify prints it; `text` undefined: too large. */
+/**
+ * A nested property value, already printed as JSON.stringify prints it.
+ * `text` is undefined when the value is too large: it holds more arrays and
+ * objects than the limit allows (`tooManyContainers`, decided before printing,
+ * as validation decides it for a parsed value), or printed past the limit.
+ */
 export class PrintedValue {
-  constructor(readonly text: string | undefined) {}
+  constructor(
+    readonly text: string | undefined,
+    readonly tooManyContainers = false,
+  ) {}
 }
 
 export type BodyShape = "batch" | "single";
@@ -91,24 +99,35 @@ const printedBytesMax = limits.propertiesBytesMax;
  */
 const printedContainersMax = Math.floor(limits.propertiesBytesMax / 2);
 
-/** An object whose printed members differ from its written ones: duplicates dropped or keys reordered. */
-interface RewrittenObject {
-  /** Offset just past the object's closing brace. */
-  end: number;
-  /** keyStart, keyEnd, valueStart, valueEnd of each member, in printed order. */
-  members: number[];
-}
+/**
+ * An object whose printed members differ from its written ones (duplicates
+ * dropped or keys reordered) is recorded in the rewrite arena as: offset just
+ * past its closing brace, kept member count, then keyStart, keyEnd, valueStart,
+ * valueEnd of each kept member in printed order.
+ */
+const rewriteHeaderSlots = 2;
+const rewriteMemberSlots = 4;
 
-/** Members of an open object seen so far, once it has two (most have fewer: they need none of this). */
-interface OpenObjectMembers {
-  /** JSON.parse's own semantics for member order: key → index of the member kept. */
-  indexByKey: Record<string, number>;
-  /** keyStart, keyEnd, valueStart, valueEnd, containers, per member as written. */
-  spans: number[];
+const memberSlots = 5;
+
+/** Printed order of two keys of one object: array indexes (≥ 0) first, ascending, then the rest as written. */
+function printsBefore(index: number, entry: number, otherIndex: number, otherEntry: number): boolean {
+  if (index >= 0 && otherIndex >= 0) return index < otherIndex;
+  if (index >= 0 || otherIndex >= 0) return index >= 0;
+  return entry < otherEntry;
 }
+/** closeObjectByParse's scratch: member offset of a key's first occurrence → its last occurrence. */
+const valueAtByFirst = new Map<number, number>();
+/**
+ * Objects up to this many members, with plain keys this long in all, are
+ * checked for duplicate and index keys without allocating; others ask a
+ * prototype-less object, as JSON.parse's own rules are then simplest to reuse.
+ */
+const simpleObjectMembersMax = 16;
+const simpleObjectKeyBytesMax = 512;
 
 /** Printing: a stream copies one value token by token; a rewritten object walks its kept members. */
-type PrintFrame = { position: number; depth: number } | { object: RewrittenObject; member: number };
+type PrintFrame = { position: number; depth: number } | { rewrite: number; member: number };
 
 const frameArray = 0;
 const frameObject = 1;
@@ -116,14 +135,30 @@ const frameObject = 1;
 class BodyParser {
   private position = 0;
   private readonly text: Buffer;
-  // Scan stack, one slot per open container: reused across values, grown by doubling.
+  // Scan stack, one slot per open container, reused across values and grown by doubling.
+  // Only kinds are kept when a value is just syntax-checked; the rest when it is tracked.
   private frameKinds = new Uint8Array(64);
-  private frameStarts = new Int32Array(64);
+  /** The object slot of each open object. */
+  private frameObjectSlots = new Int32Array(64);
   private frameContainers = new Int32Array(64);
-  private frameMemberCounts = new Int32Array(64);
-  /** keyStart, keyEnd, valueStart of the member being read; then the first member's spans (5 slots). */
-  private frameMembers = new Int32Array(64 * 8);
-  private openObjectMembers: Array<OpenObjectMembers | undefined> = [];
+  private frameMemberBases = new Int32Array(64);
+  /** keyStart, keyEnd, valueStart of the member being read, per open object. */
+  private frameKeys = new Int32Array(64 * 3);
+  /** Finished members of open objects: keyStart, keyEnd, valueStart, valueEnd, containers each. */
+  private members = new Int32Array(64 * memberSlots);
+  private memberTop = 0;
+  // Every object of the tracked value, in the order they open (so by start offset):
+  // its start and its record in the rewrite arena, -1 when it prints as written.
+  private objectStarts = new Int32Array(64);
+  private objectRewrites = new Int32Array(64);
+  private objectCount = 0;
+  private rewriteArena = new Int32Array(256);
+  private rewriteTop = 0;
+  // closeSimpleObject's scratch, one slot per member (at most simpleObjectMembersMax).
+  private readonly entryKeyAts = new Int32Array(simpleObjectMembersMax);
+  private readonly entryValueAts = new Int32Array(simpleObjectMembersMax);
+  private readonly entryIndexes = new Float64Array(simpleObjectMembersMax);
+  private readonly entryOrder = new Int32Array(simpleObjectMembersMax);
   private output = new Uint8Array(1024);
   private outputLength = 0;
 
@@ -353,32 +388,50 @@ class BodyParser {
    * Checks one value's syntax and moves past it. With `track`, also counts the
    * arrays and objects JSON.parse would keep (duplicate keys drop members) and
    * records every object whose printed members differ from its written ones.
-   * Iterative: nesting is as deep as the body is long.
+   * Iterative: nesting is as deep as the body is long, so a level costs one
+   * byte untracked and a few words tracked.
    */
-  private scanValue(track: boolean): { containers: number; rewrites: Map<number, RewrittenObject> | undefined } {
+  private scanValue(tracked: boolean): number {
+    let track = tracked;
     const bytes = this.bytes;
-    let rewrites: Map<number, RewrittenObject> | undefined;
     let depth = 0;
     let position = this.position;
+    if (track) {
+      this.memberTop = 0;
+      this.objectCount = 0;
+      this.rewriteTop = 0;
+    }
+    // Containers opened while no object is open can never be dropped by a duplicate key: once
+    // more of them than a printed value may hold are seen, the value is too large, and the rest
+    // is only syntax-checked (20 MiB of `[[[…` then costs a byte per level, not a tracked frame).
+    let openObjects = 0;
+    let keptForSure = 0;
+    let tooManyContainers = false;
     for (;;) {
       // A value starts here.
       while (position < bytes.length && isWhitespace(bytes[position])) position++;
       let byte = bytes[position];
       let valueContainers = 0;
-      let valueDone = true;
       if (byte === openBracket || byte === openBrace) {
-        this.pushFrame(depth, byte === openBracket ? frameArray : frameObject, position);
+        if (track) {
+          if (openObjects === 0 && ++keptForSure > printedContainersMax) {
+            track = false;
+            tooManyContainers = true;
+          }
+          if (byte === openBrace) openObjects++;
+        }
+        this.pushFrame(depth, byte === openBracket ? frameArray : frameObject, position, track);
         depth++;
         position++;
         while (position < bytes.length && isWhitespace(bytes[position])) position++;
-        if (bytes[position] === (byte === openBracket ? closeBracket : closeBrace)) {
-          position++;
-          depth--;
-          valueContainers = 1;
-        } else {
-          valueDone = false;
-          if (byte === openBrace) position = this.scanKey(depth - 1, position);
+        if (bytes[position] !== (byte === openBracket ? closeBracket : closeBrace)) {
+          if (byte === openBrace) position = this.scanKey(depth - 1, position, track);
+          continue;
         }
+        position++;
+        depth--;
+        if (track && byte === openBrace) openObjects--;
+        valueContainers = 1;
       } else if (byte === quote) {
         position = this.stringEnd(position);
       } else if (byte === 0x74 || byte === 0x66 || byte === 0x6e) {
@@ -388,96 +441,269 @@ class BodyParser {
       } else {
         position = this.numberEnd(position);
       }
-      if (!valueDone) continue;
       // A value ended at `position`: hand it to its container, closing containers as they end.
       for (;;) {
         if (depth === 0) {
           this.position = position;
-          return { containers: valueContainers, rewrites };
+          return tooManyContainers ? printedContainersMax + 1 : valueContainers;
         }
         const frame = depth - 1;
-        if (track) this.addMember(frame, position, valueContainers);
+        const isArray = this.frameKinds[frame] === frameArray;
+        if (track) {
+          if (isArray) this.frameContainers[frame] += valueContainers;
+          else this.pushMember(frame, position, valueContainers);
+        }
         while (position < bytes.length && isWhitespace(bytes[position])) position++;
         byte = bytes[position++];
-        const isArray = this.frameKinds[frame] === frameArray;
         if (byte === comma) {
           while (position < bytes.length && isWhitespace(bytes[position])) position++;
-          if (!isArray) position = this.scanKey(frame, position);
+          if (!isArray) position = this.scanKey(frame, position, track);
           break;
         }
         if (byte !== (isArray ? closeBracket : closeBrace)) throw syntaxError;
         depth--;
-        valueContainers = 1 + this.frameContainers[frame];
-        if (track && !isArray && this.frameMemberCounts[frame] >= 2) {
-          const kept = this.closeObject(frame, position);
-          valueContainers = 1 + kept.containers;
-          if (kept.rewritten !== undefined) (rewrites ??= new Map()).set(this.frameStarts[frame], kept.rewritten);
+        if (!track) continue;
+        if (isArray) {
+          valueContainers = 1 + this.frameContainers[frame];
+          continue;
         }
+        openObjects--;
+        valueContainers = 1 + this.closeObject(frame, position);
       }
     }
   }
 
-  private pushFrame(depth: number, kind: number, start: number): void {
-    if (depth === this.frameKinds.length) {
-      // Doubling every stack keeps frameMembers at 8 slots per frame.
-      this.frameKinds = doubled(this.frameKinds);
-      this.frameStarts = doubled(this.frameStarts);
-      this.frameContainers = doubled(this.frameContainers);
-      this.frameMemberCounts = doubled(this.frameMemberCounts);
-      this.frameMembers = doubled(this.frameMembers);
-    }
+  private pushFrame(depth: number, kind: number, start: number, track: boolean): void {
+    if (depth === this.frameKinds.length) this.frameKinds = doubled(this.frameKinds);
     this.frameKinds[depth] = kind;
-    this.frameStarts[depth] = start;
+    if (!track) return;
+    if (depth === this.frameObjectSlots.length) {
+      this.frameObjectSlots = doubled(this.frameObjectSlots);
+      this.frameContainers = doubled(this.frameContainers);
+      this.frameMemberBases = doubled(this.frameMemberBases);
+      this.frameKeys = doubled(this.frameKeys);
+    }
     this.frameContainers[depth] = 0;
-    this.frameMemberCounts[depth] = 0;
-    this.openObjectMembers[depth] = undefined;
+    this.frameMemberBases[depth] = this.memberTop;
+    if (kind !== frameObject) return;
+    if (this.objectCount === this.objectStarts.length) {
+      this.objectStarts = doubled(this.objectStarts);
+      this.objectRewrites = doubled(this.objectRewrites);
+    }
+    const slot = this.objectCount++;
+    this.objectStarts[slot] = start;
+    this.objectRewrites[slot] = -1;
+    this.frameObjectSlots[depth] = slot;
   }
 
   /** Reads `"key"` and the colon after it; the member's value starts at the returned offset. */
-  private scanKey(frame: number, position: number): number {
+  private scanKey(frame: number, position: number, track: boolean): number {
     const bytes = this.bytes;
     if (bytes[position] !== quote) throw syntaxError;
     const keyEnd = this.stringEnd(position);
-    const members = this.frameMembers;
-    members[frame * 8] = position;
-    members[frame * 8 + 1] = keyEnd;
+    if (track) {
+      this.frameKeys[frame * 3] = position;
+      this.frameKeys[frame * 3 + 1] = keyEnd;
+    }
     position = keyEnd;
     while (position < bytes.length && isWhitespace(bytes[position])) position++;
     if (bytes[position++] !== colon) throw syntaxError;
     while (position < bytes.length && isWhitespace(bytes[position])) position++;
-    members[frame * 8 + 2] = position;
+    if (track) this.frameKeys[frame * 3 + 2] = position;
     return position;
   }
 
-  /** Records a finished member (or element) of an open container. */
-  private addMember(frame: number, valueEnd: number, containers: number): void {
-    if (this.frameKinds[frame] === frameArray) {
-      this.frameContainers[frame] += containers;
-      return;
+  /**
+   * Records a finished member of an open object on the member stack. An inner
+   * object's members sit above its parent's and are popped when it closes, so
+   * an object's members are contiguous when it closes.
+   */
+  private pushMember(frame: number, valueEnd: number, containers: number): void {
+    if (this.memberTop + memberSlots > this.members.length) this.members = doubled(this.members);
+    const members = this.members;
+    const top = this.memberTop;
+    members[top] = this.frameKeys[frame * 3];
+    members[top + 1] = this.frameKeys[frame * 3 + 1];
+    members[top + 2] = this.frameKeys[frame * 3 + 2];
+    members[top + 3] = valueEnd;
+    members[top + 4] = containers;
+    this.memberTop = top + memberSlots;
+  }
+
+  /**
+   * Pops a closing object's members and returns the arrays and objects its kept
+   * members hold. JSON.parse keeps one member per key — the last value, at the
+   * first position — and lists array-index keys first, ascending; when that
+   * differs from the bytes, the kept members are recorded in printed order.
+   */
+  private closeObject(frame: number, end: number): number {
+    const base = this.frameMemberBases[frame];
+    const top = this.memberTop;
+    this.memberTop = base;
+    const members = this.members;
+    const count = (top - base) / memberSlots;
+    if (count === 0) return 0;
+    if (count === 1) return members[base + 4];
+    let simple = count <= simpleObjectMembersMax;
+    let keyBytes = 0;
+    for (let at = base; simple && at < top; at += memberSlots) {
+      keyBytes += members[at + 1] - members[at];
+      if (keyBytes > simpleObjectKeyBytesMax || this.hasEscape(members[at], members[at + 1])) simple = false;
     }
-    const members = this.frameMembers;
-    const base = frame * 8;
-    const count = this.frameMemberCounts[frame]++;
-    if (count === 0) {
-      // The first member needs no map: most objects end with one member or none.
-      members[base + 3] = members[base];
-      members[base + 4] = members[base + 1];
-      members[base + 5] = members[base + 2];
-      members[base + 6] = valueEnd;
-      members[base + 7] = containers;
-      this.frameContainers[frame] = containers;
-      return;
+    const slot = this.frameObjectSlots[frame];
+    return simple ? this.closeSimpleObject(slot, base, top, end) : this.closeObjectByParse(slot, base, top, end);
+  }
+
+  /**
+   * Few members with plain keys: duplicates are found by comparing key bytes,
+   * index keys by reading their digits, so the common object allocates nothing.
+   */
+  private closeSimpleObject(slot: number, base: number, top: number, end: number): number {
+    const members = this.members;
+    let hasDuplicate = false;
+    let hasIndexKey = false;
+    for (let at = base; at < top; at += memberSlots) {
+      if (!hasIndexKey && this.arrayIndex(members[at], members[at + 1]) >= 0) hasIndexKey = true;
+      for (let earlier = base; !hasDuplicate && earlier < at; earlier += memberSlots) {
+        if (this.sameBytes(members[earlier], members[earlier + 1], members[at], members[at + 1])) hasDuplicate = true;
+      }
     }
-    let open = this.openObjectMembers[frame];
-    if (open === undefined) {
-      open = { indexByKey: Object.create(null) as Record<string, number>, spans: [members[base + 3], members[base + 4], members[base + 5], members[base + 6], members[base + 7]] };
-      open.indexByKey[this.keyAt(members[base + 3], members[base + 4])] = 0;
-      this.openObjectMembers[frame] = open;
+    let containers = 0;
+    if (!hasDuplicate && !hasIndexKey) {
+      for (let at = base; at < top; at += memberSlots) containers += members[at + 4];
+      return containers;
     }
-    open.spans.push(members[base], members[base + 1], members[base + 2], valueEnd, containers);
-    // Assignment to a prototype-less object keeps JSON.parse's rules: a repeated key
-    // keeps its first position and takes the last value; array-index keys come first.
-    open.indexByKey[this.keyAt(members[base], members[base + 1])] = count;
+    // One entry per key: its first member's position, its last member's value.
+    const keyAts = this.entryKeyAts;
+    const valueAts = this.entryValueAts;
+    const indexes = this.entryIndexes;
+    const order = this.entryOrder;
+    let entryCount = 0;
+    for (let at = base; at < top; at += memberSlots) {
+      let entry = 0;
+      while (entry < entryCount && !this.sameBytes(members[keyAts[entry]], members[keyAts[entry] + 1], members[at], members[at + 1])) entry++;
+      if (entry === entryCount) {
+        keyAts[entry] = at;
+        indexes[entry] = this.arrayIndex(members[at], members[at + 1]);
+        entryCount++;
+      }
+      valueAts[entry] = at;
+    }
+    // Index keys first, ascending; then the others as written (an insertion sort: a few entries).
+    for (let entry = 0; entry < entryCount; entry++) {
+      let position = entry;
+      while (position > 0 && printsBefore(indexes[entry], entry, indexes[order[position - 1]], order[position - 1])) {
+        order[position] = order[position - 1];
+        position--;
+      }
+      order[position] = entry;
+    }
+    let inOrder = !hasDuplicate;
+    for (let position = 0; position < entryCount; position++) {
+      if (order[position] !== position) inOrder = false;
+      containers += members[valueAts[order[position]] + 4];
+    }
+    if (!inOrder) {
+      const record = this.reserveRewrite(slot, end, entryCount);
+      for (let position = 0; position < entryCount; position++) {
+        this.writeRewriteMember(record, position, keyAts[order[position]], valueAts[order[position]]);
+      }
+    }
+    return containers;
+  }
+
+  /** Starts an arena record for the object in `slot`; members are written by writeRewriteMember. */
+  private reserveRewrite(slot: number, end: number, memberCount: number): number {
+    const size = rewriteHeaderSlots + memberCount * rewriteMemberSlots;
+    while (this.rewriteTop + size > this.rewriteArena.length) this.rewriteArena = doubled(this.rewriteArena);
+    const record = this.rewriteTop;
+    this.rewriteArena[record] = end;
+    this.rewriteArena[record + 1] = memberCount;
+    this.rewriteTop += size;
+    this.objectRewrites[slot] = record;
+    return record;
+  }
+
+  /** Kept member `position` of a rewrite: the key of the member at `keyAt`, the value of the one at `valueAt`. */
+  private writeRewriteMember(record: number, position: number, keyAt: number, valueAt: number): void {
+    const arena = this.rewriteArena;
+    const members = this.members;
+    const at = record + rewriteHeaderSlots + position * rewriteMemberSlots;
+    arena[at] = members[keyAt];
+    arena[at + 1] = members[keyAt + 1];
+    arena[at + 2] = members[valueAt + 2];
+    arena[at + 3] = members[valueAt + 3];
+  }
+
+  /** Many members or escaped keys: JSON.parse's own rules, by assignment to a prototype-less object. */
+  private closeObjectByParse(slot: number, base: number, top: number, end: number): number {
+    const members = this.members;
+    const indexByKey = Object.create(null) as Record<string, number>;
+    for (let at = base; at < top; at += memberSlots) {
+      const key = this.keyAt(members[at], members[at + 1]);
+      // A repeated key keeps its first member's position and takes the last one's value.
+      const first = indexByKey[key];
+      indexByKey[key] = first === undefined ? at : first;
+      valueAtByFirst.set(first === undefined ? at : first, at);
+    }
+    const order = Object.keys(indexByKey);
+    let containers = 0;
+    let inOrder = order.length === (top - base) / memberSlots;
+    for (let index = 0; index < order.length; index++) {
+      const keyAt = indexByKey[order[index]];
+      if (keyAt !== base + index * memberSlots) inOrder = false;
+      containers += members[valueAtByFirst.get(keyAt)! + 4];
+    }
+    if (!inOrder) {
+      const record = this.reserveRewrite(slot, end, order.length);
+      for (let index = 0; index < order.length; index++) {
+        const keyAt = indexByKey[order[index]];
+        this.writeRewriteMember(record, index, keyAt, valueAtByFirst.get(keyAt)!);
+      }
+    }
+    valueAtByFirst.clear();
+    return containers;
+  }
+
+  /** The arena record of the tracked object starting at `start`, or -1 when it prints as written. */
+  private rewriteAt(start: number): number {
+    let low = 0;
+    let high = this.objectCount - 1;
+    while (low <= high) {
+      const middle = (low + high) >>> 1;
+      const middleStart = this.objectStarts[middle];
+      if (middleStart === start) return this.objectRewrites[middle];
+      if (middleStart < start) low = middle + 1;
+      else high = middle - 1;
+    }
+    return -1;
+  }
+
+  private hasEscape(start: number, end: number): boolean {
+    const bytes = this.bytes;
+    for (let position = start + 1; position < end - 1; position++) if (bytes[position] === backslash) return true;
+    return false;
+  }
+
+  /** The array index an unescaped key token spells (canonical decimal ≤ 2³² − 2), or -1. */
+  private arrayIndex(start: number, end: number): number {
+    const bytes = this.bytes;
+    const length = end - start - 2;
+    if (length < 1 || length > 10 || (length > 1 && bytes[start + 1] === zero)) return -1;
+    let value = 0;
+    for (let position = start + 1; position < end - 1; position++) {
+      const digit = bytes[position] - zero;
+      if (digit < 0 || digit > 9) return -1;
+      value = value * 10 + digit;
+    }
+    return value <= 4_294_967_294 ? value : -1;
+  }
+
+  private sameBytes(leftStart: number, leftEnd: number, rightStart: number, rightEnd: number): boolean {
+    if (leftEnd - leftStart !== rightEnd - rightStart) return false;
+    const bytes = this.bytes;
+    for (let offset = 0; offset < leftEnd - leftStart; offset++) if (bytes[leftStart + offset] !== bytes[rightStart + offset]) return false;
+    return true;
   }
 
   private keyAt(start: number, end: number): string {
@@ -485,34 +711,13 @@ class BodyParser {
     return this.decodeString(start, end);
   }
 
-  /** The members an object of two or more keeps, in printed order, and whether that differs from the bytes. */
-  private closeObject(frame: number, end: number): { containers: number; rewritten: RewrittenObject | undefined } {
-    const open = this.openObjectMembers[frame]!;
-    this.openObjectMembers[frame] = undefined;
-    const order = Object.keys(open.indexByKey);
-    let containers = 0;
-    let inOrder = order.length === this.frameMemberCounts[frame];
-    for (let index = 0; index < order.length; index++) {
-      const member = open.indexByKey[order[index]];
-      if (member !== index) inOrder = false;
-      containers += open.spans[member * 5 + 4];
-    }
-    if (inOrder) return { containers, rewritten: undefined };
-    const members: number[] = [];
-    for (const key of order) {
-      const member = open.indexByKey[key];
-      members.push(open.spans[member * 5], open.spans[member * 5 + 1], open.spans[member * 5 + 2], open.spans[member * 5 + 3]);
-    }
-    return { containers, rewritten: { end, members } };
-  }
-
   /** A property's array or object value, printed from the bytes as JSON.stringify(JSON.parse(…)) would. */
   private printValue(): PrintedValue {
     const start = this.position;
-    const { containers, rewrites } = this.scanValue(true);
-    if (containers > printedContainersMax) return new PrintedValue(undefined);
+    const containers = this.scanValue(true);
+    if (containers > printedContainersMax) return new PrintedValue(undefined, true);
     const end = this.position;
-    const printed = this.print(start, rewrites);
+    const printed = this.print(start);
     this.position = end;
     return new PrintedValue(printed);
   }
@@ -522,7 +727,7 @@ class BodyParser {
    * form, each rewritten object by its kept members; undefined once the text
    * passes the properties limit. One frame per rewritten object, not per level.
    */
-  private print(start: number, rewrites: Map<number, RewrittenObject> | undefined): string | undefined {
+  private print(start: number): string | undefined {
     const bytes = this.bytes;
     this.outputLength = 0;
     // A stream frame copies one value token by token; a rewritten frame walks kept members.
@@ -530,9 +735,9 @@ class BodyParser {
     while (streams.length > 0) {
       if (this.outputLength > printedBytesMax) return undefined;
       const frame = streams[streams.length - 1];
-      if ("object" in frame) {
-        const members = frame.object.members;
-        if (frame.member * 4 === members.length) {
+      if ("rewrite" in frame) {
+        const arena = this.rewriteArena;
+        if (frame.member === arena[frame.rewrite + 1]) {
           this.emitByte(closeBrace);
           streams.pop();
           // The stream that reached this object ends with it when the object was its whole value.
@@ -540,21 +745,21 @@ class BodyParser {
           if (parent !== undefined && "depth" in parent && parent.depth === 0) streams.pop();
           continue;
         }
-        const at = frame.member * 4;
+        const at = frame.rewrite + rewriteHeaderSlots + frame.member * rewriteMemberSlots;
         this.emitByte(frame.member === 0 ? openBrace : comma);
-        this.emitString(members[at], members[at + 1]);
+        this.emitString(arena[at], arena[at + 1]);
         this.emitByte(colon);
         frame.member++;
-        streams.push({ position: members[at + 2], depth: 0 });
+        streams.push({ position: arena[at + 2], depth: 0 });
         continue;
       }
       let position = frame.position;
       while (isWhitespace(bytes[position])) position++;
       const byte = bytes[position];
-      if (byte === openBrace && rewrites !== undefined && rewrites.has(position)) {
-        const object = rewrites.get(position)!;
-        frame.position = object.end;
-        streams.push({ object, member: 0 });
+      const rewrite = byte === openBrace ? this.rewriteAt(position) : -1;
+      if (rewrite >= 0) {
+        frame.position = this.rewriteArena[rewrite];
+        streams.push({ rewrite, member: 0 });
         continue;
       }
       // Syntax was checked by the scan: tokens only need telling apart. A token at depth 0 is the whole value.

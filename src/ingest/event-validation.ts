@@ -259,13 +259,17 @@ function addEvent(
     // Upper bound of the compact JSON size without serializing: every UTF-16 unit
     // is at most 6 bytes once escaped. Only events near the limit pay for an exact count.
     let upperBoundBytes = 2;
+    let printedPastLimit = false;
     for (let index = 0; index < keys.length; index++) {
       const value = properties[keys[index]];
       if (!keys[index].isWellFormed() || (typeof value === "string" && !value.isWellFormed())) return notWellFormed(`properties.${keys[index]}`);
       let text: string | undefined;
       if (value instanceof PrintedValue) {
-        if (value.text === undefined) return `properties: larger than ${limits.propertiesBytesMax} bytes`;
+        // Refused here only when nestingDepth would refuse it; a value printed past the limit is
+        // refused after every key was checked, as a long value is below.
+        if (value.tooManyContainers) return `properties: larger than ${limits.propertiesBytesMax} bytes`;
         text = value.text;
+        if (text === undefined) printedPastLimit = true;
       } else if (typeof value === "object" && value !== null) {
         // Refused before it is printed: a value nested hundreds of thousands of levels deep (JSON.parse
         // accepts ~1 MiB of `[[[…]]]`) took ~0.4 s to print, twice, only to be found too large (fuzz suite).
@@ -278,7 +282,7 @@ function addEvent(
       texts[index] = text ?? "";
       upperBoundBytes += 6 * keys[index].length + 4 + (typeof value === "string" ? 6 * text!.length + 2 : text === undefined ? 4 : 6 * text.length);
     }
-    if (upperBoundBytes > limits.propertiesBytesMax && compactPropertiesBytes(properties, keys, texts) > limits.propertiesBytesMax) {
+    if (printedPastLimit || (upperBoundBytes > limits.propertiesBytesMax && compactPropertiesBytes(properties, keys, texts) > limits.propertiesBytesMax)) {
       return `properties: larger than ${limits.propertiesBytesMax} bytes`;
     }
   }

@@ -139,10 +139,16 @@ describe("parsing ingest bodies from bytes", () => {
       `${"[".repeat(20_000)}${"]".repeat(20_000)}`,
       `${'{"k":'.repeat(5000)}1${"}".repeat(5000)}`,
       `${'{"b":0,"1":'.repeat(3000)}1${"}".repeat(3000)}`,
+      `[${'{"1":0,"0":0,"1":{"b":[],"a":{}}},'.repeat(2000)}{}]`,
+      `{${Array.from({ length: 40 }, (_, index) => `"${(index * 7) % 23}":${index}`).join(",")}}`, // past the plain-key path: many members
+      `{"a\\u0062":1,"ab":2,"b":3,"\\u0030":4}`,
     ];
     for (const value of values) {
       expectSameAnswer(`{"apiKey":"key","events":[{"event":"a","distinctId":"u","properties":{"v":${value}}}]}`, "batch");
       expectSameAnswer(`{"apiKey":"key","event":"a","distinctId":"u","properties":{"v":${value},"w":2}}`, "single");
+      // A later key's own error wins over a value printed past the limit, as when JSON.parse built it.
+      expectSameAnswer(`{"apiKey":"key","event":"a","distinctId":"u","properties":{"v":${value},"w":"\\ud800"}}`, "single");
+      expectSameAnswer(`{"apiKey":"key","event":"a","distinctId":"u","properties":{"v":${value},"\\udc00":1}}`, "single");
     }
   });
 
