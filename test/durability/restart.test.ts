@@ -183,7 +183,8 @@ describe("events survive restarts, counted exactly once", () => {
   });
 
   it("counts the same after SIGTERM and a restart, and still deduplicates uuids from sealed segments", async () => {
-    expect(await servers.at(-1)!.stop()).toBe(0);
+    const previous = servers.at(-1)!;
+    expect(await previous.stop(), previous.exitReport()).toBe(0);
     const server = await start(credentials);
     await expectCounts(server, expected, "after SIGTERM and restart");
     await ingestAll(server, firstEvents.filter((event) => event.uuid !== undefined));
@@ -206,7 +207,7 @@ describe("events survive restarts, counted exactly once", () => {
     await servers.at(-1)!.kill();
     const recovered = await start(credentials);
     await expectCounts(recovered, expected, "after two kills in a row");
-    expect(await recovered.stop()).toBe(0);
+    expect(await recovered.stop(), recovered.exitReport()).toBe(0);
     const final = await start(credentials);
     await expectCounts(final, expected, "after the final graceful restart");
     await final.stop();
@@ -230,7 +231,7 @@ describe("a graceful stop with events spread over thousands of days", () => {
     try {
       for (let start = 0; start < events.length; start += 1000) await ingestAll(server, events.slice(start, start + 1000));
       const stopStartedMs = performance.now();
-      expect(await server.stop()).toBe(0);
+      expect(await server.stop(), server.exitReport()).toBe(0);
       expect(performance.now() - stopStartedMs, "SIGTERM to exit").toBeLessThan(10_000);
       server = await startServer({ dataDir: spreadDir, credentials: { apiKey: server.apiKey, token: server.token, workspaceId: server.workspaceId } });
       const counts = await trend(server, { event: "spread", dateFrom: "2001-01-01", dateTo: isoDay(Date.UTC(2001, 0, 1) + dayTotal * dayMs), groupBy: "month" });

@@ -26,7 +26,9 @@ export interface ServerHandle {
   /** Every stdout line printed so far. */
   stdoutLines: string[];
   stderr(): string;
-  /** SIGTERM and wait for exit; resolves with the exit code. */
+  /** How the process ended (exit code or signal) and the tail of its stderr, for assertion messages. */
+  exitReport(): string;
+  /** SIGTERM and wait for exit; resolves with the exit code (null when a signal ended it). */
   stop(): Promise<number | null>;
   /** SIGKILL and wait for exit. */
   kill(): Promise<void>;
@@ -71,7 +73,13 @@ export async function startServer(options: StartOptions = {}): Promise<ServerHan
     stderrText += chunk;
     if (stderrText.length > 1 << 20) stderrText = stderrText.slice(-(1 << 19));
   });
-  const exited = new Promise<number | null>((resolveExit) => child.once("exit", (code) => resolveExit(code)));
+  let exitedAtMs: number | undefined;
+  const exited = new Promise<number | null>((resolveExit) =>
+    child.once("exit", (code) => {
+      exitedAtMs = performance.now();
+      resolveExit(code);
+    }),
+  );
 
   const ready = new Promise<{ queryUrl: string; ingestUrl: string; created?: Record<string, string> }>(
     (resolveReady, rejectReady) => {
@@ -107,6 +115,10 @@ export async function startServer(options: StartOptions = {}): Promise<ServerHan
     process: child,
     stdoutLines,
     stderr: () => stderrText,
+    exitReport: () =>
+      `exit code ${child.exitCode}, signal ${child.signalCode}` +
+      (exitedAtMs === undefined ? "" : `, ${Math.round(performance.now() - exitedAtMs)} ms ago`) +
+      `; stderr tail:\n${stderrText.slice(-2000)}`,
     async stop() {
       if (child.exitCode !== null || child.signalCode !== null) return child.exitCode;
       child.kill("SIGTERM");
