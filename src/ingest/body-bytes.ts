@@ -7,13 +7,14 @@
  * and prints each nested property value straight from the bytes, so its cost is
  * a few passes over the bytes whatever they hold.
  *
- * Its answer is JSON.parse's, with four differences validation cannot observe:
+ * Its answer is JSON.parse's, with five differences validation cannot observe:
  * - objects have no prototype (so `__proto__` stays an own key, as JSON.parse keeps it);
  * - a property value that is an array or object is a PrintedValue holding
  *   JSON.stringify(JSON.parse(its text)), or undefined when that is known to be
  *   longer than the properties limit;
  * - arrays and objects where validation only looks at the type (an array
- *   `properties`, an object `event`, unknown fields) are empty stand-ins;
+ *   `properties`, an object `event`) are empty stand-ins;
+ * - fields validation never reads are only syntax-checked, not kept;
  * - an `events` array longer than the batch limit keeps its length but only its
  *   first elements.
  * Syntax is checked everywhere, as JSON.parse checks it; the caller has already
