@@ -98,15 +98,17 @@ export function bodyBytesMax(shape: IngestShape): number {
 /** Inflates (when gzip) and parses a body with JSON.parse; a ServiceError result is the rejection. */
 export function parseBody(bytes: Uint8Array, gzip: boolean, maxBytes: number): { value: unknown } | ServiceError {
   const plain = plainUtf8Body(bytes, gzip, maxBytes);
-  if (!(plain instanceof Uint8Array)) return plain;
+  return plain instanceof Uint8Array ? parseJsonObject(plain) : plain;
+}
+
+function parseJsonObject(plain: Uint8Array): { value: unknown } | ServiceError {
   let value: unknown;
   try {
     value = JSON.parse(Buffer.from(plain.buffer, plain.byteOffset, plain.byteLength).toString("utf8"));
   } catch {
     return invalidJson;
   }
-  if (value === null || typeof value !== "object" || Array.isArray(value)) return notAnObject;
-  return { value };
+  return value === null || typeof value !== "object" || Array.isArray(value) ? notAnObject : { value };
 }
 
 const invalidJson: ServiceError = { code: "invalid_json", message: "body is not valid JSON" };
@@ -144,14 +146,7 @@ export type IngestParser = "native" | "bytes" | "auto";
 export function parseIngestBody(bytes: Uint8Array, gzip: boolean, shape: IngestShape, parser: IngestParser = "auto"): { value: unknown } | ServiceError {
   const plain = plainUtf8Body(bytes, gzip, bodyBytesMax(shape));
   if (!(plain instanceof Uint8Array)) return plain;
-  if (parser === "native" || (parser === "auto" && !isContainerHeavy(plain))) {
-    try {
-      const value: unknown = JSON.parse(Buffer.from(plain.buffer, plain.byteOffset, plain.byteLength).toString("utf8"));
-      return value === null || typeof value !== "object" || Array.isArray(value) ? notAnObject : { value };
-    } catch {
-      return invalidJson;
-    }
-  }
+  if (parser === "native" || (parser === "auto" && !isContainerHeavy(plain))) return parseJsonObject(plain);
   const parsed = parseBodyBytes(plain, shape);
   return parsed.kind === "object" ? { value: parsed.value } : parsed.kind === "not-object" ? notAnObject : invalidJson;
 }
