@@ -176,14 +176,7 @@ class BodyParser {
   }
 
   skipWhitespace(): void {
-    const bytes = this.bytes;
-    let position = this.position;
-    while (position < bytes.length) {
-      const byte = bytes[position];
-      if (byte !== 0x20 && byte !== 0x0a && byte !== 0x0d && byte !== 0x09) break;
-      position++;
-    }
-    this.position = position;
+    this.position = skipWhitespaceAt(this.bytes, this.position);
   }
 
   private expect(byte: number): void {
@@ -410,7 +403,7 @@ class BodyParser {
     let tooManyContainers = false;
     for (;;) {
       // A value starts here.
-      while (position < bytes.length && isWhitespace(bytes[position])) position++;
+      position = skipWhitespaceAt(bytes, position);
       let byte = bytes[position];
       let valueContainers = 0;
       if (byte === openBracket || byte === openBrace) {
@@ -424,7 +417,7 @@ class BodyParser {
         this.pushFrame(depth, byte === openBracket ? frameArray : frameObject, position, track);
         depth++;
         position++;
-        while (position < bytes.length && isWhitespace(bytes[position])) position++;
+        position = skipWhitespaceAt(bytes, position);
         if (bytes[position] !== (byte === openBracket ? closeBracket : closeBrace)) {
           if (byte === openBrace) position = this.scanKey(depth - 1, position, track);
           continue;
@@ -454,10 +447,10 @@ class BodyParser {
           if (isArray) this.frameContainers[frame] += valueContainers;
           else this.pushMember(frame, position, valueContainers);
         }
-        while (position < bytes.length && isWhitespace(bytes[position])) position++;
+        position = skipWhitespaceAt(bytes, position);
         byte = bytes[position++];
         if (byte === comma) {
-          while (position < bytes.length && isWhitespace(bytes[position])) position++;
+          position = skipWhitespaceAt(bytes, position);
           if (!isArray) position = this.scanKey(frame, position, track);
           break;
         }
@@ -507,9 +500,9 @@ class BodyParser {
       this.frameKeys[frame * 3 + 1] = keyEnd;
     }
     position = keyEnd;
-    while (position < bytes.length && isWhitespace(bytes[position])) position++;
+    position = skipWhitespaceAt(bytes, position);
     if (bytes[position++] !== colon) throw syntaxError;
-    while (position < bytes.length && isWhitespace(bytes[position])) position++;
+    position = skipWhitespaceAt(bytes, position);
     if (track) this.frameKeys[frame * 3 + 2] = position;
     return position;
   }
@@ -755,7 +748,7 @@ class BodyParser {
         continue;
       }
       let position = frame.position;
-      while (isWhitespace(bytes[position])) position++;
+      position = skipWhitespaceAt(bytes, position);
       const byte = bytes[position];
       const rewrite = byte === openBrace ? this.rewriteAt(position) : -1;
       if (rewrite >= 0) {
@@ -845,6 +838,12 @@ class BodyParser {
 
 function isWhitespace(byte: number): boolean {
   return byte === 0x20 || byte === 0x0a || byte === 0x0d || byte === 0x09;
+}
+
+/** The first offset at or after `position` that is not JSON whitespace. */
+function skipWhitespaceAt(bytes: Uint8Array, position: number): number {
+  while (position < bytes.length && isWhitespace(bytes[position])) position++;
+  return position;
 }
 
 function doubled<T extends Uint8Array | Int32Array>(array: T): T {
