@@ -1,13 +1,14 @@
 /**
  * An ingest body parsed from its UTF-8 bytes, for bodies holding millions of
- * arrays and objects. V8's JSON.parse materialises every one of them (~0.3 µs
- * each here: a 20 MiB batch of nested arrays took 2.6–4.7 s), although nothing
- * but a property's printed text is ever kept. This parser builds only what
+ * arrays, objects or members. V8's JSON.parse materialises every one of them
+ * (~0.3 µs each here, ~1–3 µs per key of an object with a million keys: a
+ * 20 MiB batch took 2.6–4.7 s), although nothing but a property's printed text
+ * is ever kept. This parser builds only what
  * validation reads — the envelope, the events, their fields and `properties` —
  * and prints each nested property value straight from the bytes, so its cost is
  * a few passes over the bytes whatever they hold.
  *
- * Its answer is JSON.parse's, with five differences validation cannot observe:
+ * Its answer is JSON.parse's, with six differences validation cannot observe:
  * - objects have no prototype (so `__proto__` stays an own key, as JSON.parse keeps it);
  * - a property value that is an array or object is a PrintedValue holding
  *   JSON.stringify(JSON.parse(its text)), or undefined when that is known to be
@@ -16,17 +17,21 @@
  *   `properties`, an object `event`) are empty stand-ins;
  * - fields validation never reads are only syntax-checked, not kept;
  * - an `events` array longer than the batch limit keeps its length but only its
- *   first elements.
+ *   first elements;
+ * - `properties` with more keys than can print within the limit keep only
+ *   those validation reads before refusing them.
  * Syntax is checked everywhere, as JSON.parse checks it; the caller has already
  * checked that the bytes are UTF-8.
  */
 import { limits } from "../config/limits.js";
+import { ByteSink, KeyTable, writeCanonicalString } from "./object-keys.js";
 
 /**
  * A nested property value, already printed as JSON.stringify prints it.
  * `text` is undefined when the value is too large: it holds more arrays and
  * objects than the limit allows (`tooManyContainers`, decided before printing,
- * as validation decides it for a parsed value), or printed past the limit.
+ * as validation decides it for a parsed value), or it would print past what
+ * the limit leaves beside the event's other values.
  */
 export class PrintedValue {
   constructor(
@@ -92,7 +97,7 @@ const eventFields = new Set(["event", "distinctId", "timestamp", "properties", "
 const emptyArrayStandIn: readonly unknown[] = Object.freeze([]);
 const emptyObjectStandIn: object = Object.freeze(Object.create(null) as object);
 
-/** Printed values longer than this make the event's properties too large whatever else they hold. */
+/** Printed values longer than this in all make the event's properties too large whatever else they hold. */
 const printedBytesMax = limits.propertiesBytesMax;
 /**
  * Each array or object prints as at least two bytes, so a value holding more of
@@ -110,6 +115,14 @@ const rewriteHeaderSlots = 2;
 const rewriteMemberSlots = 4;
 
 const memberSlots = 5;
+const propertyRecordSlots = 3;
+/**
+ * Properties with this many distinct keys print longer than the limit: n
+ * members print as at least 6n bytes (each a key of one byte or more, but for
+ * one empty key, two quotes, a colon, a one-byte value and a comma or the
+ * closing brace; then the opening brace).
+ */
+const propertiesBuiltMax = Math.floor(limits.propertiesBytesMax / 6) + 1;
 
 /** Printed order of two keys of one object: array indexes (≥ 0) first, ascending, then the rest as written. */
 function printsBefore(index: number, entry: number, otherIndex: number, otherEntry: number): boolean {
@@ -117,12 +130,10 @@ function printsBefore(index: number, entry: number, otherIndex: number, otherEnt
   if (index >= 0 || otherIndex >= 0) return index >= 0;
   return entry < otherEntry;
 }
-/** closeObjectByParse's scratch: member offset of a key's first occurrence → its last occurrence. */
-const valueAtByFirst = new Map<number, number>();
 /**
  * Objects up to this many members, with plain keys this long in all, are
- * checked for duplicate and index keys without allocating; others ask a
- * prototype-less object, as JSON.parse's own rules are then simplest to reuse.
+ * checked for duplicate and index keys by comparing bytes pairwise; others are
+ * grouped by hashing their keys (object-keys.ts).
  */
 const simpleObjectMembersMax = 16;
 const simpleObjectKeyBytesMax = 512;
@@ -160,8 +171,18 @@ class BodyParser {
   private readonly entryValueAts = new Int32Array(simpleObjectMembersMax);
   private readonly entryIndexes = new Float64Array(simpleObjectMembersMax);
   private readonly entryOrder = new Int32Array(simpleObjectMembersMax);
-  private output = new Uint8Array(1024);
-  private outputLength = 0;
+  // keepMembers' scratch, one slot per member of the largest object seen.
+  private readonly keyTable = new KeyTable();
+  /** Per member of the object being kept: the last member spelling its key, when it is the first. */
+  private lastOf = new Int32Array(64);
+  private indexKeyValues = new Uint32Array(64);
+  private indexKeyMembers = new Int32Array(64);
+  private keptFirsts = new Int32Array(64);
+  private keptLasts = new Int32Array(64);
+  /** parseProperties' first pass: keyStart, keyEnd, valueStart of each member. */
+  private propertyRecords = new Int32Array(64 * 3);
+  private readonly wellFormedScratch = new ByteSink();
+  private readonly output = new ByteSink();
 
   constructor(private readonly bytes: Uint8Array) {
     this.text = Buffer.from(bytes.buffer, bytes.byteOffset, bytes.byteLength);
@@ -203,7 +224,6 @@ class BodyParser {
       const wanted = this.memberLevel(level, key);
       if (wanted === undefined) this.skipValue();
       else if (wanted === "scalar") target[key] = this.parseScalarOrStandIn();
-      else if (wanted === "property") target[key] = this.peek() === openBracket || this.peek() === openBrace ? this.printValue() : this.parseScalarOrStandIn();
       else target[key] = this.parseAt(wanted);
       this.skipWhitespace();
       const next = this.bytes[this.position++];
@@ -212,11 +232,8 @@ class BodyParser {
     }
   }
 
-  /**
-   * What a member's value is parsed as: a level, a scalar (containers become
-   * stand-ins), a property (containers are printed), or nothing (skipped).
-   */
-  private memberLevel(level: Level, key: string): Level | "scalar" | "property" | undefined {
+  /** What a member's value is parsed as: a level, a scalar (containers become stand-ins), or nothing (skipped). */
+  private memberLevel(level: Level, key: string): Level | "scalar" | undefined {
     switch (level) {
       case Level.batchBody:
         return key === "events" ? Level.events : key === "apiKey" ? "scalar" : undefined;
@@ -226,7 +243,6 @@ class BodyParser {
         if (key === "apiKey") return level === Level.singleBody ? "scalar" : undefined;
         return key === "properties" ? Level.properties : eventFields.has(key) ? "scalar" : undefined;
       case Level.properties:
-        return "property";
       case Level.events:
         return undefined;
     }
@@ -236,8 +252,97 @@ class BodyParser {
   private parseAt(level: Level): unknown {
     const byte = this.peek();
     if (level === Level.events && byte === openBracket) return this.parseEvents();
+    if (level === Level.properties && byte === openBrace) return this.parseProperties();
     if (level !== Level.events && byte === openBrace) return this.parseObject(level);
     return this.parseScalarOrStandIn();
+  }
+
+  /**
+   * An event's properties as JSON.parse would build them, with each array or
+   * object value printed. Distinct keys are found by keepMembers rather than by
+   * assignment, so a million keys cost about their bytes; of properties that
+   * cannot print within the limit, only what validation reads before refusing
+   * them is built.
+   */
+  private parseProperties(): Record<string, unknown> {
+    // First pass: syntax, and each member's key token and value offset.
+    const bytes = this.bytes;
+    let top = 0;
+    this.position++;
+    this.skipWhitespace();
+    if (this.peek() === closeBrace) {
+      this.position++;
+    } else {
+      for (;;) {
+        this.skipWhitespace();
+        if (this.peek() !== quote) throw syntaxError;
+        if (top + propertyRecordSlots > this.propertyRecords.length) this.propertyRecords = doubled(this.propertyRecords);
+        const keyStart = this.position;
+        this.position = this.stringEnd(keyStart);
+        this.propertyRecords[top] = keyStart;
+        this.propertyRecords[top + 1] = this.position;
+        this.expect(colon);
+        this.skipWhitespace();
+        this.propertyRecords[top + 2] = this.position;
+        top += propertyRecordSlots;
+        this.skipValue();
+        this.skipWhitespace();
+        const next = bytes[this.position++];
+        if (next === closeBrace) break;
+        if (next !== comma) throw syntaxError;
+      }
+    }
+    const end = this.position;
+    const records = this.propertyRecords;
+    const kept = this.keepMembers(records, 0, top, propertyRecordSlots);
+    // Printing a value reuses keepMembers' scratch.
+    const firsts = this.keptFirsts.slice(0, kept);
+    const lasts = this.keptLasts.slice(0, kept);
+    const target = Object.create(null) as Record<string, unknown>;
+    // Once the values printed so far pass the limit, the properties are refused for their size
+    // unless a member is refused by itself: later values are scanned for that, not printed.
+    let printedBytes = 0;
+    for (let position = 0; position < kept; position++) {
+      const keyStart = records[firsts[position]];
+      const keyEnd = records[firsts[position] + 1];
+      const valueStart = records[lasts[position] + 2];
+      // Past the members that fit, validation refuses these properties at the first member it
+      // refuses by itself, or else for their size: only that member is built.
+      if (position >= propertiesBuiltMax && !this.refusedByItself(keyStart, keyEnd, valueStart)) continue;
+      this.stringEnd(keyStart);
+      const key = this.decodeString(keyStart, keyEnd);
+      this.position = valueStart;
+      const byte = bytes[valueStart];
+      if (byte === openBracket || byte === openBrace) {
+        const value = this.printValue(printedBytesMax - printedBytes);
+        printedBytes += value.text === undefined ? printedBytesMax + 1 : this.output.length;
+        target[key] = value;
+      } else {
+        target[key] = this.parseScalarOrStandIn();
+      }
+      if (position >= propertiesBuiltMax) break;
+    }
+    this.position = end;
+    return target;
+  }
+
+  /**
+   * Whether validation refuses a property by itself, whatever the others hold:
+   * a key or string value that is not well-formed UTF-16, or a value holding
+   * more arrays and objects than a printed value may (event-validation.ts).
+   */
+  private refusedByItself(keyStart: number, keyEnd: number, valueStart: number): boolean {
+    const scratch = this.wellFormedScratch;
+    scratch.length = 0;
+    if (!writeCanonicalString(this.bytes, keyStart, keyEnd, scratch)) return true;
+    const byte = this.bytes[valueStart];
+    if (byte === quote) {
+      scratch.length = 0;
+      return !writeCanonicalString(this.bytes, valueStart, this.stringEnd(valueStart), scratch);
+    }
+    if (byte !== openBracket && byte !== openBrace) return false;
+    this.position = valueStart;
+    return this.scanValue(true) > printedContainersMax;
   }
 
   /** The events array: its first elements parsed, the rest only counted (more answers 413 anyway). */
@@ -545,7 +650,7 @@ class BodyParser {
       if (keyBytes > simpleObjectKeyBytesMax || this.hasEscape(members[at], members[at + 1])) simple = false;
     }
     const slot = this.frameObjectSlots[frame];
-    return simple ? this.closeSimpleObject(slot, base, top, end) : this.closeObjectByParse(slot, base, top, end);
+    return simple ? this.closeSimpleObject(slot, base, top, end) : this.closeObjectByTable(slot, base, top, end);
   }
 
   /**
@@ -629,34 +734,107 @@ class BodyParser {
     arena[at + 3] = members[valueAt + 3];
   }
 
-  /** Many members or escaped keys: JSON.parse's own rules, by assignment to a prototype-less object. */
-  private closeObjectByParse(slot: number, base: number, top: number, end: number): number {
+  /** Many members or escaped keys: distinct keys found by hashing their canonical bytes. */
+  private closeObjectByTable(slot: number, base: number, top: number, end: number): number {
     const members = this.members;
-    const indexByKey = Object.create(null) as Record<string, number>;
-    for (let at = base; at < top; at += memberSlots) {
-      const key = this.keyAt(members[at], members[at + 1]);
-      // A repeated key keeps its first member's position and takes the last one's value.
-      const first = indexByKey[key];
-      indexByKey[key] = first === undefined ? at : first;
-      valueAtByFirst.set(first === undefined ? at : first, at);
-    }
-    const order = Object.keys(indexByKey);
+    const kept = this.keepMembers(members, base, top, memberSlots);
+    const firsts = this.keptFirsts;
+    const lasts = this.keptLasts;
     let containers = 0;
-    let inOrder = order.length === (top - base) / memberSlots;
-    for (let index = 0; index < order.length; index++) {
-      const keyAt = indexByKey[order[index]];
-      if (keyAt !== base + index * memberSlots) inOrder = false;
-      containers += members[valueAtByFirst.get(keyAt)! + 4];
+    let inOrder = kept === (top - base) / memberSlots;
+    for (let position = 0; position < kept; position++) {
+      if (firsts[position] !== base + position * memberSlots) inOrder = false;
+      containers += members[lasts[position] + 4];
     }
     if (!inOrder) {
-      const record = this.reserveRewrite(slot, end, order.length);
-      for (let index = 0; index < order.length; index++) {
-        const keyAt = indexByKey[order[index]];
-        this.writeRewriteMember(record, index, keyAt, valueAtByFirst.get(keyAt)!);
+      const record = this.reserveRewrite(slot, end, kept);
+      for (let position = 0; position < kept; position++) this.writeRewriteMember(record, position, firsts[position], lasts[position]);
+    }
+    return containers;
+  }
+
+  /**
+   * The members JSON.parse keeps of an object whose members are the records
+   * `records[base, top)` (`stride` slots each, key token start and end first):
+   * one per distinct key, at its first record's position with its last
+   * record's value, index keys first, ascending. Writes them in printed order
+   * to keptFirsts and keptLasts (record offsets) and returns their count.
+   */
+  private keepMembers(records: Int32Array, base: number, top: number, stride: number): number {
+    const table = this.keyTable;
+    const count = (top - base) / stride;
+    table.group(this.bytes, records, base, stride, count);
+    if (count > this.lastOf.length) {
+      this.lastOf = new Int32Array(count);
+      this.keptFirsts = new Int32Array(count);
+      this.keptLasts = new Int32Array(count);
+      this.indexKeyValues = new Uint32Array(count);
+      this.indexKeyMembers = new Int32Array(count);
+    }
+    // Members are counted from 0 here; records are at base + member * stride.
+    const firstOf = table.firstOf;
+    const lastOf = this.lastOf;
+    let kept = 0;
+    let indexKeys = 0;
+    for (let member = 0; member < count; member++) {
+      const first = firstOf[member];
+      if (first === member) {
+        kept++;
+        const index = table.arrayIndex(member);
+        if (index >= 0) {
+          this.indexKeyValues[indexKeys] = index;
+          this.indexKeyMembers[indexKeys++] = member;
+        }
+      }
+      lastOf[first] = member;
+    }
+    const keptFirsts = this.keptFirsts;
+    const keptLasts = this.keptLasts;
+    let position = 0;
+    if (indexKeys > 0) {
+      this.sortIndexKeys(indexKeys);
+      for (let rank = 0; rank < indexKeys; rank++) {
+        const member = this.indexKeyMembers[rank];
+        keptFirsts[position] = base + member * stride;
+        keptLasts[position++] = base + lastOf[member] * stride;
+        // Marks the key as placed, for the pass over the others below.
+        lastOf[member] = -1;
       }
     }
-    valueAtByFirst.clear();
-    return containers;
+    for (let member = 0; member < count; member++) {
+      if (firstOf[member] !== member || lastOf[member] < 0) continue;
+      keptFirsts[position] = base + member * stride;
+      keptLasts[position++] = base + lastOf[member] * stride;
+    }
+    return kept;
+  }
+
+  /**
+   * Sorts the first `count` index keys (distinct values, with their members) by
+   * value: by insertion when few, else by a two-pass radix sort on 16-bit
+   * halves, linear in the count whatever order the keys were written in.
+   */
+  private sortIndexKeys(count: number): void {
+    const values = this.indexKeyValues;
+    const members = this.indexKeyMembers;
+    if (count <= 32) {
+      for (let next = 1; next < count; next++) {
+        const value = values[next];
+        const member = members[next];
+        let position = next;
+        for (; position > 0 && values[position - 1] > value; position--) {
+          values[position] = values[position - 1];
+          members[position] = members[position - 1];
+        }
+        values[position] = value;
+        members[position] = member;
+      }
+      return;
+    }
+    const spareValues = new Uint32Array(count);
+    const spareMembers = new Int32Array(count);
+    radixPass(values, members, spareValues, spareMembers, count, 0);
+    radixPass(spareValues, spareMembers, values, members, count, 16);
   }
 
   /** The arena record of the tracked object starting at `start`, or -1 when it prints as written. */
@@ -700,18 +878,17 @@ class BodyParser {
     return true;
   }
 
-  private keyAt(start: number, end: number): string {
-    this.stringEnd(start);
-    return this.decodeString(start, end);
-  }
-
-  /** A property's array or object value, printed from the bytes as JSON.stringify(JSON.parse(…)) would. */
-  private printValue(): PrintedValue {
+  /**
+   * A property's array or object value, printed from the bytes as
+   * JSON.stringify(JSON.parse(…)) would, unless it is longer than `budget`
+   * bytes (what the properties limit leaves once other values are printed).
+   */
+  private printValue(budget: number): PrintedValue {
     const start = this.position;
     const containers = this.scanValue(true);
     if (containers > printedContainersMax) return new PrintedValue(undefined, true);
     const end = this.position;
-    const printed = this.print(start);
+    const printed = budget < 0 ? undefined : this.print(start, budget);
     this.position = end;
     return new PrintedValue(printed);
   }
@@ -719,15 +896,15 @@ class BodyParser {
   /**
    * Prints the value at `start` without whitespace, each scalar in JSON.stringify's
    * form, each rewritten object by its kept members; undefined once the text
-   * passes the properties limit. One frame per rewritten object, not per level.
+   * passes `budget` bytes. One frame per rewritten object, not per level.
    */
-  private print(start: number): string | undefined {
+  private print(start: number, budget: number): string | undefined {
     const bytes = this.bytes;
-    this.outputLength = 0;
+    this.output.length = 0;
     // A stream frame copies one value token by token; a rewritten frame walks kept members.
     const streams: PrintFrame[] = [{ position: start, depth: 0 }];
     while (streams.length > 0) {
-      if (this.outputLength > printedBytesMax) return undefined;
+      if (this.output.length > budget) return undefined;
       const frame = streams[streams.length - 1];
       if ("rewrite" in frame) {
         const arena = this.rewriteArena;
@@ -787,40 +964,37 @@ class BodyParser {
       frame.position = position;
       if (valueEnded && frame.depth === 0) streams.pop();
     }
-    if (this.outputLength > printedBytesMax) return undefined;
-    return Buffer.from(this.output.buffer, 0, this.outputLength).toString("utf8");
-  }
-
-  private reserve(extra: number): void {
-    if (this.outputLength + extra <= this.output.length) return;
-    let length = this.output.length * 2;
-    while (length < this.outputLength + extra) length *= 2;
-    const grown = new Uint8Array(length);
-    grown.set(this.output.subarray(0, this.outputLength));
-    this.output = grown;
+    if (this.output.length > budget) return undefined;
+    return Buffer.from(this.output.bytes.buffer, 0, this.output.length).toString("utf8");
   }
 
   private emitByte(byte: number): void {
-    this.reserve(1);
-    this.output[this.outputLength++] = byte;
+    this.output.reserve(1);
+    this.output.bytes[this.output.length++] = byte;
   }
 
   private emitBytes(start: number, end: number): void {
-    this.reserve(end - start);
-    this.output.set(this.bytes.subarray(start, end), this.outputLength);
-    this.outputLength += end - start;
+    this.output.reserve(end - start);
+    this.output.bytes.set(this.bytes.subarray(start, end), this.output.length);
+    this.output.length += end - start;
   }
 
   private emitText(text: string): void {
-    this.reserve(text.length * 3);
-    this.outputLength += Buffer.from(this.output.buffer, 0, this.output.length).write(text, this.outputLength, "utf8");
+    const output = this.output;
+    output.reserve(text.length * 3);
+    output.length += Buffer.from(output.bytes.buffer, 0, output.bytes.length).write(text, output.length, "utf8");
   }
 
-  /** A string token as JSON.stringify prints it: unescaped tokens already are; others are decoded and re-escaped. */
+  /** A string token as JSON.stringify prints it: unescaped tokens already are; escaped ones are rewritten. */
   private emitString(start: number, end: number): void {
     this.stringEnd(start);
-    if (!this.stringEscaped) this.emitBytes(start, end);
-    else this.emitText(JSON.stringify(JSON.parse(this.text.toString("utf8", start, end)) as string));
+    if (!this.stringEscaped) {
+      this.emitBytes(start, end);
+      return;
+    }
+    this.emitByte(quote);
+    writeCanonicalString(this.bytes, start, end, this.output);
+    this.emitByte(quote);
   }
 
   /** A number token as JSON.stringify prints it: short plain integers already are. */
@@ -833,6 +1007,18 @@ class BodyParser {
     }
     if (plainInteger) this.emitBytes(start, end);
     else this.emitText(JSON.stringify(Number(this.text.toString("latin1", start, end))));
+  }
+}
+
+/** One stable counting-sort pass of (value, member) pairs on the 16 bits of each value at `shift`. */
+function radixPass(values: Uint32Array, members: Int32Array, toValues: Uint32Array, toMembers: Int32Array, count: number, shift: number): void {
+  const starts = new Int32Array(65_537);
+  for (let index = 0; index < count; index++) starts[((values[index] >>> shift) & 0xffff) + 1]++;
+  for (let digit = 1; digit <= 65_536; digit++) starts[digit] += starts[digit - 1];
+  for (let index = 0; index < count; index++) {
+    const target = starts[(values[index] >>> shift) & 0xffff]++;
+    toValues[target] = values[index];
+    toMembers[target] = members[index];
   }
 }
 

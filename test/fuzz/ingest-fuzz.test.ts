@@ -32,7 +32,9 @@ import {
   nestedJson,
   objectOf,
   oddNonEmptyText,
+  longRun,
   oddText,
+  requestDurationMaxMs,
   preview,
   propertyTimeoutMs,
   propertyValue,
@@ -807,43 +809,65 @@ describe("deep nesting", () => {
   );
 
   /**
-   * Known gap (reported with this suite): JSON.parse materializes a 20 MiB body
-   * nested 10 M levels as 10 M arrays, which takes 5–8 s of one worker and
-   * about 1 GB of RSS (a flat 20 MiB of `[],[],…` still takes ~1.6 s and
-   * 0.5 GB). The answer must still be right and other clients must still be
-   * served meanwhile; the 1 s bound is not asserted here.
+   * Bodies at the 20 MiB batch limit shaped to cost the most per byte: millions
+   * of nested arrays, of keys in one object (distinct, index, escaped), of small
+   * objects whose keys must be reordered. JSON.parse took 1.5–8 s over some of
+   * them; each must be answered right, while other clients keep getting
+   * answers, and within the bound in the long run (see longRun).
    */
-  it("answers a 20 MiB batch nested to its limit without a 5xx, while other clients keep getting answers", async () => {
-    const head = `{"apiKey":${JSON.stringify(server.apiKey)},"events":[],"extra":`;
-    const depth = Math.floor((batchBodyBytesMax - head.length - 1) / 2);
-    const body = `${head}${nestedJson(depth, "array", "")}}`;
-    const startedMs = performance.now();
-    const deep = post("/ingest/batch", body);
-    let othersAnswered = 0;
-    let slowestOtherMs = 0;
-    let deepDone = false;
-    void deep.then(
-      () => (deepDone = true),
-      () => (deepDone = true),
-    );
-    let othersAnsweredMeanwhile = 0;
-    while (!deepDone) {
-      const answer = await post("/ingest/batch", JSON.stringify({ apiKey: server.apiKey, events: [] }));
-      // No 1 s bound here: on a shared two-core box the deep parse and its collector take a core away.
-      expect(answer.status, answer.text).toBe(200);
-      othersAnswered++;
-      if (!deepDone) othersAnsweredMeanwhile++;
-      slowestOtherMs = Math.max(slowestOtherMs, answer.durationMs);
-      await new Promise((resolve) => setTimeout(resolve, 50));
+  const eventWith = (members: string) => `{"event":"costly","distinctId":"u",${members}}`;
+  const fill = (unit: (index: number) => string, budget: number) => {
+    const parts: string[] = [];
+    let bytes = 0;
+    for (let index = 0; bytes < budget; index++) {
+      const part = unit(index);
+      parts.push(part);
+      bytes += part.length + 1;
     }
-    const answer = await deep;
-    const deepMs = performance.now() - startedMs;
-    console.log(`20 MiB body nested ${depth} levels: ${answer.status} after ${deepMs.toFixed(0)} ms; ${othersAnswered} other requests meanwhile, slowest ${slowestOtherMs.toFixed(0)} ms`);
-    expect(answer.status, answer.text.slice(0, 300)).toBe(200);
-    expect(answer.body).toEqual({ ok: true, accepted: 0 });
-    // Other clients are answered while the deep body is parsed, not after it.
-    expect(othersAnsweredMeanwhile).toBeGreaterThan(0);
-  }, 60_000);
+    return parts.join(",");
+  };
+  const costlyBudget = batchBodyBytesMax - 4096;
+  const tooLarge = { ok: true, accepted: 0, errors: [{ index: 0, code: "invalid_request", message: "properties: larger than 65536 bytes" }] };
+  const costlyBodies: { name: string; events: () => string; extra?: () => string; answer: unknown }[] = [
+    { name: "10 M nested arrays beside the events", events: () => "", extra: () => nestedJson(Math.floor(costlyBudget / 2), "array", ""), answer: { ok: true, accepted: 0 } },
+    { name: "10 M nested arrays in a property", events: () => eventWith(`"properties":{"v":${nestedJson(Math.floor(costlyBudget / 2), "array", "")}}`), answer: tooLarge },
+    { name: "2 M distinct keys in properties", events: () => eventWith(`"properties":{${fill((index) => `"k${index.toString(36)}":1`, costlyBudget)}}`), answer: tooLarge },
+    { name: "2 M distinct keys in a property", events: () => eventWith(`"properties":{"v":{${fill((index) => `"k${index.toString(36)}":1`, costlyBudget)}}}`), answer: tooLarge },
+    { name: "1.4 M index keys written in descending order", events: () => eventWith(`"properties":{${fill((index) => `"${4_000_000_000 - index * 1999}":1`, costlyBudget)}}`), answer: tooLarge },
+    { name: "1.4 M escaped distinct keys in a property", events: () => eventWith(`"properties":{"v":{${fill((index) => `"\\u0061${index.toString(36)}":1`, costlyBudget)}}}`), answer: tooLarge },
+    { name: "1.5 M objects whose keys print reordered", events: () => eventWith(`"properties":{"v":[${fill(() => '{"1":0,"0":0}', costlyBudget)}]}`), answer: tooLarge },
+    { name: "1.6 M properties holding a small array each", events: () => eventWith(`"properties":{${fill((index) => `"p${index.toString(36)}":[[]]`, costlyBudget)}}`), answer: tooLarge },
+    { name: "2 M unknown fields in an event", events: () => eventWith(fill((index) => `"f${index.toString(36)}":1`, costlyBudget)), answer: { ok: true, accepted: 1 } },
+  ];
+
+  for (const costly of costlyBodies) {
+    it(`answers a 20 MiB batch of ${costly.name}${longRun ? ` within ${requestDurationMaxMs} ms` : ""}, while other clients keep getting answers`, async () => {
+      const extra = costly.extra === undefined ? "" : `"extra":${costly.extra()},`;
+      const body = `{"apiKey":${JSON.stringify(server.apiKey)},${extra}"events":[${costly.events()}]}`;
+      expect(Buffer.byteLength(body)).toBeLessThanOrEqual(batchBodyBytesMax);
+      expect(Buffer.byteLength(body)).toBeGreaterThan(batchBodyBytesMax - 8192);
+      const costlyAnswer = post("/ingest/batch", body);
+      let costlyDone = false;
+      void costlyAnswer.then(
+        () => (costlyDone = true),
+        () => (costlyDone = true),
+      );
+      let othersAnsweredMeanwhile = 0;
+      while (!costlyDone) {
+        const answer = await post("/ingest/batch", JSON.stringify({ apiKey: server.apiKey, events: [] }));
+        expect(answer.status, answer.text).toBe(200);
+        if (!costlyDone) othersAnsweredMeanwhile++;
+        await new Promise((resolve) => setTimeout(resolve, 20));
+      }
+      const answer = await costlyAnswer;
+      console.log(`20 MiB batch of ${costly.name}: ${answer.status} in ${answer.durationMs.toFixed(0)} ms; ${othersAnsweredMeanwhile} other requests answered meanwhile`);
+      expect(answer.status, answer.text.slice(0, 300)).toBe(200);
+      expect(answer.body).toEqual(costly.answer);
+      if (longRun) expect(answer.durationMs).toBeLessThan(requestDurationMaxMs);
+      // Other clients are answered while the costly body is parsed, not after it.
+      expect(othersAnsweredMeanwhile).toBeGreaterThan(0);
+    }, 60_000);
+  }
 });
 
 describe("the model itself", () => {

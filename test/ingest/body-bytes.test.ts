@@ -152,6 +152,62 @@ describe("parsing ingest bodies from bytes", () => {
     }
   });
 
+  it("tells keys apart as JSON.parse does however they are spelled, in objects of any size", () => {
+    // Few distinct code units, each written raw or escaped in every way JSON allows, so that
+    // differently spelled keys often decode to the same string and must be counted as one.
+    const unit = fc.constantFrom(0x61, 0x22, 0x5c, 0x2f, 0x0a, 0x08, 0x01, 0xe9, 0x2028, 0xd83d, 0xde00, 0xdbff, 0xdfff, 0x30, 0x31, 0x39, 0x7f);
+    const spelledUnit = fc.tuple(unit, fc.nat()).map(([code, choice]) => {
+      const hex = code.toString(16).padStart(4, "0");
+      const short = ({ 0x22: '\\"', 0x5c: "\\\\", 0x2f: "\\/", 0x0a: "\\n", 0x08: "\\b" } as Record<number, string>)[code];
+      const raw = code >= 0x20 && code !== 0x22 && code !== 0x5c && (code < 0xd800 || code > 0xdfff) ? String.fromCharCode(code) : undefined;
+      const spellings = [`\\u${hex}`, `\\u${hex.toUpperCase()}`, ...(short === undefined ? [] : [short]), ...(raw === undefined ? [] : [raw, raw])];
+      return spellings[choice % spellings.length];
+    });
+    const spelledKey = fc.array(fc.oneof(spelledUnit, fc.constantFrom("🚀", "\\ud83d\\ude80")), { maxLength: 3 }).map((units) => `"${units.join("")}"`);
+    const objectText = fc
+      .array(fc.tuple(spelledKey, fc.oneof(scalarText, jsonText)), { minLength: 1, maxLength: 60 })
+      .map((members) => `{${members.map(([key, value]) => `${key}:${value}`).join(",")}}`);
+    fc.assert(
+      fc.property(objectText, (object) => {
+        expectSameAnswer(`{"apiKey":"key","event":"a","distinctId":"u","properties":{"v":${object}}}`, "single");
+        expectSameAnswer(`{"apiKey":"key","event":"a","distinctId":"u","properties":${object}}`, "single");
+      }),
+      { numRuns: 600 },
+    );
+  });
+
+  it("answers properties with more keys than can print within the limit as JSON.parse does", () => {
+    const keys = (count: number, spell: (index: number) => string) => Array.from({ length: count }, (_, index) => spell(index));
+    const plain = keys(20_000, (index) => `"k${index}":${index}`);
+    const tooManyContainers = `[${"[],".repeat(limits.propertiesBytesMax / 2)}[]]`;
+    const withMember = (members: string[], at: number, member: string) => [...members.slice(0, at), member, ...members.slice(at)];
+    const propertiesCases = [
+      plain,
+      withMember(plain, 15_000, '"\\ud800":1'),
+      withMember(plain, 15_000, '"s":"\\udc00"'),
+      withMember(plain, 15_000, `"deep":${tooManyContainers}`),
+      withMember(withMember(plain, 18_000, '"\\ud800":1'), 15_000, '"s":"\\udc00"'),
+      // A refusing member dropped by a later duplicate, and a fine one made refusing by one.
+      withMember(withMember(plain, 19_000, '"s":1'), 15_000, '"s":"\\udc00"'),
+      withMember(plain, 19_000, '"k3":"\\udc00"'),
+      // Index keys print first: the last one written is read first.
+      [...keys(20_000, (index) => `"${20_000 - index}":1`), '"5":"\\udfff"'],
+      [...keys(12_000, (index) => `"${(index * 7919) % 12_000}":${index}`), ...keys(12_000, (index) => `"x${index % 9000}":${index}`)],
+      // Fewer keys than could print: stored, in JSON.parse's order, duplicates dropped.
+      [...keys(3_000, (index) => `"${(index * 7) % 1000}":${index}`), ...keys(3_000, (index) => `"\\u0061${index % 2000}":"${index}"`)],
+      keys(2_000, (index) => `"${(index * 2_654_435_761) % 4_294_967_296}":${index}`), // index keys up to 2³² − 1, which is not one
+      // Values printed past the limit together; a later member's own refusal still wins.
+      [`"a":["${"x".repeat(40_000)}"]`, `"b":["${"y".repeat(40_000)}"]`, '"c":"\\ud800"'],
+      [`"a":["${"x".repeat(40_000)}"]`, `"b":["${"y".repeat(40_000)}"]`, `"c":${tooManyContainers}`],
+      [`"a":["${"x".repeat(40_000)}"]`, `"b":["${"y".repeat(40_000)}"]`, '"c":[1]'],
+      [`"a":["${"x".repeat(30_000)}"]`, `"b":["${"y".repeat(30_000)}"]`, '"c":[1]'],
+    ];
+    for (const members of propertiesCases) {
+      expectSameAnswer(`{"apiKey":"key","event":"a","distinctId":"u","properties":{${members.join(",")}}}`, "single");
+      expectSameAnswer(`{"apiKey":"key","events":[{"event":"a","distinctId":"u","properties":{"v":{${members.join(",")}}}}]}`, "batch");
+    }
+  });
+
   it("reads non-ASCII text and escapes in every field as JSON.parse does", () => {
     const text = '{"apiKey":"k\\u0065y","events":[{"ev\\u0065nt":"名前 🛒","distinctId":"\\u00fcber","properties":{"\\u00e9":"\\ud83d\\ude80","x":["\\u2028",{"\\u0031":1,"0":0}]}}]}';
     expectSameAnswer(text, "batch");
