@@ -93,6 +93,7 @@ const point = 0x2e;
 
 /** Fields of an event that validation reads (SPEC §2), and of a body besides them. */
 const eventFields = new Set(["event", "distinctId", "timestamp", "properties", "uuid"]);
+const fieldNameBytesMax = Math.max(..."apiKey events".split(" ").concat([...eventFields]).map((name) => name.length));
 
 const emptyArrayStandIn: readonly unknown[] = Object.freeze([]);
 const emptyObjectStandIn: object = Object.freeze(Object.create(null) as object);
@@ -115,6 +116,8 @@ const rewriteHeaderSlots = 2;
 const rewriteMemberSlots = 4;
 
 const memberSlots = 5;
+/** Index keys up to this many are sorted packed as value × this + place. */
+const packedSortCountMax = 2 ** 21;
 const propertyRecordSlots = 3;
 /**
  * Properties with this many distinct keys print longer than the limit: n
@@ -136,7 +139,7 @@ function printsBefore(index: number, entry: number, otherIndex: number, otherEnt
  * grouped by hashing their keys (object-keys.ts).
  */
 const simpleObjectMembersMax = 16;
-const simpleObjectKeyBytesMax = 512;
+const simpleObjectKeyBytesMax = 256;
 
 /** Printing: a stream copies one value token by token; a rewritten object walks its kept members. */
 type PrintFrame = { position: number; depth: number } | { rewrite: number; member: number };
@@ -177,6 +180,8 @@ class BodyParser {
   private lastOf = new Int32Array(64);
   private indexKeyValues = new Uint32Array(64);
   private indexKeyMembers = new Int32Array(64);
+  private sortedIndexKeys = new Float64Array(64);
+  private unsortedIndexKeyMembers = new Int32Array(64);
   private keptFirsts = new Int32Array(64);
   private keptLasts = new Int32Array(64);
   /** parseProperties' first pass: keyStart, keyEnd, valueStart of each member. */
@@ -218,7 +223,7 @@ class BodyParser {
     for (;;) {
       this.skipWhitespace();
       if (this.peek() !== quote) throw syntaxError;
-      const key = this.parseString();
+      const key = this.parseFieldName();
       this.expect(colon);
       this.skipWhitespace();
       const wanted = this.memberLevel(level, key);
@@ -431,6 +436,22 @@ class BodyParser {
       }
       position++;
     }
+  }
+
+  /**
+   * A member name at a level where only a few field names matter: exact for
+   * unescaped names; an escaped one is decoded only when short enough to be a
+   * field name, else a text that names no field (no field name holds a
+   * backslash, which canonical forms of longer or odd names may).
+   */
+  private parseFieldName(): string {
+    const start = this.position;
+    this.position = this.stringEnd(start);
+    if (!this.stringEscaped) return this.text.toString("utf8", start + 1, this.position - 1);
+    const scratch = this.wellFormedScratch;
+    scratch.length = 0;
+    writeCanonicalString(this.bytes, start, this.position, scratch);
+    return scratch.length > fieldNameBytesMax ? "\\" : Buffer.from(scratch.bytes.buffer, 0, scratch.length).toString("utf8");
   }
 
   private parseString(): string {
@@ -765,11 +786,13 @@ class BodyParser {
     const count = (top - base) / stride;
     table.group(this.bytes, records, base, stride, count);
     if (count > this.lastOf.length) {
-      this.lastOf = new Int32Array(count);
-      this.keptFirsts = new Int32Array(count);
-      this.keptLasts = new Int32Array(count);
-      this.indexKeyValues = new Uint32Array(count);
-      this.indexKeyMembers = new Int32Array(count);
+      // Doubled, not fitted: objects of growing size would otherwise reallocate every time.
+      const size = Math.max(count, this.lastOf.length * 2);
+      this.lastOf = new Int32Array(size);
+      this.keptFirsts = new Int32Array(size);
+      this.keptLasts = new Int32Array(size);
+      this.indexKeyValues = new Uint32Array(size);
+      this.indexKeyMembers = new Int32Array(size);
     }
     // Members are counted from 0 here; records are at base + member * stride.
     const firstOf = table.firstOf;
@@ -811,13 +834,14 @@ class BodyParser {
 
   /**
    * Sorts the first `count` index keys (distinct values, with their members) by
-   * value: by insertion when few, else by a two-pass radix sort on 16-bit
-   * halves, linear in the count whatever order the keys were written in.
+   * value: by insertion when few, else natively (a radix sort's tables, ~0.5 MiB
+   * a call, cost too much for the many small objects one value may hold: a
+   * 20 MiB body of 33-key objects took 14–18 s that way).
    */
   private sortIndexKeys(count: number): void {
     const values = this.indexKeyValues;
     const members = this.indexKeyMembers;
-    if (count <= 32) {
+    if (count <= 16) {
       for (let next = 1; next < count; next++) {
         const value = values[next];
         const member = members[next];
@@ -831,10 +855,30 @@ class BodyParser {
       }
       return;
     }
-    const spareValues = new Uint32Array(count);
-    const spareMembers = new Int32Array(count);
-    radixPass(values, members, spareValues, spareMembers, count, 0);
-    radixPass(spareValues, spareMembers, values, members, count, 16);
+    if (count > this.sortedIndexKeys.length) {
+      this.sortedIndexKeys = new Float64Array(Math.max(count, this.sortedIndexKeys.length * 2));
+      this.unsortedIndexKeyMembers = new Int32Array(this.sortedIndexKeys.length);
+    }
+    const sorted = this.sortedIndexKeys.subarray(0, count);
+    const unsortedMembers = this.unsortedIndexKeyMembers;
+    unsortedMembers.set(members.subarray(0, count));
+    if (count <= packedSortCountMax) {
+      // Each value with its place beside it in one double, exact below 2³² × 2²¹ = 2⁵³.
+      for (let index = 0; index < count; index++) sorted[index] = values[index] * packedSortCountMax + index;
+      sorted.sort();
+      for (let index = 0; index < count; index++) {
+        const place = sorted[index] % packedSortCountMax;
+        values[index] = (sorted[index] - place) / packedSortCountMax;
+        members[index] = unsortedMembers[place];
+      }
+      return;
+    }
+    // More than a 20 MiB body can hold (raised limits): the values are distinct, so each
+    // member goes to its value's rank, found by binary search (~2× slower).
+    for (let index = 0; index < count; index++) sorted[index] = values[index];
+    sorted.sort();
+    for (let index = 0; index < count; index++) members[rankOf(sorted, values[index])] = unsortedMembers[index];
+    values.set(sorted);
   }
 
   /** The arena record of the tracked object starting at `start`, or -1 when it prints as written. */
@@ -1010,15 +1054,15 @@ class BodyParser {
   }
 }
 
-/** One stable counting-sort pass of (value, member) pairs on the 16 bits of each value at `shift`. */
-function radixPass(values: Uint32Array, members: Int32Array, toValues: Uint32Array, toMembers: Int32Array, count: number, shift: number): void {
-  const starts = new Int32Array(65_537);
-  for (let index = 0; index < count; index++) starts[((values[index] >>> shift) & 0xffff) + 1]++;
-  for (let digit = 1; digit <= 65_536; digit++) starts[digit] += starts[digit - 1];
-  for (let index = 0; index < count; index++) {
-    const target = starts[(values[index] >>> shift) & 0xffff]++;
-    toValues[target] = values[index];
-    toMembers[target] = members[index];
+/** Where `value` sits in ascending `sorted`, which holds it. */
+function rankOf(sorted: Float64Array, value: number): number {
+  let low = 0;
+  let high = sorted.length - 1;
+  for (;;) {
+    const middle = (low + high) >>> 1;
+    if (sorted[middle] < value) low = middle + 1;
+    else if (sorted[middle] > value) high = middle - 1;
+    else return middle;
   }
 }
 

@@ -30,23 +30,13 @@ export class ByteSink {
   }
 }
 
-const shortEscapes = new Map<number, number>([
-  [0x08, 0x62], // \b
-  [0x09, 0x74], // \t
-  [0x0a, 0x6e], // \n
-  [0x0c, 0x66], // \f
-  [0x0d, 0x72], // \r
-]);
-const escapedLetters = new Map<number, number>([
-  [0x62, 0x08],
-  [0x74, 0x09],
-  [0x6e, 0x0a],
-  [0x66, 0x0c],
-  [0x72, 0x0d],
-  [quote, quote],
-  [backslash, backslash],
-  [0x2f, 0x2f],
-]);
+/** The letter JSON.stringify escapes a control character with (`\b` for 0x08…), 0 when it uses `\u00XX`. */
+const shortEscapeLetters = new Uint8Array(0x20);
+shortEscapeLetters[0x08] = 0x62;
+shortEscapeLetters[0x09] = 0x74;
+shortEscapeLetters[0x0a] = 0x6e;
+shortEscapeLetters[0x0c] = 0x66;
+shortEscapeLetters[0x0d] = 0x72;
 const lowerHex = [0x30, 0x31, 0x32, 0x33, 0x34, 0x35, 0x36, 0x37, 0x38, 0x39, 0x61, 0x62, 0x63, 0x64, 0x65, 0x66];
 
 function hexValue(byte: number): number {
@@ -81,12 +71,12 @@ export function writeCanonicalString(source: Uint8Array, start: number, end: num
     }
     const letter = source[position + 1];
     if (letter !== 0x75) {
-      const unit = escapedLetters.get(letter)!;
-      if (unit === quote || unit === backslash || shortEscapes.has(unit)) {
-        out[length++] = backslash;
-        out[length++] = unit === quote || unit === backslash ? unit : letter;
+      // Every one-letter escape prints as itself, but `\/`, which prints as `/`.
+      if (letter === 0x2f) {
+        out[length++] = letter;
       } else {
-        out[length++] = unit;
+        out[length++] = backslash;
+        out[length++] = letter;
       }
       position += 2;
       continue;
@@ -110,8 +100,8 @@ export function writeCanonicalString(source: Uint8Array, start: number, end: num
       wellFormed = false;
       length = writeUnicodeEscape(out, length, unit);
     } else if (unit < 0x20) {
-      const letterOut = shortEscapes.get(unit);
-      if (letterOut !== undefined) {
+      const letterOut = shortEscapeLetters[unit];
+      if (letterOut !== 0) {
         out[length++] = backslash;
         out[length++] = letterOut;
       } else {
@@ -202,15 +192,29 @@ export class KeyTable {
     this.source = source;
     this.escapedKeys.length = 0;
     if (count > this.firstOf.length) {
-      this.firstOf = new Int32Array(count);
-      this.hashes = new Int32Array(count);
-      this.canonicalStarts = new Int32Array(count);
-      this.canonicalEnds = new Int32Array(count);
-      this.canonicalEscaped = new Uint8Array(count);
-      this.partitioned = new Int32Array(count);
-      this.partitionedHashes = new Int32Array(count);
+      // Doubled, not fitted: objects of growing size would otherwise reallocate every time.
+      const size = Math.max(count, this.firstOf.length * 2);
+      this.firstOf = new Int32Array(size);
+      this.hashes = new Int32Array(size);
+      this.canonicalStarts = new Int32Array(size);
+      this.canonicalEnds = new Int32Array(size);
+      this.canonicalEscaped = new Uint8Array(size);
+      this.partitioned = new Int32Array(size);
+      this.partitionedHashes = new Int32Array(size);
     }
-    const partitionBits = count <= partitionMembersTarget ? 0 : Math.min(12, Math.ceil(Math.log2(count / partitionMembersTarget)));
+    if (count <= partitionMembersTarget) {
+      // One table that fits in cache already: no partitions, nothing allocated.
+      for (let member = 0; member < count; member++) {
+        const at = base + member * stride;
+        this.hashKey(member, records[at], records[at + 1]);
+      }
+      const capacity = tableCapacity(count);
+      if (capacity > this.slots.length) this.slots = new Int32Array(capacity);
+      this.slots.fill(0, 0, capacity);
+      for (let member = 0; member < count; member++) this.firstOf[member] = this.firstMember(member, this.hashes[member], capacity - 1);
+      return;
+    }
+    const partitionBits = Math.min(12, Math.ceil(Math.log2(count / partitionMembersTarget)));
     const partitionStarts = new Int32Array((1 << partitionBits) + 1);
     for (let member = 0; member < count; member++) {
       const at = base + member * stride;

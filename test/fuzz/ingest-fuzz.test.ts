@@ -837,6 +837,12 @@ describe("deep nesting", () => {
     { name: "1.4 M escaped distinct keys in a property", events: () => eventWith(`"properties":{"v":{${fill((index) => `"\\u0061${index.toString(36)}":1`, costlyBudget)}}}`), answer: tooLarge },
     { name: "1.5 M objects whose keys print reordered", events: () => eventWith(`"properties":{"v":[${fill(() => '{"1":0,"0":0}', costlyBudget)}]}`), answer: tooLarge },
     { name: "1.6 M properties holding a small array each", events: () => eventWith(`"properties":{${fill((index) => `"p${index.toString(36)}":[[]]`, costlyBudget)}}`), answer: tooLarge },
+    {
+      // Each object's index keys must be sorted to print; the repeated key keeps only the last value.
+      name: "objects of 33 index keys written in descending order, under one repeated key",
+      events: () => eventWith(`"properties":{"v":{${fill(() => `"a":{${Array.from({ length: 33 }, (_, index) => `"${32 - index}":0`).join(",")}}`, costlyBudget)},"a":1}}`),
+      answer: { ok: true, accepted: 1 },
+    },
     { name: "2 M unknown fields in an event", events: () => eventWith(fill((index) => `"f${index.toString(36)}":1`, costlyBudget)), answer: { ok: true, accepted: 1 } },
   ];
 
