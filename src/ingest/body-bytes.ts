@@ -24,7 +24,7 @@
  * checked that the bytes are UTF-8.
  */
 import { limits } from "../config/limits.js";
-import { ByteSink, KeyTable, writeCanonicalString } from "./object-keys.js";
+import { ByteSink, KeyTable, arrayIndexOf, writeCanonicalString } from "./object-keys.js";
 
 /**
  * A nested property value, already printed as JSON.stringify prints it.
@@ -903,16 +903,7 @@ class BodyParser {
 
   /** The array index an unescaped key token spells (canonical decimal ≤ 2³² − 2), or -1. */
   private arrayIndex(start: number, end: number): number {
-    const bytes = this.bytes;
-    const length = end - start - 2;
-    if (length < 1 || length > 10 || (length > 1 && bytes[start + 1] === zero)) return -1;
-    let value = 0;
-    for (let position = start + 1; position < end - 1; position++) {
-      const digit = bytes[position] - zero;
-      if (digit < 0 || digit > 9) return -1;
-      value = value * 10 + digit;
-    }
-    return value <= 4_294_967_294 ? value : -1;
+    return arrayIndexOf(this.bytes, start + 1, end - 1);
   }
 
   private sameBytes(leftStart: number, leftEnd: number, rightStart: number, rightEnd: number): boolean {
