@@ -109,11 +109,13 @@ const printedContainersMax = Math.floor(limits.propertiesBytesMax / 2);
 /**
  * An object whose printed members differ from its written ones (duplicates
  * dropped or keys reordered) is recorded in the rewrite arena as: offset just
- * past its closing brace, kept member count, then keyStart, keyEnd, valueStart,
- * valueEnd of each kept member in printed order.
+ * past its closing brace, kept member count, then the key start and value
+ * start of each kept member in printed order (the rest is found again when
+ * printed, which stops at the properties limit: a 20 MiB value of rewritten
+ * objects needs a quarter of the record, not all of it).
  */
 const rewriteHeaderSlots = 2;
-const rewriteMemberSlots = 4;
+const rewriteMemberSlots = 2;
 
 const memberSlots = 5;
 /** Index keys up to this many are sorted packed as value × this + place. */
@@ -750,9 +752,7 @@ class BodyParser {
     const members = this.members;
     const at = record + rewriteHeaderSlots + position * rewriteMemberSlots;
     arena[at] = members[keyAt];
-    arena[at + 1] = members[keyAt + 1];
-    arena[at + 2] = members[valueAt + 2];
-    arena[at + 3] = members[valueAt + 3];
+    arena[at + 1] = members[valueAt + 2];
   }
 
   /** Many members or escaped keys: distinct keys found by hashing their canonical bytes. */
@@ -953,10 +953,10 @@ class BodyParser {
         }
         const at = frame.rewrite + rewriteHeaderSlots + frame.member * rewriteMemberSlots;
         this.emitByte(frame.member === 0 ? openBrace : comma);
-        this.emitString(arena[at], arena[at + 1]);
+        this.emitString(arena[at], this.stringEnd(arena[at]));
         this.emitByte(colon);
         frame.member++;
-        streams.push({ position: arena[at + 2], depth: 0 });
+        streams.push({ position: arena[at + 1], depth: 0 });
         continue;
       }
       let position = frame.position;
