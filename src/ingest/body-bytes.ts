@@ -339,17 +339,22 @@ class BodyParser {
    * more arrays and objects than a printed value may (event-validation.ts).
    */
   private refusedByItself(keyStart: number, keyEnd: number, valueStart: number): boolean {
-    const scratch = this.wellFormedScratch;
-    scratch.length = 0;
-    if (!writeCanonicalString(this.bytes, keyStart, keyEnd, scratch)) return true;
+    // Raw UTF-8 holds no lone surrogate: only escaped strings need decoding to tell.
+    if (!this.wellFormedString(keyStart, keyEnd)) return true;
     const byte = this.bytes[valueStart];
-    if (byte === quote) {
-      scratch.length = 0;
-      return !writeCanonicalString(this.bytes, valueStart, this.stringEnd(valueStart), scratch);
-    }
+    if (byte === quote) return !this.wellFormedString(valueStart, this.stringEnd(valueStart));
     if (byte !== openBracket && byte !== openBrace) return false;
     this.position = valueStart;
     return this.scanValue(true) > printedContainersMax;
+  }
+
+  /** Whether the string token at [start, end) decodes to well-formed UTF-16 (String.isWellFormed). */
+  private wellFormedString(start: number, end: number): boolean {
+    this.stringEnd(start);
+    if (!this.stringEscaped) return true;
+    const scratch = this.wellFormedScratch;
+    scratch.length = 0;
+    return writeCanonicalString(this.bytes, start, end, scratch);
   }
 
   /** The events array: its first elements parsed, the rest only counted (more answers 413 anyway). */
