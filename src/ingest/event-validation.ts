@@ -560,7 +560,8 @@ function holdsManyContainersOrMembers(plain: Uint8Array): boolean {
   let containersAndMembers = 0;
   for (let index = 0; index < plain.length; index++) {
     const byte = plain[index];
-    if (byte === 0x5b || byte === 0x7b || byte === 0x3a) containersAndMembers++;
+    // Stops at the threshold: a 20 MiB body of them is decided in its first few hundred KiB.
+    if ((byte === 0x5b || byte === 0x7b || byte === 0x3a) && ++containersAndMembers > nativeParseContainersAndMembersMax) return true;
   }
-  return containersAndMembers > nativeParseContainersAndMembersMax;
+  return false;
 }
