@@ -16,6 +16,7 @@ import fc from "fast-check";
 import { randomUUID } from "node:crypto";
 import { gzipSync } from "node:zlib";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { costlyBodies } from "../../bench/fixtures/costly-bodies.js";
 import type { ServerHandle } from "../helpers/server.js";
 import { dayOf, expectIngest, judgeEvent, propertyText, type EventVerdict, type IngestExpectation } from "./event-model.js";
 import {
@@ -815,43 +816,11 @@ describe("deep nesting", () => {
    * them; each must be answered right, while other clients keep getting
    * answers, and within the bound in the long run (see longRun).
    */
-  const eventWith = (members: string) => `{"event":"costly","distinctId":"u",${members}}`;
-  const fill = (unit: (index: number) => string, budget: number) => {
-    const parts: string[] = [];
-    let bytes = 0;
-    for (let index = 0; bytes < budget; index++) {
-      const part = unit(index);
-      parts.push(part);
-      bytes += part.length + 1;
-    }
-    return parts.join(",");
-  };
-  const costlyBudget = batchBodyBytesMax - 4096;
-  const tooLarge = { ok: true, accepted: 0, errors: [{ index: 0, code: "invalid_request", message: "properties: larger than 65536 bytes" }] };
-  const costlyBodies: { name: string; events: () => string; extra?: () => string; answer: unknown }[] = [
-    { name: "10 M nested arrays beside the events", events: () => "", extra: () => nestedJson(Math.floor(costlyBudget / 2), "array", ""), answer: { ok: true, accepted: 0 } },
-    { name: "10 M nested arrays in a property", events: () => eventWith(`"properties":{"v":${nestedJson(Math.floor(costlyBudget / 2), "array", "")}}`), answer: tooLarge },
-    { name: "2 M distinct keys in properties", events: () => eventWith(`"properties":{${fill((index) => `"k${index.toString(36)}":1`, costlyBudget)}}`), answer: tooLarge },
-    { name: "2 M distinct keys in a property", events: () => eventWith(`"properties":{"v":{${fill((index) => `"k${index.toString(36)}":1`, costlyBudget)}}}`), answer: tooLarge },
-    { name: "1.4 M index keys written in descending order", events: () => eventWith(`"properties":{${fill((index) => `"${4_000_000_000 - index * 1999}":1`, costlyBudget)}}`), answer: tooLarge },
-    { name: "1.4 M escaped distinct keys in a property", events: () => eventWith(`"properties":{"v":{${fill((index) => `"\\u0061${index.toString(36)}":1`, costlyBudget)}}}`), answer: tooLarge },
-    { name: "1.5 M objects whose keys print reordered", events: () => eventWith(`"properties":{"v":[${fill(() => '{"1":0,"0":0}', costlyBudget)}]}`), answer: tooLarge },
-    { name: "1.6 M properties holding a small array each", events: () => eventWith(`"properties":{${fill((index) => `"p${index.toString(36)}":[[]]`, costlyBudget)}}`), answer: tooLarge },
-    {
-      // Each object's index keys must be sorted to print; the repeated key keeps only the last value.
-      name: "objects of 33 index keys written in descending order, under one repeated key",
-      events: () => eventWith(`"properties":{"v":{${fill(() => `"a":{${Array.from({ length: 33 }, (_, index) => `"${32 - index}":0`).join(",")}}`, costlyBudget)},"a":1}}`),
-      answer: { ok: true, accepted: 1 },
-    },
-    { name: "2 M unknown fields in an event", events: () => eventWith(fill((index) => `"f${index.toString(36)}":1`, costlyBudget)), answer: { ok: true, accepted: 1 } },
-  ];
-
   for (const costly of costlyBodies) {
     it(`answers a 20 MiB batch of ${costly.name}${longRun ? ` within ${requestDurationMaxMs} ms` : ""}, while other clients keep getting answers`, async () => {
-      const extra = costly.extra === undefined ? "" : `"extra":${costly.extra()},`;
-      const body = `{"apiKey":${JSON.stringify(server.apiKey)},${extra}"events":[${costly.events()}]}`;
+      const body = costly.body(server.apiKey, batchBodyBytesMax);
       expect(Buffer.byteLength(body)).toBeLessThanOrEqual(batchBodyBytesMax);
-      expect(Buffer.byteLength(body)).toBeGreaterThan(batchBodyBytesMax - 8192);
+      expect(Buffer.byteLength(body)).toBeGreaterThan(batchBodyBytesMax - 16_384);
       const costlyAnswer = post("/ingest/batch", body);
       let costlyDone = false;
       void costlyAnswer.then(
