@@ -90,8 +90,8 @@ function activeView(descriptor: ActiveSegmentDescriptor): SegmentView {
   for (const property of descriptor.properties) {
     // Active keys are sparse; kernels read a dense column, built per task.
     const valueIds = new Uint32Array(rows);
-    const entryRows = new Uint32Array(property.rows, 0, property.entryCount);
-    const entryValues = new Uint32Array(property.valueIds, 0, property.entryCount);
+    const entryRows = new Uint32Array(property.rows, property.rowsOffset, property.entryCount);
+    const entryValues = new Uint32Array(property.valueIds, property.valueIdsOffset, property.entryCount);
     for (let entry = 0; entry < entryRows.length; entry++) valueIds[entryRows[entry]] = entryValues[entry];
     properties.set(property.keyId, { valueIds, texts: property.texts });
   }

@@ -6,17 +6,24 @@
  * copied into one transferred buffer (a memcpy each), and only keys with many
  * entries, whose handles are few, travel as shared buffers.
  */
+import { strict as assert } from "node:assert";
 import type { PropertyEntries } from "./segment-format.js";
 
 /** Keys with at least this many entries travel as shared handles (at most entries / this many handles). */
 const sharedEntriesMin = 1 << 16;
 
-/** One active key's entries: [0, entryCount) of `rows` (ascending) and `valueIds`. */
+/**
+ * One active key's entries: entryCount u32s of `rows` (ascending) from byte
+ * `rowsOffset`, and of `valueIds` from `valueIdsOffset` (small keys share
+ * buffers, store.ts PropertyArena).
+ */
 export interface ActivePropertyEntries {
   keyId: number;
   entryCount: number;
   rows: SharedArrayBuffer;
+  rowsOffset: number;
   valueIds: SharedArrayBuffer;
+  valueIdsOffset: number;
   texts: string[];
 }
 
@@ -26,7 +33,7 @@ export interface PropertyEntriesMessage {
   texts: string[][];
   /** Rows then value ids of every packed key, in key order. Transferred. */
   packed: ArrayBuffer;
-  /** Per key: its shared buffers, or null when packed. */
+  /** Per key: its shared buffers (entries from offset 0: only keys past an arena slot are shared), or null when packed. */
   shared: Array<{ rows: SharedArrayBuffer; valueIds: SharedArrayBuffer } | null>;
 }
 
@@ -41,12 +48,13 @@ export function packPropertyEntries(properties: readonly ActivePropertyEntries[]
     message.entryCounts.push(property.entryCount);
     message.texts.push(property.texts);
     if (property.entryCount >= sharedEntriesMin) {
+      assert(property.rowsOffset === 0 && property.valueIdsOffset === 0, "a key this large has buffers of its own");
       message.shared.push({ rows: property.rows, valueIds: property.valueIds });
       continue;
     }
     message.shared.push(null);
-    packed.set(new Uint32Array(property.rows, 0, property.entryCount), cursor);
-    packed.set(new Uint32Array(property.valueIds, 0, property.entryCount), cursor + property.entryCount);
+    packed.set(new Uint32Array(property.rows, property.rowsOffset, property.entryCount), cursor);
+    packed.set(new Uint32Array(property.valueIds, property.valueIdsOffset, property.entryCount), cursor + property.entryCount);
     cursor += property.entryCount * 2;
   }
   return message;

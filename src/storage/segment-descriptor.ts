@@ -24,8 +24,8 @@ export interface ActiveSegmentDescriptor {
   event: SharedArrayBuffer;
   /**
    * Only the property keys the query filters on, with the entries and texts
-   * known when the query started: entries [0, entryCount) of `rows` (ascending)
-   * and `valueIds`.
+   * known when the query started: entryCount u32s of `rows` (ascending) from
+   * byte `rowsOffset` and of `valueIds` from `valueIdsOffset`.
    */
-  properties: Array<{ keyId: number; entryCount: number; rows: SharedArrayBuffer; valueIds: SharedArrayBuffer; texts: string[] }>;
+  properties: Array<{ keyId: number; entryCount: number; rows: SharedArrayBuffer; rowsOffset: number; valueIds: SharedArrayBuffer; valueIdsOffset: number; texts: string[] }>;
 }
