@@ -100,21 +100,15 @@ class PropertyArena {
  */
 class ActiveProperty {
   entryCount = 0;
-  rowsBuffer: SharedArrayBuffer;
-  rowsOffset: number;
-  valueIdsBuffer: SharedArrayBuffer;
-  valueIdsOffset: number;
-  private rows: Uint32Array;
-  private valueIds: Uint32Array;
+  // Views over an arena slot at first, then over buffers of their own.
+  private rows: Uint32Array<SharedArrayBuffer>;
+  private valueIds: Uint32Array<SharedArrayBuffer>;
   readonly texts: string[] = [""];
   private readonly ids = new Map<string, number>();
 
   constructor(slot: { buffer: SharedArrayBuffer; offset: number }) {
-    this.rowsBuffer = this.valueIdsBuffer = slot.buffer;
-    this.rowsOffset = slot.offset;
-    this.valueIdsOffset = slot.offset + arenaEntriesPerProperty * Uint32Array.BYTES_PER_ELEMENT;
-    this.rows = new Uint32Array(slot.buffer, this.rowsOffset, arenaEntriesPerProperty);
-    this.valueIds = new Uint32Array(slot.buffer, this.valueIdsOffset, arenaEntriesPerProperty);
+    this.rows = new Uint32Array(slot.buffer, slot.offset, arenaEntriesPerProperty);
+    this.valueIds = new Uint32Array(slot.buffer, slot.offset + arenaEntriesPerProperty * Uint32Array.BYTES_PER_ELEMENT, arenaEntriesPerProperty);
   }
 
   /** Returns 1 when the text is new to this key's dictionary, else 0. */
@@ -143,14 +137,12 @@ class ActiveProperty {
     valueIds.set(this.valueIds);
     this.rows = rows;
     this.valueIds = valueIds;
-    this.rowsBuffer = rows.buffer as SharedArrayBuffer;
-    this.valueIdsBuffer = valueIds.buffer as SharedArrayBuffer;
-    this.rowsOffset = this.valueIdsOffset = 0;
   }
 
   /** The entries as they stand, for a reader in another thread. */
-  entries(): { entryCount: number; rows: SharedArrayBuffer; rowsOffset: number; valueIds: SharedArrayBuffer; valueIdsOffset: number } {
-    return { entryCount: this.entryCount, rows: this.rowsBuffer, rowsOffset: this.rowsOffset, valueIds: this.valueIdsBuffer, valueIdsOffset: this.valueIdsOffset };
+  entries(): Omit<ActivePropertyEntries, "keyId" | "texts"> {
+    const { rows, valueIds } = this;
+    return { entryCount: this.entryCount, rows: rows.buffer, rowsOffset: rows.byteOffset, valueIds: valueIds.buffer, valueIdsOffset: valueIds.byteOffset };
   }
 }
 
