@@ -188,7 +188,8 @@ class BodyParser {
   private keptLasts = new Int32Array(64);
   /** parseProperties' first pass: keyStart, keyEnd, valueStart of each member. */
   private propertyRecords = new Int32Array(64 * 3);
-  private readonly wellFormedScratch = new ByteSink();
+  /** Where escaped names and strings are rewritten to be compared or checked. */
+  private readonly canonicalScratch = new ByteSink();
   private readonly output = new ByteSink();
 
   constructor(private readonly bytes: Uint8Array) {
@@ -352,7 +353,7 @@ class BodyParser {
   private wellFormedString(start: number, end: number): boolean {
     this.stringEnd(start);
     if (!this.stringEscaped) return true;
-    const scratch = this.wellFormedScratch;
+    const scratch = this.canonicalScratch;
     scratch.length = 0;
     return writeCanonicalString(this.bytes, start, end, scratch);
   }
@@ -455,7 +456,7 @@ class BodyParser {
     const start = this.position;
     this.position = this.stringEnd(start);
     if (!this.stringEscaped) return this.text.toString("utf8", start + 1, this.position - 1);
-    const scratch = this.wellFormedScratch;
+    const scratch = this.canonicalScratch;
     scratch.length = 0;
     writeCanonicalString(this.bytes, start, this.position, scratch);
     return scratch.length > fieldNameBytesMax ? "\\" : Buffer.from(scratch.bytes.buffer, 0, scratch.length).toString("utf8");
