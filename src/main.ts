@@ -10,7 +10,6 @@ import { limits } from "./config/limits.js";
 import { startHttp } from "./http/server.js";
 import { IngestService } from "./ingest/ingest-service.js";
 import { QueryService } from "./query/query-service.js";
-import { packPropertyEntries } from "./storage/property-transfer.js";
 import { Store } from "./storage/store.js";
 import { WorkerPool } from "./workers/pool.js";
 
@@ -52,7 +51,7 @@ async function main(): Promise<void> {
         event: segment.event.buffer,
         uuidPresent: segment.uuidPresent.buffer,
         uuid: segment.uuid.buffer,
-        properties: packPropertyEntries(segment.propertyEntries()),
+        properties: segment.properties.pack(),
         fsync: config.fsync,
       }),
     load: (directory) => pool.load({ kind: "load-segment", directory }),

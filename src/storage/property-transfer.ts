@@ -1,72 +1,36 @@
 /**
  * How an active segment's property entries cross to the worker that seals
- * them. Posting a SharedArrayBuffer handle costs tens of microseconds, and a
- * day can hold 30 000 keys with two buffers each: sent as handles, one seal
- * task held the main thread for over a second. So keys with few entries are
- * copied into one transferred buffer (a memcpy each), and only keys with many
- * entries, whose handles are few, travel as shared buffers.
+ * them (built by ActiveProperties.pack). Posting a SharedArrayBuffer handle
+ * costs tens of microseconds, and a day can hold a million keys: sent as
+ * handles, or as an object and an array of texts per key, one seal task held
+ * the main thread for seconds. So per-key figures travel as typed arrays,
+ * texts as one flat array, entries of keys with few of them copied into one
+ * transferred buffer, and only keys with many entries, whose handles are few,
+ * as shared buffers.
  */
-import { strict as assert } from "node:assert";
 import type { PropertyEntries } from "./segment-format.js";
 
-/** Keys with at least this many entries travel as shared handles (at most entries / this many handles). */
-const sharedEntriesMin = 1 << 16;
-
-/**
- * One active key's entries: entryCount u32s of `rows` (ascending) from byte
- * `rowsOffset`, and of `valueIds` from `valueIdsOffset` (small keys share
- * buffers, store.ts PropertyArena).
- */
-export interface ActivePropertyEntries {
-  keyId: number;
-  entryCount: number;
-  rows: SharedArrayBuffer;
-  rowsOffset: number;
-  valueIds: SharedArrayBuffer;
-  valueIdsOffset: number;
-  texts: string[];
-}
-
 export interface PropertyEntriesMessage {
-  keyIds: number[];
-  entryCounts: number[];
-  texts: string[][];
+  keyIds: Uint32Array;
+  entryCounts: Uint32Array;
+  /** Per key, its texts with ids 1, 2, …: the next textCounts[key] of `texts`. */
+  textCounts: Uint32Array;
+  texts: string[];
   /** Rows then value ids of every packed key, in key order. Transferred. */
   packed: ArrayBuffer;
-  /** Per key: its shared buffers (entries from offset 0: only keys past an arena slot are shared), or null when packed. */
-  shared: Array<{ rows: SharedArrayBuffer; valueIds: SharedArrayBuffer } | null>;
-}
-
-export function packPropertyEntries(properties: readonly ActivePropertyEntries[]): PropertyEntriesMessage {
-  let packedEntries = 0;
-  for (const property of properties) if (property.entryCount < sharedEntriesMin) packedEntries += property.entryCount;
-  const packed = new Uint32Array(packedEntries * 2);
-  const message: PropertyEntriesMessage = { keyIds: [], entryCounts: [], texts: [], packed: packed.buffer, shared: [] };
-  let cursor = 0;
-  for (const property of properties) {
-    message.keyIds.push(property.keyId);
-    message.entryCounts.push(property.entryCount);
-    message.texts.push(property.texts);
-    if (property.entryCount >= sharedEntriesMin) {
-      assert(property.rowsOffset === 0 && property.valueIdsOffset === 0, "a key this large has buffers of its own");
-      message.shared.push({ rows: property.rows, valueIds: property.valueIds });
-      continue;
-    }
-    message.shared.push(null);
-    packed.set(new Uint32Array(property.rows, property.rowsOffset, property.entryCount), cursor);
-    packed.set(new Uint32Array(property.valueIds, property.valueIdsOffset, property.entryCount), cursor + property.entryCount);
-    cursor += property.entryCount * 2;
-  }
-  return message;
+  /** The keys that are not packed: their own buffers, entries from offset 0. */
+  shared: Array<{ slot: number; rows: SharedArrayBuffer; valueIds: SharedArrayBuffer }>;
 }
 
 export function unpackPropertyEntries(message: PropertyEntriesMessage): PropertyEntries[] {
   const packed = new Uint32Array(message.packed);
+  const sharedBySlot = new Map(message.shared.map((shared) => [shared.slot, shared]));
   const properties: PropertyEntries[] = [];
   let cursor = 0;
-  for (let index = 0; index < message.keyIds.length; index++) {
-    const entryCount = message.entryCounts[index];
-    const shared = message.shared[index];
+  let textCursor = 0;
+  for (let slot = 0; slot < message.keyIds.length; slot++) {
+    const entryCount = message.entryCounts[slot];
+    const shared = sharedBySlot.get(slot);
     let rows: Uint32Array;
     let valueIds: Uint32Array;
     if (shared) {
@@ -77,7 +41,10 @@ export function unpackPropertyEntries(message: PropertyEntriesMessage): Property
       valueIds = packed.subarray(cursor + entryCount, cursor + entryCount * 2);
       cursor += entryCount * 2;
     }
-    properties.push({ keyId: message.keyIds[index], rows, valueIds, texts: message.texts[index] });
+    const texts = [""];
+    for (let id = 0; id < message.textCounts[slot]; id++) texts.push(message.texts[textCursor + id]);
+    textCursor += message.textCounts[slot];
+    properties.push({ keyId: message.keyIds[slot], rows, valueIds, texts });
   }
   return properties;
 }

@@ -19,6 +19,7 @@ import { existsSync, readdirSync, readFileSync, rmSync } from "node:fs";
 import { basename, dirname, join } from "node:path";
 import { limits } from "../config/limits.js";
 import { decodeChunk, filterChunk, type DecodedChunk } from "../ingest/chunk-codec.js";
+import { ActiveProperties } from "./active-properties.js";
 import { SharedColumn } from "./column-builder.js";
 import { Dictionary } from "./dictionary.js";
 import { injectFault } from "./fault-injection.js";
@@ -33,7 +34,6 @@ import {
   workspaceDirectory,
   workspacesDirectory,
 } from "./paths.js";
-import type { ActivePropertyEntries } from "./property-transfer.js";
 import type { ActiveSegmentDescriptor, SealedSegmentDescriptor, SegmentDescriptor } from "./segment-descriptor.js";
 import { readSegmentLayout, readSegmentUuids, segmentExists, type LoadSegmentResult, type SegmentLayout } from "./segment-format.js";
 import { UuidSet } from "./uuid-set.js";
@@ -62,90 +62,6 @@ export function dayLabel(dayStartMs: number): string {
   return new Date(dayStartMs).toISOString().slice(0, 10);
 }
 
-/** Entries a property keeps in its segment's arena before it gets buffers of its own. */
-const arenaEntriesPerProperty = 16;
-const arenaSlotBytes = arenaEntriesPerProperty * 2 * Uint32Array.BYTES_PER_ELEMENT;
-/** Slots of an arena's last buffer: the first is small, each next twice as large up to this. */
-const arenaSlotsPerBufferMax = 1024;
-
-/**
- * Where an active segment's properties keep their first entries: slots carved
- * from a few SharedArrayBuffers. A buffer per property and column cost ~0.8 µs
- * and GC work each: a batch bringing a million new keys spent 4.7 s of the main
- * thread on them. A slot is written only by its property and never reused, so
- * a reader's snapshot of [0, entryCount) stays valid (as with SharedColumn).
- */
-class PropertyArena {
-  private buffer: SharedArrayBuffer | undefined;
-  private slotsInBuffer = 0;
-  private slotsUsed = 0;
-
-  /** A fresh slot: rows at its byte offset, value ids right after them. */
-  take(): { buffer: SharedArrayBuffer; offset: number } {
-    if (this.buffer === undefined || this.slotsUsed === this.slotsInBuffer) {
-      this.slotsInBuffer = this.buffer === undefined ? 8 : Math.min(this.slotsInBuffer * 2, arenaSlotsPerBufferMax);
-      this.buffer = new SharedArrayBuffer(this.slotsInBuffer * arenaSlotBytes);
-      this.slotsUsed = 0;
-    }
-    return { buffer: this.buffer, offset: this.slotsUsed++ * arenaSlotBytes };
-  }
-}
-
-/**
- * Property values of one key in one active segment, sparse: the rows that set
- * it (ascending: rows are appended in order) and their value ids into a local
- * dictionary. Memory follows the values stored, not keys × rows: a day whose
- * events bring 30 000 distinct keys, each on a few rows, stays small. The
- * first entries live in an arena slot; past it, in buffers that double.
- */
-class ActiveProperty {
-  entryCount = 0;
-  // Views over an arena slot at first, then over buffers of their own.
-  private rows: Uint32Array<SharedArrayBuffer>;
-  private valueIds: Uint32Array<SharedArrayBuffer>;
-  readonly texts: string[] = [""];
-  private readonly ids = new Map<string, number>();
-
-  constructor(slot: { buffer: SharedArrayBuffer; offset: number }) {
-    this.rows = new Uint32Array(slot.buffer, slot.offset, arenaEntriesPerProperty);
-    this.valueIds = new Uint32Array(slot.buffer, slot.offset + arenaEntriesPerProperty * Uint32Array.BYTES_PER_ELEMENT, arenaEntriesPerProperty);
-  }
-
-  /** Returns 1 when the text is new to this key's dictionary, else 0. */
-  add(row: number, text: string): number {
-    let id = this.ids.get(text);
-    let added = 0;
-    if (id === undefined) {
-      id = this.texts.length;
-      this.texts.push(text);
-      this.ids.set(text, id);
-      added = 1;
-    }
-    const entry = this.entryCount++;
-    if (entry === this.rows.length) this.grow();
-    this.rows[entry] = row;
-    this.valueIds[entry] = id;
-    return added;
-  }
-
-  /** New buffers twice as large; the old ones stay intact for readers that hold them. */
-  private grow(): void {
-    const capacity = this.rows.length * 2;
-    const rows = new Uint32Array(new SharedArrayBuffer(capacity * Uint32Array.BYTES_PER_ELEMENT));
-    const valueIds = new Uint32Array(new SharedArrayBuffer(capacity * Uint32Array.BYTES_PER_ELEMENT));
-    rows.set(this.rows);
-    valueIds.set(this.valueIds);
-    this.rows = rows;
-    this.valueIds = valueIds;
-  }
-
-  /** The entries as they stand, for a reader in another thread. */
-  entries(): Omit<ActivePropertyEntries, "keyId" | "texts"> {
-    const { rows, valueIds } = this;
-    return { entryCount: this.entryCount, rows: rows.buffer, rowsOffset: rows.byteOffset, valueIds: valueIds.buffer, valueIdsOffset: valueIds.byteOffset };
-  }
-}
-
 export class ActiveSegment {
   rowCount = 0;
   readonly time = new SharedColumn(Uint32Array, 1);
@@ -153,8 +69,7 @@ export class ActiveSegment {
   readonly event = new SharedColumn(Uint32Array, 1);
   readonly uuidPresent = new SharedColumn(Uint8Array, 1);
   readonly uuid = new SharedColumn(Uint8Array, 16);
-  readonly properties = new Map<number, ActiveProperty>();
-  private readonly propertyArena = new PropertyArena();
+  readonly properties = new ActiveProperties();
 
   constructor(
     readonly key: string,
@@ -175,25 +90,11 @@ export class ActiveSegment {
     return row;
   }
 
-  property(keyId: number): ActiveProperty {
-    let property = this.properties.get(keyId);
-    if (property === undefined) {
-      property = new ActiveProperty(this.propertyArena.take());
-      this.properties.set(keyId, property);
-    }
-    return property;
-  }
-
-  /** Every key's entries as they stand (the segment is frozen when this is sealed). */
-  propertyEntries(): ActivePropertyEntries[] {
-    return [...this.properties].map(([keyId, property]) => ({ keyId, ...property.entries(), texts: property.texts }));
-  }
-
   describe(filterKeyIds: readonly number[]): ActiveSegmentDescriptor {
     const properties: ActiveSegmentDescriptor["properties"] = [];
     for (const keyId of filterKeyIds) {
-      const property = this.properties.get(keyId);
-      if (property) properties.push({ keyId, ...property.entries(), texts: property.texts.slice() });
+      const slot = this.properties.slotOf(keyId);
+      if (slot >= 0) properties.push(this.properties.entries(slot));
     }
     return {
       kind: "active",
@@ -606,9 +507,17 @@ export class Store {
     let textsAdded = 0;
     for (let key = 0; key < chunk.keyStrings.length; key++) {
       const keyId = workspace.keys.intern(strings[chunk.keyStrings[key]]);
+      // A key's entries are in row order, so mostly in one day's segment: its slot is looked up once per run.
+      let properties: ActiveProperties | undefined;
+      let slot = 0;
       for (let entry = chunk.entryStarts[key]; entry < chunk.entryStarts[key + 1]; entry++) {
         const row = chunk.entryRows[entry];
-        textsAdded += rowSegment[row].property(keyId).add(rowIndex[row], strings[chunk.entryValues[entry]]);
+        const rowProperties = rowSegment[row].properties;
+        if (rowProperties !== properties) {
+          properties = rowProperties;
+          slot = properties.slotFor(keyId);
+        }
+        textsAdded += properties.add(slot, rowIndex[row], strings[chunk.entryValues[entry]]);
       }
     }
     this.rowsApplied += rowCount;

@@ -13,7 +13,7 @@ import { join } from "node:path";
 import { afterEach, beforeEach, describe, expect, it } from "vitest";
 import { ChunkBuilder } from "../../src/ingest/chunk-codec.js";
 import { checkpointPath, walFilePath } from "../../src/storage/paths.js";
-import { packPropertyEntries, unpackPropertyEntries } from "../../src/storage/property-transfer.js";
+import { unpackPropertyEntries } from "../../src/storage/property-transfer.js";
 import { loadSegment, sealSegment, type LoadSegmentResult } from "../../src/storage/segment-format.js";
 import { mergeSegments } from "../../src/storage/segment-merge.js";
 import { ActiveSegment, Store, type StoreTasks } from "../../src/storage/store.js";
@@ -35,7 +35,7 @@ function sealInline(segment: ActiveSegment, directory: string): LoadSegmentResul
     eventIds: new Uint32Array(segment.event.buffer, 0, rows),
     uuidPresent: new Uint8Array(segment.uuidPresent.buffer, 0, rows),
     uuidBytes: new Uint8Array(segment.uuid.buffer, 0, rows * 16),
-    properties: unpackPropertyEntries(packPropertyEntries(segment.propertyEntries())),
+    properties: unpackPropertyEntries(segment.properties.pack()),
     fsync: false,
   });
 }

@@ -1,0 +1,273 @@
+/**
+ * The property values of one active segment, every key at once: per key, the
+ * rows that set it (ascending, since rows are appended in order) and their ids
+ * into the key's own dictionary of texts, id 0 meaning unset.
+ *
+ * Keys live in slots of a few typed arrays, not in an object each. A batch may
+ * bring a million keys never seen before, one entry each: an object, a Map, an
+ * array and two buffer views per key held the main thread for over a second
+ * plus as long again in garbage collection, and that while other requests
+ * waited. Now a new key costs a probe in an integer hash table, a few typed
+ * array writes and one string reference; a key grows a Map of its texts only
+ * when a second distinct text arrives, and buffers of its own only past its
+ * arena slot's 16 entries.
+ *
+ * Workers read a snapshot, as with SharedColumn: entries below the count they
+ * were given are never rewritten, and growth copies into new buffers, leaving
+ * the old ones intact for readers that hold them.
+ */
+import type { PropertyEntriesMessage } from "./property-transfer.js";
+
+/** Entries a key keeps in its arena slot before it gets buffers of its own. */
+const arenaEntriesPerSlot = 16;
+/** u32 words of a slot: its rows, then its value ids. */
+const arenaSlotWords = arenaEntriesPerSlot * 2;
+/** Slots in an arena buffer: the first holds few, each next twice as many up to this. */
+const arenaSlotsPerBufferMax = 1024;
+/** Keys with at least this many entries travel to the sealing worker as shared handles, not copied. */
+const sharedEntriesMin = 1 << 16;
+const emptyPosition = -1;
+
+/** One key's entries as they stand, for a reader in another thread (see ActiveSegmentDescriptor). */
+export interface ActivePropertyEntries {
+  keyId: number;
+  entryCount: number;
+  rows: SharedArrayBuffer;
+  rowsOffset: number;
+  valueIds: SharedArrayBuffer;
+  valueIdsOffset: number;
+  texts: string[];
+}
+
+/** A key's texts once it has two or more distinct ones: texts[id], and id by text. */
+interface TextDictionary {
+  texts: string[];
+  ids: Map<string, number>;
+}
+
+interface OwnBuffers {
+  rows: Uint32Array<SharedArrayBuffer>;
+  valueIds: Uint32Array<SharedArrayBuffer>;
+}
+
+export class ActiveProperties {
+  private slotCount = 0;
+  private keyIdOf = new Uint32Array(16);
+  private entryCountOf = new Uint32Array(16);
+  private arenaBufferOf = new Uint32Array(16);
+  private arenaWordOf = new Uint32Array(16);
+  /** A slot's text with id 1; "" until its first entry. A dense array of references, not an object per key. */
+  private readonly firstTextOf: string[] = [];
+  private readonly dictionaryOf = new Map<number, TextDictionary>();
+  private readonly ownBuffersOf = new Map<number, OwnBuffers>();
+  private readonly arena: Uint32Array<SharedArrayBuffer>[] = [];
+  private arenaSlotsFree = 0;
+  /** keyId → slot, open addressing; a position holds a slot or emptyPosition. */
+  private positions = new Int32Array(32).fill(emptyPosition);
+  private positionBits = 5;
+
+  get keyCount(): number {
+    return this.slotCount;
+  }
+
+  /** The key's slot, or -1 when this segment has no value of it. */
+  slotOf(keyId: number): number {
+    const mask = this.positions.length - 1;
+    for (let position = this.home(keyId); ; position = (position + 1) & mask) {
+      const slot = this.positions[position];
+      if (slot === emptyPosition || this.keyIdOf[slot] === keyId) return slot;
+    }
+  }
+
+  /** The key's slot, made when it has none. */
+  slotFor(keyId: number): number {
+    const mask = this.positions.length - 1;
+    let position = this.home(keyId);
+    for (; ; position = (position + 1) & mask) {
+      const slot = this.positions[position];
+      if (slot === emptyPosition) break;
+      if (this.keyIdOf[slot] === keyId) return slot;
+    }
+    const slot = this.slotCount++;
+    if (slot === this.keyIdOf.length) this.growSlots();
+    this.keyIdOf[slot] = keyId;
+    this.takeArenaSlot(slot);
+    this.firstTextOf.push("");
+    this.positions[position] = slot;
+    if (this.slotCount * 2 > this.positions.length) this.growPositions();
+    return slot;
+  }
+
+  /** Adds one entry (rows ascending). Returns 1 when the text is new to the key, else 0. */
+  add(slot: number, row: number, text: string): number {
+    const entry = this.entryCountOf[slot];
+    let valueId = 1;
+    let added = 0;
+    if (entry === 0) {
+      this.firstTextOf[slot] = text;
+      added = 1;
+    } else if (text !== this.firstTextOf[slot]) {
+      let dictionary = this.dictionaryOf.get(slot);
+      if (dictionary === undefined) {
+        const first = this.firstTextOf[slot];
+        dictionary = { texts: ["", first], ids: new Map([[first, 1]]) };
+        this.dictionaryOf.set(slot, dictionary);
+      }
+      const known = dictionary.ids.get(text);
+      if (known === undefined) {
+        valueId = dictionary.texts.length;
+        dictionary.texts.push(text);
+        dictionary.ids.set(text, valueId);
+        added = 1;
+      } else {
+        valueId = known;
+      }
+    }
+    if (entry < arenaEntriesPerSlot) {
+      const words = this.arena[this.arenaBufferOf[slot]];
+      const word = this.arenaWordOf[slot];
+      words[word + entry] = row;
+      words[word + arenaEntriesPerSlot + entry] = valueId;
+    } else {
+      let own = this.ownBuffersOf.get(slot);
+      if (own === undefined || entry === own.rows.length) own = this.growOwnBuffers(slot, own);
+      own.rows[entry] = row;
+      own.valueIds[entry] = valueId;
+    }
+    this.entryCountOf[slot] = entry + 1;
+    return added;
+  }
+
+  /** A slot's entries as they stand, texts copied (the key may gain more). */
+  entries(slot: number): ActivePropertyEntries {
+    const entryCount = this.entryCountOf[slot];
+    const texts = this.texts(slot);
+    const own = this.ownBuffersOf.get(slot);
+    if (own !== undefined) {
+      return { keyId: this.keyIdOf[slot], entryCount, rows: own.rows.buffer, rowsOffset: 0, valueIds: own.valueIds.buffer, valueIdsOffset: 0, texts };
+    }
+    const words = this.arena[this.arenaBufferOf[slot]];
+    const byteOffset = this.arenaWordOf[slot] * Uint32Array.BYTES_PER_ELEMENT;
+    const valueIdsOffset = byteOffset + arenaEntriesPerSlot * Uint32Array.BYTES_PER_ELEMENT;
+    return { keyId: this.keyIdOf[slot], entryCount, rows: words.buffer, rowsOffset: byteOffset, valueIds: words.buffer, valueIdsOffset, texts };
+  }
+
+  /**
+   * Every key's entries for the worker that seals them (the segment is frozen
+   * by then). Small keys' entries are copied into one transferred buffer,
+   * because posting a SharedArrayBuffer handle costs tens of microseconds; only
+   * keys with many entries, whose handles are few, travel as shared buffers.
+   * Texts travel as one flat array: an array per key cost a structured clone
+   * of a million arrays.
+   */
+  pack(): PropertyEntriesMessage {
+    const keyCount = this.slotCount;
+    let packedEntries = 0;
+    for (let slot = 0; slot < keyCount; slot++) if (this.entryCountOf[slot] < sharedEntriesMin) packedEntries += this.entryCountOf[slot];
+    const packed = new Uint32Array(packedEntries * 2);
+    const message: PropertyEntriesMessage = {
+      keyIds: this.keyIdOf.slice(0, keyCount),
+      entryCounts: this.entryCountOf.slice(0, keyCount),
+      textCounts: new Uint32Array(keyCount),
+      texts: [],
+      packed: packed.buffer,
+      shared: [],
+    };
+    let cursor = 0;
+    for (let slot = 0; slot < keyCount; slot++) {
+      const entryCount = this.entryCountOf[slot];
+      const dictionary = this.dictionaryOf.get(slot);
+      if (dictionary === undefined) {
+        message.textCounts[slot] = 1;
+        message.texts.push(this.firstTextOf[slot]);
+      } else {
+        message.textCounts[slot] = dictionary.texts.length - 1;
+        for (let id = 1; id < dictionary.texts.length; id++) message.texts.push(dictionary.texts[id]);
+      }
+      const own = this.ownBuffersOf.get(slot);
+      if (own !== undefined && entryCount >= sharedEntriesMin) {
+        message.shared.push({ slot, rows: own.rows.buffer, valueIds: own.valueIds.buffer });
+        continue;
+      }
+      if (own !== undefined) {
+        packed.set(own.rows.subarray(0, entryCount), cursor);
+        packed.set(own.valueIds.subarray(0, entryCount), cursor + entryCount);
+      } else {
+        const words = this.arena[this.arenaBufferOf[slot]];
+        const word = this.arenaWordOf[slot];
+        packed.set(words.subarray(word, word + entryCount), cursor);
+        packed.set(words.subarray(word + arenaEntriesPerSlot, word + arenaEntriesPerSlot + entryCount), cursor + entryCount);
+      }
+      cursor += entryCount * 2;
+    }
+    return message;
+  }
+
+  private texts(slot: number): string[] {
+    const dictionary = this.dictionaryOf.get(slot);
+    if (dictionary !== undefined) return dictionary.texts.slice();
+    return this.entryCountOf[slot] === 0 ? [""] : ["", this.firstTextOf[slot]];
+  }
+
+  private home(keyId: number): number {
+    return Math.imul(keyId, 0x9e3779b1) >>> (32 - this.positionBits);
+  }
+
+  private growSlots(): void {
+    const capacity = this.keyIdOf.length * 2;
+    this.keyIdOf = grown(this.keyIdOf, capacity);
+    this.entryCountOf = grown(this.entryCountOf, capacity);
+    this.arenaBufferOf = grown(this.arenaBufferOf, capacity);
+    this.arenaWordOf = grown(this.arenaWordOf, capacity);
+  }
+
+  private growPositions(): void {
+    this.positionBits++;
+    this.positions = new Int32Array(1 << this.positionBits).fill(emptyPosition);
+    const mask = this.positions.length - 1;
+    for (let slot = 0; slot < this.slotCount; slot++) {
+      let position = this.home(this.keyIdOf[slot]);
+      while (this.positions[position] !== emptyPosition) position = (position + 1) & mask;
+      this.positions[position] = slot;
+    }
+  }
+
+  private takeArenaSlot(slot: number): void {
+    if (this.arenaSlotsFree === 0) {
+      const last = this.arena.at(-1);
+      const slots = last === undefined ? 8 : Math.min((last.length / arenaSlotWords) * 2, arenaSlotsPerBufferMax);
+      this.arena.push(new Uint32Array(new SharedArrayBuffer(slots * arenaSlotWords * Uint32Array.BYTES_PER_ELEMENT)));
+      this.arenaSlotsFree = slots;
+    }
+    const words = this.arena[this.arena.length - 1];
+    this.arenaBufferOf[slot] = this.arena.length - 1;
+    this.arenaWordOf[slot] = words.length - this.arenaSlotsFree * arenaSlotWords;
+    this.arenaSlotsFree--;
+  }
+
+  /** New buffers twice as large (the arena slot's, the first time); the old ones stay intact for readers. */
+  private growOwnBuffers(slot: number, own: OwnBuffers | undefined): OwnBuffers {
+    const entryCount = this.entryCountOf[slot];
+    const capacity = entryCount * 2;
+    const rows = new Uint32Array(new SharedArrayBuffer(capacity * Uint32Array.BYTES_PER_ELEMENT));
+    const valueIds = new Uint32Array(new SharedArrayBuffer(capacity * Uint32Array.BYTES_PER_ELEMENT));
+    if (own !== undefined) {
+      rows.set(own.rows);
+      valueIds.set(own.valueIds);
+    } else {
+      const words = this.arena[this.arenaBufferOf[slot]];
+      const word = this.arenaWordOf[slot];
+      rows.set(words.subarray(word, word + entryCount));
+      valueIds.set(words.subarray(word + arenaEntriesPerSlot, word + arenaEntriesPerSlot + entryCount));
+    }
+    const grownBuffers = { rows, valueIds };
+    this.ownBuffersOf.set(slot, grownBuffers);
+    return grownBuffers;
+  }
+}
+
+function grown(array: Uint32Array<ArrayBuffer>, capacity: number): Uint32Array<ArrayBuffer> {
+  const larger = new Uint32Array(capacity);
+  larger.set(array);
+  return larger;
+}
