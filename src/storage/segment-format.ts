@@ -304,17 +304,25 @@ export function sealSegment(input: SealInput): LoadSegmentResult {
   // counting pass), then read back in sealed order: every key's entries come
   // out with ascending rows, and its dictionary is renumbered in first-use
   // order keeping only the texts this segment uses. Linear in rows + entries,
-  // whatever the number of keys.
+  // whatever the number of keys, and in flat arrays with an offset per key: a
+  // day can hold a million keys of one entry each, and four arrays per key
+  // spent seconds of the sealing worker in allocation and garbage collection.
   const keys = input.properties.filter((property) => property.rows.length > 0).sort((left, right) => left.keyId - right.keyId);
-  let entryTotal = 0;
-  for (const key of keys) entryTotal += key.rows.length;
+  const keyCount = keys.length;
+  const keyEntryStart = new Uint32Array(keyCount + 1);
+  const keyTextStart = new Uint32Array(keyCount + 1);
+  for (let keyIndex = 0; keyIndex < keyCount; keyIndex++) {
+    keyEntryStart[keyIndex + 1] = keyEntryStart[keyIndex] + keys[keyIndex].rows.length;
+    keyTextStart[keyIndex + 1] = keyTextStart[keyIndex] + keys[keyIndex].texts.length;
+  }
+  const entryTotal = keyEntryStart[keyCount];
   const rowEntryStart = new Uint32Array(rowCount + 1);
   for (const key of keys) for (let entry = 0; entry < key.rows.length; entry++) rowEntryStart[key.rows[entry] + 1]++;
   for (let row = 0; row < rowCount; row++) rowEntryStart[row + 1] += rowEntryStart[row];
   const entryKey = new Uint32Array(entryTotal);
   const entryValue = new Uint32Array(entryTotal);
   const rowFill = rowEntryStart.slice(0, rowCount);
-  for (let keyIndex = 0; keyIndex < keys.length; keyIndex++) {
+  for (let keyIndex = 0; keyIndex < keyCount; keyIndex++) {
     const { rows, valueIds } = keys[keyIndex];
     for (let entry = 0; entry < rows.length; entry++) {
       const slot = rowFill[rows[entry]]++;
@@ -322,26 +330,29 @@ export function sealSegment(input: SealInput): LoadSegmentResult {
       entryValue[slot] = valueIds[entry];
     }
   }
-  const sealedRows = keys.map((key) => new Uint32Array(key.rows.length));
-  const sealedValues = keys.map((key) => new Uint32Array(key.rows.length));
-  const remaps = keys.map((key) => new Uint32Array(key.texts.length));
-  const usedTexts = keys.map((): string[] => [""]);
-  const keyFill = new Uint32Array(keys.length);
+  // Per key, from its entry start: sealed rows and new value ids. remap[old id] is the new id (0: not
+  // used yet); usedOldId[new id] the old one; both from the key's text start.
+  const sealedRows = new Uint32Array(entryTotal);
+  const sealedValues = new Uint32Array(entryTotal);
+  const remap = new Uint32Array(keyTextStart[keyCount]);
+  const usedOldId = new Uint32Array(keyTextStart[keyCount]);
+  const usedTextCount = new Uint32Array(keyCount);
+  const keyFill = keyEntryStart.slice(0, keyCount);
   for (let index = 0; index < rowCount; index++) {
     const row = order[index];
     for (let slot = rowEntryStart[row]; slot < rowEntryStart[row + 1]; slot++) {
       const keyIndex = entryKey[slot];
+      const textStart = keyTextStart[keyIndex];
       const oldId = entryValue[slot];
-      const remap = remaps[keyIndex];
-      let newId = remap[oldId];
+      let newId = remap[textStart + oldId];
       if (newId === 0) {
-        newId = usedTexts[keyIndex].length;
-        usedTexts[keyIndex].push(keys[keyIndex].texts[oldId]);
-        remap[oldId] = newId;
+        newId = ++usedTextCount[keyIndex];
+        remap[textStart + oldId] = newId;
+        usedOldId[textStart + newId] = oldId;
       }
       const cursor = keyFill[keyIndex]++;
-      sealedRows[keyIndex][cursor] = index;
-      sealedValues[keyIndex][cursor] = newId;
+      sealedRows[cursor] = index;
+      sealedValues[cursor] = newId;
     }
   }
 
@@ -368,7 +379,7 @@ export function sealSegment(input: SealInput): LoadSegmentResult {
     cursor++;
   }
 
-  // Lay the query columns out in one shared buffer.
+  // Lay the query columns out in one shared buffer: first where each part goes, then the bytes.
   let memoryBytes = 0;
   const place = (file: string, bytes: Uint8Array): { span: ColumnSpan; bytes: Uint8Array } => {
     const span: ColumnSpan = { file, offset: memoryBytes, bytes: bytes.byteLength, crc: crc32(bytes) };
@@ -383,55 +394,67 @@ export function sealSegment(input: SealInput): LoadSegmentResult {
     place("bitmaps.roaring", asBytes(bitmaps)),
     place("bitmap-end.u32", asBytes(bitmapEnds)),
   ];
-  // The property section: directory first, then each key's parts.
+  // The property section: the directory, then per key its values, its rows (sparse keys), its
+  // text ends and its texts, each 8-byte aligned. Offsets and sizes go in the directory first.
   const propertySectionStart = memoryBytes;
-  const directory = new Float64Array(keys.length * directoryFields);
-  const propertyParts: Array<{ offset: number; bytes: Uint8Array }> = [];
-  const placeProperty = (bytes: Uint8Array): number => {
-    const offset = memoryBytes;
-    propertyParts.push({ offset, bytes });
-    memoryBytes = align8(memoryBytes + bytes.byteLength);
-    return offset;
-  };
-  // Placed first and filled in below: its bytes are copied into memory only after every key is placed.
-  placeProperty(asBytes(directory));
-  for (let keyIndex = 0; keyIndex < keys.length; keyIndex++) {
-    const texts = usedTexts[keyIndex];
-    const entryCount = sealedRows[keyIndex].length;
-    const width: 1 | 2 | 4 = texts.length <= 0xff ? 1 : texts.length <= 0xffff ? 2 : 4;
+  const directoryOffset = memoryBytes;
+  memoryBytes = align8(memoryBytes + keyCount * directoryFields * Float64Array.BYTES_PER_ELEMENT);
+  const directory = new Float64Array(keyCount * directoryFields);
+  for (let keyIndex = 0; keyIndex < keyCount; keyIndex++) {
+    const textCount = usedTextCount[keyIndex] + 1;
+    const texts = keys[keyIndex].texts;
+    const textStart = keyTextStart[keyIndex];
+    const entryCount = keyEntryStart[keyIndex + 1] - keyEntryStart[keyIndex];
+    const width: 1 | 2 | 4 = textCount <= 0xff ? 1 : textCount <= 0xffff ? 2 : 4;
     const sparse = entryCount * (4 + width) < rowCount * width;
-    const values = width === 1 ? new Uint8Array(sparse ? entryCount : rowCount) : width === 2 ? new Uint16Array(sparse ? entryCount : rowCount) : new Uint32Array(sparse ? entryCount : rowCount);
-    if (sparse) {
-      // TypedArray.prototype.set narrows natively.
-      values.set(sealedValues[keyIndex]);
-    } else {
-      const rows = sealedRows[keyIndex];
-      const ids = sealedValues[keyIndex];
-      for (let entry = 0; entry < entryCount; entry++) values[rows[entry]] = ids[entry];
-    }
-    const encodedTexts = texts.map((text) => Buffer.from(text, "utf8"));
-    const textEnds = new Uint32Array(texts.length);
-    let end = 0;
-    for (let id = 0; id < encodedTexts.length; id++) {
-      end += encodedTexts[id].length;
-      textEnds[id] = end;
-    }
+    let textsBytes = 0;
+    for (let id = 1; id < textCount; id++) textsBytes += Buffer.byteLength(texts[usedOldId[textStart + id]], "utf8");
     const base = keyIndex * directoryFields;
     directory[base + Field.KeyId] = keys[keyIndex].keyId;
     directory[base + Field.Sparse] = sparse ? 1 : 0;
     directory[base + Field.Width] = width;
-    directory[base + Field.ValueCount] = texts.length - 1;
+    directory[base + Field.ValueCount] = textCount - 1;
     directory[base + Field.EntryCount] = entryCount;
-    directory[base + Field.ValuesOffset] = placeProperty(asBytes(values));
-    directory[base + Field.RowsOffset] = sparse ? placeProperty(asBytes(sealedRows[keyIndex])) : -1;
-    directory[base + Field.TextEndsOffset] = placeProperty(asBytes(textEnds));
-    directory[base + Field.TextsOffset] = placeProperty(Buffer.concat(encodedTexts, end));
-    directory[base + Field.TextsBytes] = end;
+    directory[base + Field.ValuesOffset] = memoryBytes;
+    memoryBytes = align8(memoryBytes + width * (sparse ? entryCount : rowCount));
+    directory[base + Field.RowsOffset] = sparse ? memoryBytes : -1;
+    if (sparse) memoryBytes = align8(memoryBytes + entryCount * Uint32Array.BYTES_PER_ELEMENT);
+    directory[base + Field.TextEndsOffset] = memoryBytes;
+    memoryBytes = align8(memoryBytes + textCount * Uint32Array.BYTES_PER_ELEMENT);
+    directory[base + Field.TextsOffset] = memoryBytes;
+    directory[base + Field.TextsBytes] = textsBytes;
+    memoryBytes = align8(memoryBytes + textsBytes);
   }
   const memory = new SharedArrayBuffer(Math.max(8, memoryBytes));
   const memoryView = new Uint8Array(memory);
   for (const { span, bytes } of placed) memoryView.set(bytes, span.offset);
-  for (const { offset, bytes } of propertyParts) memoryView.set(bytes, offset);
+  new Float64Array(memory, directoryOffset, directory.length).set(directory);
+  const memoryText = Buffer.from(memory);
+  for (let keyIndex = 0; keyIndex < keyCount; keyIndex++) {
+    const base = keyIndex * directoryFields;
+    const width = directory[base + Field.Width] as 1 | 2 | 4;
+    const entryCount = directory[base + Field.EntryCount];
+    const entryStart = keyEntryStart[keyIndex];
+    const keyValues = sealedValues.subarray(entryStart, entryStart + entryCount);
+    if (directory[base + Field.Sparse] === 1) {
+      // TypedArray.prototype.set narrows natively.
+      valueIdArray(memory, width, directory[base + Field.ValuesOffset], entryCount).set(keyValues);
+      new Uint32Array(memory, directory[base + Field.RowsOffset], entryCount).set(sealedRows.subarray(entryStart, entryStart + entryCount));
+    } else {
+      const values = valueIdArray(memory, width, directory[base + Field.ValuesOffset], rowCount);
+      for (let entry = 0; entry < entryCount; entry++) values[sealedRows[entryStart + entry]] = keyValues[entry];
+    }
+    const textCount = directory[base + Field.ValueCount] + 1;
+    const textEnds = new Uint32Array(memory, directory[base + Field.TextEndsOffset], textCount);
+    const texts = keys[keyIndex].texts;
+    const textStart = keyTextStart[keyIndex];
+    const textsOffset = directory[base + Field.TextsOffset];
+    let end = 0;
+    for (let id = 1; id < textCount; id++) {
+      end += memoryText.write(texts[usedOldId[textStart + id]], textsOffset + end, "utf8");
+      textEnds[id] = end;
+    }
+  }
   const propertySection = memoryView.subarray(propertySectionStart, memoryBytes);
   const propertiesLayout: PropertiesLayout | undefined =
     keys.length === 0
