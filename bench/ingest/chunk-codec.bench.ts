@@ -49,7 +49,13 @@ const chunk = new Uint8Array(encode());
 const decoded = decodeChunk(chunk);
 if (decoded.rowCount !== rows.length) throw new Error(`decoded ${decoded.rowCount} rows, encoded ${rows.length}`);
 
-await runMicroBench(`chunk codec (1 000 events → ${(chunk.byteLength / 1024).toFixed(0)} KiB chunk, ${decoded.strings.length} distinct strings)`, [
+/** Decodes the chunk and every string in it, as the store's apply asks for them all. */
+function decodeAll(): void {
+  const decoded = decodeChunk(chunk);
+  for (let index = 0; index < decoded.stringCount; index++) decoded.string(index);
+}
+
+await runMicroBench(`chunk codec (1 000 events → ${(chunk.byteLength / 1024).toFixed(0)} KiB chunk, ${decoded.stringCount} distinct strings)`, [
   { name: "encode 1 000 events", estimateMicroseconds: 500, items: 1000, itemName: "event", run: encode },
-  { name: "decode 1 000 events", estimateMicroseconds: 100, items: 1000, itemName: "event", run: () => decodeChunk(chunk) },
+  { name: "decode 1 000 events", estimateMicroseconds: 100, items: 1000, itemName: "event", run: decodeAll },
 ]);

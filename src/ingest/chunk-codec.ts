@@ -196,7 +196,13 @@ function doubled(array: Uint32Array<ArrayBuffer>): Uint32Array<ArrayBuffer> {
   return grown;
 }
 
-/** A decoded view over a chunk: typed arrays into its bytes, strings decoded once. */
+/**
+ * A decoded view over a chunk: typed arrays into its bytes, each string decoded
+ * when first asked for, then kept. Lazily, because a chunk may hold two million
+ * distinct strings (a batch of new property keys): decoded all at once they
+ * held the main thread for a tenth of a second, where the store's apply reads
+ * them in slices.
+ */
 export interface DecodedChunk {
   rowCount: number;
   timeMs: Float64Array;
@@ -205,7 +211,8 @@ export interface DecodedChunk {
   /** undefined when no row has a uuid. */
   uuidPresent: Uint8Array | undefined;
   uuidBytes: Uint8Array | undefined;
-  strings: string[];
+  stringCount: number;
+  string(index: number): string;
   keyStrings: Uint32Array;
   entryStarts: Uint32Array;
   entryRows: Uint32Array;
@@ -253,10 +260,8 @@ export function decodeChunk(bytes: Uint8Array): DecodedChunk {
   const textStart = offset;
   take((at) => at, stringBytes);
   const source = Buffer.from(buffer, byteOffset + textStart, stringBytes);
-  const strings = new Array<string>(stringCount);
-  for (let index = 0; index < stringCount; index++) {
-    strings[index] = source.toString("utf8", stringEnds[index], stringEnds[index + 1]);
-  }
+  const decoded: Array<string | undefined> = [];
+  const string = (index: number): string => (decoded[index] ??= source.toString("utf8", stringEnds[index], stringEnds[index + 1]));
   const keyStrings = take((at) => new Uint32Array(buffer, at, keyCount), keyCount * 4);
   const entryStarts = take((at) => new Uint32Array(buffer, at, keyCount + 1), (keyCount + 1) * 4);
   const entryRows = take((at) => new Uint32Array(buffer, at, entryCount), entryCount * 4);
@@ -269,7 +274,8 @@ export function decodeChunk(bytes: Uint8Array): DecodedChunk {
     distinctIdString,
     uuidPresent,
     uuidBytes,
-    strings,
+    stringCount,
+    string,
     keyStrings,
     entryStarts,
     entryRows,
@@ -286,16 +292,16 @@ export function filterChunk(chunk: DecodedChunk, keep: Uint8Array): ArrayBuffer 
     const uuid = chunk.uuidPresent?.[row] ? chunk.uuidBytes!.subarray(row * 16, row * 16 + 16) : undefined;
     newRow[row] = builder.addRow(
       chunk.timeMs[row],
-      chunk.strings[chunk.eventNameString[row]],
-      chunk.strings[chunk.distinctIdString[row]],
+      chunk.string(chunk.eventNameString[row]),
+      chunk.string(chunk.distinctIdString[row]),
       uuid,
     );
   }
   for (let key = 0; key < chunk.keyStrings.length; key++) {
-    const keyText = chunk.strings[chunk.keyStrings[key]];
+    const keyText = chunk.string(chunk.keyStrings[key]);
     for (let entry = chunk.entryStarts[key]; entry < chunk.entryStarts[key + 1]; entry++) {
       const row = newRow[chunk.entryRows[entry]];
-      if (row >= 0) builder.addProperty(row, keyText, chunk.strings[chunk.entryValues[entry]]);
+      if (row >= 0) builder.addProperty(row, keyText, chunk.string(chunk.entryValues[entry]));
     }
   }
   return builder.finish();

@@ -94,17 +94,17 @@ export class Dictionary {
   /** Appends entries [persistedCount, upTo) as one block and fsyncs. */
   persist(path: string, upTo: number, fsync: boolean): void {
     if (upTo <= this.persistedCount) return;
-    const encoded: Buffer[] = [];
+    // Sized first, then encoded in place: a checkpoint may persist a million new keys, and two
+    // Buffers per text cost a quarter of a second of the main thread plus their collection.
     let length = 0;
+    for (let id = this.persistedCount; id < upTo; id++) length += 4 + Buffer.byteLength(this.texts[id], "utf8");
+    const block = Buffer.allocUnsafe(blockHeaderBytes + length);
+    let cursor = blockHeaderBytes;
     for (let id = this.persistedCount; id < upTo; id++) {
-      const text = Buffer.from(this.texts[id], "utf8");
-      const prefix = Buffer.alloc(4);
-      prefix.writeUInt32LE(text.length);
-      encoded.push(prefix, text);
-      length += 4 + text.length;
+      const textBytes = block.write(this.texts[id], cursor + 4, "utf8");
+      block.writeUInt32LE(textBytes, cursor);
+      cursor += 4 + textBytes;
     }
-    const block = Buffer.alloc(blockHeaderBytes + length);
-    Buffer.concat(encoded, length).copy(block, blockHeaderBytes);
     block.writeUInt32LE(blockMagic, 0);
     block.writeUInt32LE(upTo - this.persistedCount, 4);
     block.writeUInt32LE(length, 8);

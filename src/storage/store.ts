@@ -58,6 +58,21 @@ const busyMergeSegmentsMin = 8;
  */
 const checkpointRetryDelayMs = 1_000;
 
+/** A chunk with more property keys or entries than these is applied in slices (Store.applyDurable). */
+const applyAtOnceKeysMax = 4_096;
+const applyAtOnceEntriesMax = 65_536;
+/** Longest the main thread applies one chunk without letting other work run. */
+const applySliceMs = 8;
+/** Keys applied between looks at the clock (a power of two). */
+const applyClockKeys = 256;
+
+/** Where each row of a chunk being applied went. */
+interface AppliedRows {
+  rowSegment: ActiveSegment[];
+  rowIndex: Uint32Array;
+  textsAdded: number;
+}
+
 export function dayLabel(dayStartMs: number): string {
   return new Date(dayStartMs).toISOString().slice(0, 10);
 }
@@ -161,6 +176,11 @@ export class WorkspaceStore {
   uuidsReady: Promise<void> = Promise.resolve();
   markUuidsReady: () => void = () => {};
   readonly days = new Map<number, DayPartition>();
+  /**
+   * The applies of this workspace still running in slices, chained in WAL
+   * order (see Store.applyDurable); undefined when none is.
+   */
+  applying: Promise<void> | undefined;
   private activeSequence = 0;
 
   constructor(
@@ -449,7 +469,9 @@ export class Store {
     const record = encodeRecord(workspace.id, bytes);
     // A uuid's owner id stays in the set after its commit is durable; the
     // owner is "in flight" exactly while it is in commitsInFlight.
-    const durable = this.wal.append(record, () => this.apply(workspace, chunk));
+    let applied: Promise<void> | undefined;
+    // The WAL calls back (in WAL order) before it resolves: `applied` is known by the time this runs on.
+    const durable = this.wal.append(record, () => (applied = this.applyDurable(workspace, chunk))).then(() => applied);
     if (claimedUuids.length > 0) this.commitsInFlight.set(commitId, durable);
     const settled = durable.then(
       () => {
@@ -466,12 +488,56 @@ export class Store {
     return settled;
   }
 
-  /** Appends a decoded chunk's rows to the active segments of their days (main thread, WAL order). */
+  /**
+   * Applies a durable chunk: at once when it is small and nothing of its
+   * workspace is still being applied, else chained after that in slices of at
+   * most `applySliceMs`, with the event loop free in between. A batch may bring
+   * a million property keys never seen before, a second of main-thread work
+   * that other clients would wait out. Until a slice-applied chunk is done,
+   * later commits of the same workspace wait for it (ids are assigned in WAL
+   * order, so that replay assigns the same ones), and a checkpoint does not
+   * freeze segments (its rows must be in them); other workspaces go on.
+   * Returns the promise of a chained apply, or undefined when it is done.
+   */
+  private applyDurable(workspace: WorkspaceStore, chunk: DecodedChunk): Promise<void> | undefined {
+    const large = chunk.keyStrings.length > applyAtOnceKeysMax || chunk.entryRows.length > applyAtOnceEntriesMax;
+    if (workspace.applying === undefined && !large) {
+      this.apply(workspace, chunk);
+      return undefined;
+    }
+    const applied = (workspace.applying ?? Promise.resolve()).then(() => this.applyInSlices(workspace, chunk));
+    workspace.applying = applied;
+    const clear = () => {
+      if (workspace.applying === applied) workspace.applying = undefined;
+    };
+    applied.then(clear, clear);
+    return applied;
+  }
+
+  private async applyInSlices(workspace: WorkspaceStore, chunk: DecodedChunk): Promise<void> {
+    const rows = this.applyRows(workspace, chunk);
+    let key = 0;
+    for (;;) {
+      key = this.applyKeys(workspace, chunk, rows, key, performance.now() + applySliceMs);
+      if (key === chunk.keyStrings.length) break;
+      await new Promise<void>((resolve) => setImmediate(resolve));
+    }
+    this.countApplied(chunk, rows.textsAdded);
+  }
+
+  /** Appends a decoded chunk's rows to the active segments of their days (main thread, WAL order), at once. */
   apply(workspace: WorkspaceStore, chunk: DecodedChunk): void {
-    const { rowCount, strings } = chunk;
+    const rows = this.applyRows(workspace, chunk);
+    this.applyKeys(workspace, chunk, rows, 0, Number.POSITIVE_INFINITY);
+    this.countApplied(chunk, rows.textsAdded);
+  }
+
+  /** Appends a chunk's rows, not yet their properties; returns where each row went. */
+  private applyRows(workspace: WorkspaceStore, chunk: DecodedChunk): AppliedRows {
+    const { rowCount, stringCount } = chunk;
     // Each distinct string of the chunk is looked up once.
-    const eventIdOfString = new Int32Array(strings.length).fill(-1);
-    const userIdOfString = new Int32Array(strings.length).fill(-1);
+    const eventIdOfString = new Int32Array(stringCount).fill(-1);
+    const userIdOfString = new Int32Array(stringCount).fill(-1);
     const rowSegment = new Array<ActiveSegment>(rowCount);
     const rowIndex = new Uint32Array(rowCount);
     let lastDayStartMs = -1;
@@ -487,10 +553,10 @@ export class Store {
       }
       const nameString = chunk.eventNameString[row];
       let eventId = eventIdOfString[nameString];
-      if (eventId < 0) eventId = eventIdOfString[nameString] = workspace.events.intern(strings[nameString]);
+      if (eventId < 0) eventId = eventIdOfString[nameString] = workspace.events.intern(chunk.string(nameString));
       const distinctString = chunk.distinctIdString[row];
       let userId = userIdOfString[distinctString];
-      if (userId < 0) userId = userIdOfString[distinctString] = workspace.users.intern(strings[distinctString]);
+      if (userId < 0) userId = userIdOfString[distinctString] = workspace.users.intern(chunk.string(distinctString));
       const target = segment!.appendRow();
       segment!.time.values[target] = timeMs - dayStartMs;
       segment!.user.values[target] = userId;
@@ -504,9 +570,16 @@ export class Store {
       rowSegment[row] = segment!;
       rowIndex[row] = target;
     }
-    let textsAdded = 0;
-    for (let key = 0; key < chunk.keyStrings.length; key++) {
-      const keyId = workspace.keys.intern(strings[chunk.keyStrings[key]]);
+    return { rowSegment, rowIndex, textsAdded: 0 };
+  }
+
+  /** Applies the chunk's property keys from `firstKey` until done or past `deadline`; returns the next key. */
+  private applyKeys(workspace: WorkspaceStore, chunk: DecodedChunk, rows: AppliedRows, firstKey: number, deadline: number): number {
+    const { rowSegment, rowIndex } = rows;
+    const keyCount = chunk.keyStrings.length;
+    let key = firstKey;
+    while (key < keyCount) {
+      const keyId = workspace.keys.intern(chunk.string(chunk.keyStrings[key]));
       // A key's entries are in row order, so mostly in one day's segment: its slot is looked up once per run.
       let properties: ActiveProperties | undefined;
       let slot = 0;
@@ -517,11 +590,17 @@ export class Store {
           properties = rowProperties;
           slot = properties.slotFor(keyId);
         }
-        textsAdded += properties.add(slot, rowIndex[row], strings[chunk.entryValues[entry]]);
+        rows.textsAdded += properties.add(slot, rowIndex[row], chunk.string(chunk.entryValues[entry]));
       }
+      key++;
+      if ((key & (applyClockKeys - 1)) === 0 && performance.now() > deadline) break;
     }
-    this.rowsApplied += rowCount;
-    this.rowsSinceCheckpoint += rowCount;
+    return key;
+  }
+
+  private countApplied(chunk: DecodedChunk, textsAdded: number): void {
+    this.rowsApplied += chunk.rowCount;
+    this.rowsSinceCheckpoint += chunk.rowCount;
     this.propertyEntriesSinceCheckpoint += chunk.entryRows.length;
     this.propertyTextsSinceCheckpoint += textsAdded;
   }
@@ -588,7 +667,7 @@ export class Store {
       const dictionarySizes = new Map<WorkspaceStore, [number, number, number]>();
       // Rotation and freezing happen in one synchronous step once the WAL is idle:
       // every row of the old files is in a frozen segment, and no other row is.
-      newSequence = await this.wal.rotate(() => {
+      newSequence = await this.wal.rotate(() => this.applyingAnywhere(), () => {
         for (const workspace of this.workspaces.values()) {
           for (const partition of workspace.days.values()) {
             if (partition.active && partition.active.rowCount > 0) {
@@ -898,12 +977,19 @@ export class Store {
     clearInterval(this.checkpointTimer);
     await this.mergeRunning;
     await this.wal.idle();
+    for (let applying = this.applyingAnywhere(); applying; applying = this.applyingAnywhere()) await applying.catch(() => {});
     if (this.checkpointRunning) await this.checkpointRunning;
     if (this.rowsSinceCheckpoint > 0 || this.hasActiveRows() || this.unsealed.length > 0) {
       if (!(await this.checkpoint())) console.error("eventide: the final checkpoint failed; the next start replays the write-ahead log");
     }
     this.closed = true;
     await this.wal.close();
+  }
+
+  /** A chunk some workspace is still applying in slices, or undefined when none is. */
+  private applyingAnywhere(): Promise<void> | undefined {
+    for (const workspace of this.workspaces.values()) if (workspace.applying) return workspace.applying;
+    return undefined;
   }
 
   private hasActiveRows(): boolean {

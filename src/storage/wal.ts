@@ -263,12 +263,23 @@ export class WriteAheadLog {
   }
 
   /**
-   * Switches appends to a new file once nothing is queued or in flight, and runs
-   * `atSwitch` in the same synchronous step, so the caller can freeze state that
-   * matches the old files exactly. Returns the new file's sequence.
+   * Switches appends to a new file once nothing is queued or in flight and
+   * `busy` reports no work of the caller's (durable records still being
+   * applied), and runs `atSwitch` in the same synchronous step, so the caller
+   * can freeze state that matches the old files exactly. Returns the new
+   * file's sequence.
    */
-  async rotate(atSwitch: () => void): Promise<number> {
-    while (this.flushing || this.pending.length > 0) await this.idle();
+  async rotate(busy: () => Promise<void> | undefined, atSwitch: () => void): Promise<number> {
+    for (;;) {
+      if (this.flushing || this.pending.length > 0) {
+        await this.idle();
+        continue;
+      }
+      const work = busy();
+      if (work === undefined) break;
+      // A failed apply fails its commit; the rotation only waits for it to end.
+      await work.catch(() => {});
+    }
     // The new file is opened and its name made durable before the old one is let go: if either
     // fails, the log keeps appending to the old file and the checkpoint fails having changed nothing.
     const sequence = this.sequence + 1;

@@ -69,7 +69,7 @@ function walRecords(path: string): Array<{ name: string; start: number; end: num
   return records.map((record) => {
     const bytes = encodeRecord(record.workspaceId, record.payload).length;
     const chunk = decodeChunk(record.payload);
-    const names = new Set(Array.from(chunk.eventNameString, (index) => chunk.strings[index]));
+    const names = new Set(Array.from(chunk.eventNameString, (index) => chunk.string(index)));
     expect(names.size, "one batch, one event name, one record").toBe(1);
     const entry = { name: [...names][0], start: offset, end: offset + bytes, payload: record.payload, workspaceId: record.workspaceId };
     offset += bytes;

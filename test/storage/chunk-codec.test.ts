@@ -41,16 +41,16 @@ function rowsOf(chunk: DecodedChunk): PlainRow[] {
   for (let row = 0; row < chunk.rowCount; row++) {
     rows.push({
       timeMs: chunk.timeMs[row],
-      event: chunk.strings[chunk.eventNameString[row]],
-      distinctId: chunk.strings[chunk.distinctIdString[row]],
+      event: chunk.string(chunk.eventNameString[row]),
+      distinctId: chunk.string(chunk.distinctIdString[row]),
       uuid: chunk.uuidPresent?.[row] ? uuidText(chunk.uuidBytes!.subarray(row * 16, row * 16 + 16)) : undefined,
       properties: {},
     });
   }
   for (let key = 0; key < chunk.keyStrings.length; key++) {
-    const keyText = chunk.strings[chunk.keyStrings[key]];
+    const keyText = chunk.string(chunk.keyStrings[key]);
     for (let entry = chunk.entryStarts[key]; entry < chunk.entryStarts[key + 1]; entry++) {
-      rows[chunk.entryRows[entry]].properties[keyText] = chunk.strings[chunk.entryValues[entry]];
+      rows[chunk.entryRows[entry]].properties[keyText] = chunk.string(chunk.entryValues[entry]);
     }
   }
   return rows;
@@ -109,7 +109,7 @@ describe("a chunk round-trips through ChunkBuilder and decodeChunk", () => {
     const rows: PlainRow[] = [];
     for (let index = 0; index < 300; index++) rows.push({ timeMs: index, event: "view", distinctId: "u1", uuid: undefined, properties: { plan: "pro" } });
     const decoded = decodeChunk(new Uint8Array(build(rows)));
-    expect(decoded.strings.slice().sort()).toEqual(["plan", "pro", "u1", "view"]);
+    expect(Array.from({ length: decoded.stringCount }, (_, index) => decoded.string(index)).sort()).toEqual(["plan", "pro", "u1", "view"]);
   });
 
   it("has no uuid section when no row carries a uuid, and marks rows without one when some do", () => {
@@ -128,7 +128,7 @@ describe("a chunk round-trips through ChunkBuilder and decodeChunk", () => {
   it("encodes an empty chunk", () => {
     const decoded = decodeChunk(new Uint8Array(build([])));
     expect(decoded.rowCount).toBe(0);
-    expect(decoded.strings).toEqual([]);
+    expect(decoded.stringCount).toBe(0);
     expect(decoded.keyStrings.length).toBe(0);
   });
 

@@ -14,7 +14,7 @@ import { afterEach, beforeEach, describe, expect, it } from "vitest";
 import { ChunkBuilder } from "../../src/ingest/chunk-codec.js";
 import { checkpointPath, walFilePath } from "../../src/storage/paths.js";
 import { unpackPropertyEntries } from "../../src/storage/property-transfer.js";
-import { loadSegment, sealSegment, type LoadSegmentResult } from "../../src/storage/segment-format.js";
+import { loadSegment, PropertyDirectory, sealSegment, type LoadSegmentResult } from "../../src/storage/segment-format.js";
 import { mergeSegments } from "../../src/storage/segment-merge.js";
 import { ActiveSegment, Store, type StoreTasks } from "../../src/storage/store.js";
 import { readWalFile } from "../../src/storage/wal.js";
@@ -323,6 +323,74 @@ describe("the store, reopened after a crash", () => {
     await store.close();
     const reopened = open(dataDir);
     expect(countsByEvent(reopened)).toEqual(expectedCounts(committed));
+    await reopened.close();
+  });
+});
+
+describe("a chunk of many new property keys", () => {
+  /** Every (key text → value text) stored for the workspace, read from its sealed segments on disk. */
+  function storedValues(store: Store): Map<string, string> {
+    const workspace = store.workspaces.get(workspaceId)!;
+    const values = new Map<string, string>();
+    for (const partition of workspace.days.values()) {
+      expect(partition.active?.rowCount ?? 0, "everything sealed").toBe(0);
+      for (const sealed of partition.sealed) {
+        const { layout, memory } = loadSegment(sealed.directory);
+        const directory = new PropertyDirectory(layout, memory);
+        for (let index = 0; index < directory.keyCount; index++) {
+          const property = directory.at(index);
+          const texts = property.texts();
+          for (let entry = 0; entry < property.entryCount; entry++) values.set(workspace.keys.texts[property.keyId], texts[property.values[entry]]);
+        }
+      }
+    }
+    return values;
+  }
+
+  it("is applied in slices: the event loop runs meanwhile, the workspace's later commits keep WAL order, other workspaces go on, a checkpoint waits, and replay gives the same key ids", async () => {
+    const store = open(dataDir);
+    const wide = new ChunkBuilder();
+    const expected = new Map<string, string>();
+    // 100 000 keys never seen before, one entry each: far past what is applied at once.
+    for (let row = 0; row < 1000; row++) {
+      const added = wide.addRow(dayStartMs + row, "wide", `user-${row}`, undefined);
+      for (let key = 0; key < 100; key++) {
+        wide.addProperty(added, `k${row}-${key}`, `v${row}-${key}`);
+        expected.set(`k${row}-${key}`, `v${row}-${key}`);
+      }
+    }
+    const after = new ChunkBuilder();
+    after.addProperty(after.addRow(dayStartMs + 5000, "after", "user-x", undefined), "after", "yes");
+    expected.set("after", "yes");
+
+    let turns = 0;
+    let wideDone = false;
+    const countTurns = () => {
+      if (wideDone) return;
+      turns++;
+      setImmediate(countTurns);
+    };
+    setImmediate(countTurns);
+    const settled: string[] = [];
+    const wideCommit = store.commit(workspaceId, wide.finish()).then(() => {
+      wideDone = true;
+      settled.push("wide");
+    });
+    const afterCommit = store.commit(workspaceId, after.finish()).then(() => settled.push("after"));
+    const otherCommit = store.commit("0123456789abcdef", chunk([{ event: "elsewhere", user: "u", dayOffset: 0 }])).then(() => settled.push("other workspace"));
+    const checkpoint = store.checkpoint();
+    await Promise.all([wideCommit, afterCommit, otherCommit, checkpoint]);
+
+    expect(turns, "event-loop turns while the wide chunk was applied").toBeGreaterThan(0);
+    expect(settled.indexOf("other workspace"), `settled in the order ${settled.join(", ")}`).toBeLessThan(settled.indexOf("wide"));
+    expect(settled.indexOf("after")).toBeGreaterThan(settled.indexOf("wide"));
+    const keyTexts = store.workspaces.get(workspaceId)!.keys.texts.slice();
+    // Ids in WAL order: the small commit's key comes after every key of the wide one.
+    expect(keyTexts).toEqual([...expected.keys()]);
+    await store.close();
+    const reopened = open(dataDir);
+    expect(reopened.workspaces.get(workspaceId)!.keys.texts).toEqual(keyTexts);
+    expect(storedValues(reopened)).toEqual(expected);
     await reopened.close();
   });
 });

@@ -184,7 +184,7 @@ describe("the write-ahead log", () => {
     let durableAtSwitch = 0;
     let settled = 0;
     for (const promise of before) void promise.then(() => settled++);
-    const rotated = log.rotate(() => {
+    const rotated = log.rotate(() => undefined, () => {
       durableAtSwitch = readWalFile(walFilePath(dataDir, 3)).records.length;
     });
     expect(await rotated).toBe(4);
