@@ -40,7 +40,7 @@ async function main(): Promise<void> {
 
   const pool = new WorkerPool(config.workerCount);
   store.start({
-    seal: (segment, directory) =>
+    seal: async (segment, directory) =>
       pool.seal({
         kind: "seal",
         directory,
@@ -51,7 +51,7 @@ async function main(): Promise<void> {
         event: segment.event.buffer,
         uuidPresent: segment.uuidPresent.buffer,
         uuid: segment.uuid.buffer,
-        properties: segment.properties.pack(),
+        properties: await segment.properties.pack(),
         fsync: config.fsync,
       }),
     load: (directory) => pool.load({ kind: "load-segment", directory }),

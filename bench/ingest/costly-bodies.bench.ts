@@ -3,16 +3,25 @@
  * validated in this one thread as a worker would: through JSON.parse and
  * through the path ingest picks ("auto", the byte parser for these). Prints
  * the median of 3 runs of each, their ratio, and whether the two answers agree.
- * Run: `npm run bench:costly` (about a minute; JSON.parse takes seconds on some).
+ * Then end to end: each body, and a valid batch of a million new property keys
+ * (manyNewKeysBody), posted 3 times to a real server on a fresh data
+ * directory while a probe requests a 404 every 5 ms — the probe's wait is how
+ * long the main thread held other clients up.
+ * Run: `npm run bench:costly` (about two minutes; JSON.parse takes seconds on some).
  *
  * Estimate: the byte parser reads 20 MiB in a few passes at ~5–10 ns a byte
  * (0.1–0.2 s) plus ~100 ns per member it groups by key, so 0.2–0.5 s each;
  * JSON.parse builds every array (~0.3 µs) and key (1–3 µs in objects of a
  * million), so 1–5 s on the key-heavy ones.
  */
-import { availableParallelism } from "node:os";
+import { spawn } from "node:child_process";
+import { mkdtempSync, rmSync } from "node:fs";
+import { availableParallelism, tmpdir } from "node:os";
+import { join } from "node:path";
+import { createInterface } from "node:readline";
+import { fileURLToPath } from "node:url";
 import { isDeepStrictEqual } from "node:util";
-import { costlyBodies } from "../fixtures/costly-bodies.js";
+import { costlyBodies, manyNewKeysBody } from "../fixtures/costly-bodies.js";
 import { ChunkBuilder } from "../../src/ingest/chunk-codec.js";
 import { type IngestParser, validateBody } from "../../src/ingest/event-validation.js";
 import { limits } from "../../src/config/limits.js";
@@ -42,3 +51,83 @@ for (const costly of costlyBodies) {
   console.log(`${costly.name.padEnd(78)} ${native.ms.toFixed(0).padStart(8)} ms ${auto.ms.toFixed(0).padStart(5)} ms ${(native.ms / auto.ms).toFixed(1).padStart(5)}×  ${same ? "yes" : "NO"}`);
   if (!same) process.exitCode = 1;
 }
+
+/** The server of this repository on a fresh data directory; resolves once it prints its listening line. */
+async function startServer(): Promise<{ ingestUrl: string; apiKey: string; stop: () => Promise<void> }> {
+  const dataDir = mkdtempSync(join(tmpdir(), "eventide-costly-"));
+  const main = fileURLToPath(new URL("../../src/main.js", import.meta.url));
+  const child = spawn(process.execPath, [main], { env: { ...process.env, EVENTIDE_DATA_DIR: dataDir, EVENTIDE_QUERY_PORT: "0", EVENTIDE_INGEST_PORT: "0" }, stdio: ["ignore", "pipe", "inherit"] });
+  const exited = new Promise<void>((resolve) => child.once("exit", () => resolve()));
+  let apiKey: string | undefined;
+  for await (const line of createInterface({ input: child.stdout! })) {
+    let printed: { event?: string; apiKey?: string; ingestUrl?: string };
+    try {
+      printed = JSON.parse(line) as typeof printed;
+    } catch {
+      continue; // Not every stdout line need be JSON.
+    }
+    apiKey ??= printed.apiKey;
+    if (printed.event === "listening") {
+      const stop = async () => {
+        child.kill("SIGTERM");
+        await exited;
+        rmSync(dataDir, { recursive: true, force: true });
+      };
+      if (apiKey === undefined) throw new Error("the server printed no apiKey for its default workspace");
+      return { ingestUrl: printed.ingestUrl!, apiKey, stop };
+    }
+  }
+  throw new Error("the server exited before listening");
+}
+
+/** Requests a 404 every 5 ms until stopped; returns each wait in ms. */
+function probe(url: string): { stop: () => Promise<number[]> } {
+  const waits: number[] = [];
+  let running = true;
+  const loop = (async () => {
+    while (running) {
+      const startedMs = performance.now();
+      await (await fetch(`${url}/not-a-route`)).arrayBuffer();
+      waits.push(performance.now() - startedMs);
+      await new Promise((resolve) => setTimeout(resolve, 5));
+    }
+  })();
+  return {
+    stop: async () => {
+      running = false;
+      await loop;
+      return waits;
+    },
+  };
+}
+
+function median(values: number[]): number {
+  const sorted = [...values].sort((left, right) => left - right);
+  return sorted[Math.floor(sorted.length / 2)];
+}
+
+const server = await startServer();
+console.log(`\nend to end: each body posted ${runs} times to a fresh server (${availableParallelism()} cores); a probe requests a 404 every 5 ms meanwhile`);
+console.log(`${"body".padEnd(78)} ${"answered".padStart(9)} ${"probe p50".padStart(9)} ${"worst".padStart(7)}  answer`);
+const endToEnd: Array<{ name: string; body: (run: number) => string; answer: unknown }> = [
+  ...costlyBodies.map((costly) => ({ name: costly.name, body: () => costly.body(server.apiKey, limits.batchBodyBytesMax), answer: costly.answer })),
+  { name: "1 000 events × 999 property keys never seen before (valid)", body: (run: number) => manyNewKeysBody(server.apiKey, run * 1_000_000), answer: { ok: true, accepted: 1000 } },
+];
+for (const { name, body, answer } of endToEnd) {
+  const answeredMs: number[] = [];
+  let right = true;
+  // Built before the probe starts: building takes this process up to half a second, which the probe would count.
+  const bodies = Array.from({ length: runs }, (_, run) => Buffer.from(body(run), "utf8"));
+  const prober = probe(server.ingestUrl);
+  for (const bytes of bodies) {
+    const startedMs = performance.now();
+    const response = await fetch(`${server.ingestUrl}/ingest/batch`, { method: "POST", headers: { "content-type": "application/json" }, body: bytes });
+    const answered = (await response.json()) as unknown;
+    answeredMs.push(performance.now() - startedMs);
+    if (!isDeepStrictEqual(answered, answer)) right = false;
+  }
+  const waits = await prober.stop();
+  console.log(`${name.padEnd(78)} ${median(answeredMs).toFixed(0).padStart(6)} ms ${median(waits).toFixed(1).padStart(6)} ms ${Math.max(...waits).toFixed(0).padStart(4)} ms  ${right ? "right" : "WRONG"}`);
+  if (!right) process.exitCode = 1;
+}
+await server.stop();

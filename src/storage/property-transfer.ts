@@ -4,18 +4,23 @@
  * costs tens of microseconds, and a day can hold a million keys: sent as
  * handles, or as an object and an array of texts per key, one seal task held
  * the main thread for seconds. So per-key figures travel as typed arrays,
- * texts as one flat array, entries of keys with few of them copied into one
+ * texts joined into a few long strings, entries of keys with few of them copied into one
  * transferred buffer, and only keys with many entries, whose handles are few,
  * as shared buffers.
  */
 import type { PropertyEntries } from "./segment-format.js";
 
+/** Every array in it is made for the message and transferred with it (pool.ts). */
 export interface PropertyEntriesMessage {
-  keyIds: Uint32Array;
-  entryCounts: Uint32Array;
-  /** Per key, its texts with ids 1, 2, …: the next textCounts[key] of `texts`. */
-  textCounts: Uint32Array;
-  texts: string[];
+  keyIds: Uint32Array<ArrayBuffer>;
+  entryCounts: Uint32Array<ArrayBuffer>;
+  /** Per key, how many texts it has (ids 1, 2, …): the next textCounts[key] texts. */
+  textCounts: Uint32Array<ArrayBuffer>;
+  /** The texts, in key order, joined into parts: part p holds the next partTextCounts[p] texts. */
+  textParts: string[];
+  partTextCounts: number[];
+  /** Each text's end within its part, in UTF-16 units. */
+  textEnds: Uint32Array<ArrayBuffer>;
   /** Rows then value ids of every packed key, in key order. Transferred. */
   packed: ArrayBuffer;
   /** The keys that are not packed: their own buffers, entries from offset 0. */
@@ -25,6 +30,15 @@ export interface PropertyEntriesMessage {
 export function unpackPropertyEntries(message: PropertyEntriesMessage): PropertyEntries[] {
   const packed = new Uint32Array(message.packed);
   const sharedBySlot = new Map(message.shared.map((shared) => [shared.slot, shared]));
+  const allTexts: string[] = [];
+  for (let part = 0, text = 0; part < message.textParts.length; part++) {
+    const joined = message.textParts[part];
+    let start = 0;
+    for (let index = 0; index < message.partTextCounts[part]; index++, text++) {
+      allTexts.push(joined.slice(start, message.textEnds[text]));
+      start = message.textEnds[text];
+    }
+  }
   const properties: PropertyEntries[] = [];
   let cursor = 0;
   let textCursor = 0;
@@ -42,7 +56,7 @@ export function unpackPropertyEntries(message: PropertyEntriesMessage): Property
       cursor += entryCount * 2;
     }
     const texts = [""];
-    for (let id = 0; id < message.textCounts[slot]; id++) texts.push(message.texts[textCursor + id]);
+    for (let id = 0; id < message.textCounts[slot]; id++) texts.push(allTexts[textCursor + id]);
     textCursor += message.textCounts[slot];
     properties.push({ keyId: message.keyIds[slot], rows, valueIds, texts });
   }

@@ -47,7 +47,9 @@ export class WorkerPool {
   }
 
   seal(task: SealTask): Promise<LoadSegmentResult> {
-    return this.run(task, [task.properties.packed]);
+    // Every array of the message was made for it: moved, not copied (a day of 3 M keys copied 48 MB).
+    const { packed, keyIds, entryCounts, textCounts, textEnds } = task.properties;
+    return this.run(task, [packed, keyIds.buffer, entryCounts.buffer, textCounts.buffer, textEnds.buffer]);
   }
 
   merge(task: MergeTask): Promise<LoadSegmentResult> {

@@ -47,7 +47,7 @@ function fill(random: Random, rowCount: number, keyIds: number[], textsPerKey: n
   return { properties, model, newTexts };
 }
 
-function expectSame(properties: ActiveProperties, model: Map<number, ModelKey>): void {
+async function expectSame(properties: ActiveProperties, model: Map<number, ModelKey>): Promise<void> {
   expect(properties.keyCount).toBe(model.size);
   for (const [keyId, key] of model) {
     const slot = properties.slotOf(keyId);
@@ -55,7 +55,7 @@ function expectSame(properties: ActiveProperties, model: Map<number, ModelKey>):
     expect(readEntries(properties.entries(slot)), `key ${keyId}`).toEqual(key);
   }
   // The sealing worker's view: through a structured clone, as postMessage sends it.
-  const unpacked = unpackPropertyEntries(structuredClone(properties.pack()));
+  const unpacked = unpackPropertyEntries(structuredClone(await properties.pack()));
   expect(unpacked.map((entries) => entries.keyId).sort((a, b) => a - b)).toEqual([...model.keys()].sort((a, b) => a - b));
   for (const entries of unpacked) {
     const key = model.get(entries.keyId)!;
@@ -67,7 +67,7 @@ function expectSame(properties: ActiveProperties, model: Map<number, ModelKey>):
 }
 
 describe("active segment properties", () => {
-  it("match a naive model across seeds: few and many keys, few and many texts, keys past their arena slot", () => {
+  it("match a naive model across seeds: few and many keys, few and many texts, keys past their arena slot", async () => {
     for (let seed = 1; seed <= 60; seed++) {
       const random = new Random(seed);
       const keyCount = random.chance(0.5) ? random.integer(1, 8) : random.integer(100, 3000);
@@ -75,17 +75,17 @@ describe("active segment properties", () => {
       const spacing = random.chance(0.3) ? 1 << random.integer(4, 12) : 1;
       const keyIds = Array.from({ length: keyCount }, (_, index) => (spacing === 1 ? random.integer(0, 2 ** 32 - 1) : index * spacing));
       const { properties, model } = fill(random, random.integer(1, 2000), [...new Set(keyIds)], random.chance(0.5) ? 2 : 500);
-      expectSame(properties, model);
+      await expectSame(properties, model);
     }
   });
 
-  it("send a key with 2^16 entries or more as shared buffers, the rest packed, all intact", () => {
+  it("send a key with 2^16 entries or more as shared buffers, the rest packed, all intact", async () => {
     const random = new Random(7);
     const { properties, model } = fill(random, 140_000, [3, 5, 8, 13], 40, { keyId: 21, every: 2 });
     expect(model.get(21)!.rows.length).toBeGreaterThanOrEqual(1 << 16);
-    const message = properties.pack();
+    const message = await properties.pack();
     expect(message.shared.map((shared) => message.keyIds[shared.slot])).toEqual([21]);
-    expectSame(properties, model);
+    await expectSame(properties, model);
   });
 
   it("keep what a reader was given while entries are added after it", () => {
@@ -100,13 +100,30 @@ describe("active segment properties", () => {
     expect(readEntries(properties.entries(slot)).rows).toHaveLength(5000);
   });
 
-  it("take a million keys of one entry each", () => {
+  it("send texts longer in total than one joined part holds, each intact", async () => {
+    const properties = new ActiveProperties();
+    const model = new Map<number, ModelKey>();
+    // 300 texts of 60 000 UTF-16 units (an emoji is two) pass the 2²⁴-unit part bound once.
+    for (let row = 0; row < 300; row++) {
+      const keyId = row % 3;
+      const text = `${row}:${"😀".repeat(30_000)}`.slice(0, 60_000);
+      properties.add(properties.slotFor(keyId), row, text);
+      if (!model.has(keyId)) model.set(keyId, { rows: [], texts: [] });
+      model.get(keyId)!.rows.push(row);
+      model.get(keyId)!.texts.push(text);
+    }
+    const message = await properties.pack();
+    expect(message.textParts.length).toBeGreaterThan(1);
+    await expectSame(properties, model);
+  });
+
+  it("take a million keys of one entry each", async () => {
     const properties = new ActiveProperties();
     for (let keyId = 0; keyId < 1_000_000; keyId++) properties.add(properties.slotFor(keyId * 7), keyId, `value ${keyId}`);
     expect(properties.keyCount).toBe(1_000_000);
     for (const keyId of [0, 1, 65_535, 999_999]) expect(readEntries(properties.entries(properties.slotOf(keyId * 7)))).toEqual({ rows: [keyId], texts: [`value ${keyId}`] });
     expect(properties.slotOf(5)).toBe(-1);
-    const unpacked = unpackPropertyEntries(properties.pack());
+    const unpacked = unpackPropertyEntries(await properties.pack());
     expect(unpacked).toHaveLength(1_000_000);
     expect(unpacked[123_456].texts).toEqual(["", "value 123456"]);
   });

@@ -24,7 +24,7 @@ const workspaceId = "feedc0de12345678";
 const dayStartMs = Date.UTC(2024, 2, 1);
 
 /** Seals inline exactly as the pool's worker does (src/workers/worker.ts runSeal). */
-function sealInline(segment: ActiveSegment, directory: string): LoadSegmentResult {
+async function sealInline(segment: ActiveSegment, directory: string): Promise<LoadSegmentResult> {
   const rows = segment.rowCount;
   return sealSegment({
     directory,
@@ -35,7 +35,7 @@ function sealInline(segment: ActiveSegment, directory: string): LoadSegmentResul
     eventIds: new Uint32Array(segment.event.buffer, 0, rows),
     uuidPresent: new Uint8Array(segment.uuidPresent.buffer, 0, rows),
     uuidBytes: new Uint8Array(segment.uuid.buffer, 0, rows * 16),
-    properties: unpackPropertyEntries(segment.properties.pack()),
+    properties: unpackPropertyEntries(await segment.properties.pack()),
     fsync: false,
   });
 }
@@ -55,8 +55,8 @@ const noMergeTasks: StoreTasks = { ...inlineTasks, merge: () => Promise.reject(n
 
 /** Seals (so the files exist) but never reports back: the checkpoint stops before publishing. */
 const stalledTasks: StoreTasks = {
-  seal: (segment, directory) => {
-    sealInline(segment, directory);
+  seal: async (segment, directory) => {
+    await sealInline(segment, directory);
     return new Promise<LoadSegmentResult>(() => {});
   },
   load: async (directory) => loadSegment(directory),
