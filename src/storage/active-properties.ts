@@ -26,7 +26,11 @@ const arenaSlotWords = arenaEntriesPerSlot * 2;
 const arenaSlotsPerBufferMax = 1024;
 /** Keys with at least this many entries travel to the sealing worker as shared handles, not copied. */
 const sharedEntriesMin = 1 << 16;
-const emptyPosition = -1;
+/**
+ * Slots moved into a growing table per call of slotFor: the move ends after a
+ * quarter of the inserts that would make the new table half full.
+ */
+const slotsMovedPerCall = 8;
 /** Longest pack() holds the main thread at a time, and the slots it packs between looks at the clock. */
 const packSliceMs = 8;
 const packClockSlots = 1024;
@@ -67,9 +71,19 @@ export class ActiveProperties {
   private readonly ownBuffersOf = new Map<number, OwnBuffers>();
   private readonly arena: Uint32Array<SharedArrayBuffer>[] = [];
   private arenaSlotsFree = 0;
-  /** keyId → slot, open addressing; a position holds a slot or emptyPosition. */
-  private positions = new Int32Array(32).fill(emptyPosition);
+  /**
+   * keyId → slot + 1 (0: empty), open addressing. The table grows by moving
+   * its slots a few at a time, not at once: rehashing two million keys held
+   * the main thread ~150 ms. While it grows, slots not moved yet are found in
+   * the previous table.
+   */
+  private positions = new Int32Array(32);
   private positionBits = 5;
+  private previousPositions: Int32Array | undefined;
+  private previousPositionBits = 0;
+  /** Slots [slotsMoved, slotsToMove) are still only in previousPositions. */
+  private slotsMoved = 0;
+  private slotsToMove = 0;
 
   get keyCount(): number {
     return this.slotCount;
@@ -77,28 +91,22 @@ export class ActiveProperties {
 
   /** The key's slot, or -1 when this segment has no value of it. */
   slotOf(keyId: number): number {
-    const mask = this.positions.length - 1;
-    for (let position = this.home(keyId); ; position = (position + 1) & mask) {
-      const slot = this.positions[position];
-      if (slot === emptyPosition || this.keyIdOf[slot] === keyId) return slot;
-    }
+    const slot = this.lookUp(this.positions, this.positionBits, keyId);
+    if (slot >= 0 || this.previousPositions === undefined) return slot;
+    return this.lookUp(this.previousPositions, this.previousPositionBits, keyId);
   }
 
   /** The key's slot, made when it has none. */
   slotFor(keyId: number): number {
-    const mask = this.positions.length - 1;
-    let position = this.home(keyId);
-    for (; ; position = (position + 1) & mask) {
-      const slot = this.positions[position];
-      if (slot === emptyPosition) break;
-      if (this.keyIdOf[slot] === keyId) return slot;
-    }
+    if (this.previousPositions !== undefined) this.moveSlots(slotsMovedPerCall);
+    const existing = this.slotOf(keyId);
+    if (existing >= 0) return existing;
     const slot = this.slotCount++;
     if (slot === this.keyIdOf.length) this.growSlots();
     this.keyIdOf[slot] = keyId;
     this.takeArenaSlot(slot);
     this.firstTextOf.push("");
-    this.positions[position] = slot;
+    this.place(slot);
     if (this.slotCount * 2 > this.positions.length) this.growPositions();
     return slot;
   }
@@ -247,8 +255,22 @@ export class ActiveProperties {
     return this.entryCountOf[slot] === 0 ? [""] : ["", this.firstTextOf[slot]];
   }
 
-  private home(keyId: number): number {
-    return Math.imul(keyId, 0x9e3779b1) >>> (32 - this.positionBits);
+  private lookUp(positions: Int32Array, bits: number, keyId: number): number {
+    const mask = positions.length - 1;
+    for (let position = home(keyId, bits); ; position = (position + 1) & mask) {
+      const stored = positions[position];
+      if (stored === 0) return -1;
+      if (this.keyIdOf[stored - 1] === keyId) return stored - 1;
+    }
+  }
+
+  /** Puts a slot in the current table (its key is in neither table's moved part yet). */
+  private place(slot: number): void {
+    const positions = this.positions;
+    const mask = positions.length - 1;
+    let position = home(this.keyIdOf[slot], this.positionBits);
+    while (positions[position] !== 0) position = (position + 1) & mask;
+    positions[position] = slot + 1;
   }
 
   private growSlots(): void {
@@ -259,15 +281,22 @@ export class ActiveProperties {
     this.arenaWordOf = grown(this.arenaWordOf, capacity);
   }
 
+  /** A table twice as large; the slots so far move into it over the next calls of slotFor. */
   private growPositions(): void {
+    if (this.previousPositions !== undefined) this.moveSlots(this.slotsToMove);
+    this.previousPositions = this.positions;
+    this.previousPositionBits = this.positionBits;
     this.positionBits++;
-    this.positions = new Int32Array(1 << this.positionBits).fill(emptyPosition);
-    const mask = this.positions.length - 1;
-    for (let slot = 0; slot < this.slotCount; slot++) {
-      let position = this.home(this.keyIdOf[slot]);
-      while (this.positions[position] !== emptyPosition) position = (position + 1) & mask;
-      this.positions[position] = slot;
-    }
+    this.positions = new Int32Array(1 << this.positionBits);
+    this.slotsMoved = 0;
+    this.slotsToMove = this.slotCount;
+  }
+
+  private moveSlots(count: number): void {
+    const end = Math.min(this.slotsMoved + count, this.slotsToMove);
+    for (let slot = this.slotsMoved; slot < end; slot++) this.place(slot);
+    this.slotsMoved = end;
+    if (end === this.slotsToMove) this.previousPositions = undefined;
   }
 
   private takeArenaSlot(slot: number): void {
@@ -302,6 +331,10 @@ export class ActiveProperties {
     this.ownBuffersOf.set(slot, grownBuffers);
     return grownBuffers;
   }
+}
+
+function home(keyId: number, bits: number): number {
+  return Math.imul(keyId, 0x9e3779b1) >>> (32 - bits);
 }
 
 function grown(array: Uint32Array<ArrayBuffer>, capacity: number): Uint32Array<ArrayBuffer> {
