@@ -505,7 +505,16 @@ export class Store {
       this.apply(workspace, chunk);
       return undefined;
     }
-    const applied = (workspace.applying ?? Promise.resolve()).then(() => this.applyInSlices(workspace, chunk));
+    const applied = (workspace.applying ?? Promise.resolve())
+      .then(() => this.applyInSlices(workspace, chunk))
+      .catch((error: unknown) => {
+        // As when an apply at once throws inside the WAL's callback: the process stops rather than
+        // serve from memory that no longer matches the WAL, which the next start replays.
+        setImmediate(() => {
+          throw error;
+        });
+        throw error;
+      });
     workspace.applying = applied;
     const clear = () => {
       if (workspace.applying === applied) workspace.applying = undefined;
