@@ -63,8 +63,9 @@ const applyAtOnceKeysMax = 4_096;
 const applyAtOnceEntriesMax = 65_536;
 /** Longest the main thread applies one chunk without letting other work run. */
 const applySliceMs = 8;
-/** Keys applied between looks at the clock (a power of two). */
+/** Keys, and entries, applied between looks at the clock. */
 const applyClockKeys = 256;
+const applyClockEntries = 16_384;
 
 /** Where each row of a chunk being applied went. */
 interface AppliedRows {
@@ -587,6 +588,8 @@ export class Store {
     const { rowSegment, rowIndex } = rows;
     const keyCount = chunk.keyStrings.length;
     let key = firstKey;
+    let keysSinceClock = 0;
+    let entriesSinceClock = 0;
     while (key < keyCount) {
       const keyId = workspace.keys.intern(chunk.string(chunk.keyStrings[key]));
       // A key's entries are in row order, so mostly in one day's segment: its slot is looked up once per run.
@@ -601,8 +604,13 @@ export class Store {
         }
         rows.textsAdded += properties.add(slot, rowIndex[row], chunk.string(chunk.entryValues[entry]));
       }
+      entriesSinceClock += chunk.entryStarts[key + 1] - chunk.entryStarts[key];
       key++;
-      if ((key & (applyClockKeys - 1)) === 0 && performance.now() > deadline) break;
+      if (++keysSinceClock >= applyClockKeys || entriesSinceClock >= applyClockEntries) {
+        if (performance.now() > deadline) break;
+        keysSinceClock = 0;
+        entriesSinceClock = 0;
+      }
     }
     return key;
   }
