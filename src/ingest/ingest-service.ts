@@ -88,6 +88,7 @@ export class IngestService {
 
   /** One /ingest/batch body; `body` is transferred to the pool. */
   async batch(body: ArrayBuffer, gzip: boolean, receivedAtMs: number): Promise<IngestReply> {
+    this.store.noteIngest(receivedAtMs);
     if (this.saturated()) return { ok: false, error: overloaded };
     let result: IngestTaskResult;
     try {
@@ -108,6 +109,7 @@ export class IngestService {
    * hundreds of bodies per task rather than a few keep it free for HTTP.
    */
   single(bytes: Uint8Array, gzip: boolean, receivedAtMs: number): Promise<IngestReply> {
+    this.store.noteIngest(receivedAtMs);
     if (this.saturated()) return Promise.resolve({ ok: false, error: overloaded });
     return new Promise((resolve) => {
       this.gathered.push({ bytes, gzip, receivedAtMs, resolve });

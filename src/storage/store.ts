@@ -281,7 +281,13 @@ export class Store {
   rowsApplied = 0;
   private commitSequence = 0;
   private closing = false;
-  private lastCommitAtMs = 0;
+  /**
+   * When ingest last did something: a commit, or a request (noteIngest), even
+   * one that stores nothing. Idle work — the idle checkpoint, merging every
+   * day — waits until this is a few seconds old: refused 20 MiB bodies keep a
+   * worker busy too, and a merge beside them doubled their answer time.
+   */
+  private lastIngestAtMs = 0;
   private mergeRunning: Promise<void> | undefined;
   private mergeWanted = false;
   /** A merge pass left a day unmerged because ingest was busy; the idle timer runs another. */
@@ -389,9 +395,9 @@ export class Store {
     let lastCheckpointAtMs = Date.now();
     this.checkpointTimer = setInterval(() => {
       const nowMs = Date.now();
-      if (this.mergesDeferred && nowMs - this.lastCommitAtMs >= limits.checkpointIdleMs) this.scheduleMerges();
+      if (this.mergesDeferred && nowMs - this.lastIngestAtMs >= limits.checkpointIdleMs) this.scheduleMerges();
       if (this.rowsSinceCheckpoint === 0 && this.unsealed.length === 0) return;
-      if (nowMs - this.lastCommitAtMs < limits.checkpointIdleMs && nowMs - lastCheckpointAtMs < limits.checkpointIntervalMs) return;
+      if (nowMs - this.lastIngestAtMs < limits.checkpointIdleMs && nowMs - lastCheckpointAtMs < limits.checkpointIntervalMs) return;
       lastCheckpointAtMs = nowMs;
       this.checkpointSoon();
     }, Math.min(1000, limits.checkpointIntervalMs, limits.checkpointIdleMs));
@@ -477,7 +483,7 @@ export class Store {
     const settled = durable.then(
       () => {
         this.commitsInFlight.delete(commitId);
-        this.lastCommitAtMs = Date.now();
+        this.lastIngestAtMs = Date.now();
         if (this.checkpointDue()) this.checkpointSoon();
       },
       (error: unknown) => {
@@ -922,6 +928,11 @@ export class Store {
       });
   }
 
+  /** Counts an ingest request as activity, whatever it stores (see lastIngestAtMs). */
+  noteIngest(atMs: number): void {
+    if (atMs > this.lastIngestAtMs) this.lastIngestAtMs = atMs;
+  }
+
   /** Merges every day that holds several sealed segments into one now, busy or not (maintenance, tests). */
   async mergeAll(): Promise<void> {
     while (this.mergeRunning) await this.mergeRunning;
@@ -930,7 +941,7 @@ export class Store {
   }
 
   /** Merges every day that holds more than one sealed segment into one segment (see busyMergeSegmentsMin). */
-  private async runMerges(busy = Date.now() - this.lastCommitAtMs < limits.checkpointIdleMs): Promise<void> {
+  private async runMerges(busy = Date.now() - this.lastIngestAtMs < limits.checkpointIdleMs): Promise<void> {
     this.removeAbandonedSegments();
     this.mergesDeferred = false;
     for (const workspace of [...this.workspaces.values()]) {
