@@ -14,14 +14,11 @@
  * JSON.parse builds every array (~0.3 µs) and key (1–3 µs in objects of a
  * million), so 1–5 s on the key-heavy ones.
  */
-import { spawn } from "node:child_process";
-import { mkdtempSync, rmSync } from "node:fs";
-import { availableParallelism, tmpdir } from "node:os";
-import { join } from "node:path";
-import { createInterface } from "node:readline";
-import { fileURLToPath } from "node:url";
+import { availableParallelism } from "node:os";
+import { resolve } from "node:path";
 import { isDeepStrictEqual } from "node:util";
 import { costlyBodies, manyNewKeysBody } from "../fixtures/costly-bodies.js";
+import { startEventide } from "../suite/target.js";
 import { ChunkBuilder } from "../../src/ingest/chunk-codec.js";
 import { type IngestParser, validateBody } from "../../src/ingest/event-validation.js";
 import { limits } from "../../src/config/limits.js";
@@ -52,34 +49,6 @@ for (const costly of costlyBodies) {
   if (!same) process.exitCode = 1;
 }
 
-/** The server of this repository on a fresh data directory; resolves once it prints its listening line. */
-async function startServer(): Promise<{ ingestUrl: string; apiKey: string; stop: () => Promise<void> }> {
-  const dataDir = mkdtempSync(join(tmpdir(), "eventide-costly-"));
-  const main = fileURLToPath(new URL("../../src/main.js", import.meta.url));
-  const child = spawn(process.execPath, [main], { env: { ...process.env, EVENTIDE_DATA_DIR: dataDir, EVENTIDE_QUERY_PORT: "0", EVENTIDE_INGEST_PORT: "0" }, stdio: ["ignore", "pipe", "inherit"] });
-  const exited = new Promise<void>((resolve) => child.once("exit", () => resolve()));
-  let apiKey: string | undefined;
-  for await (const line of createInterface({ input: child.stdout! })) {
-    let printed: { event?: string; apiKey?: string; ingestUrl?: string };
-    try {
-      printed = JSON.parse(line) as typeof printed;
-    } catch {
-      continue; // Not every stdout line need be JSON.
-    }
-    apiKey ??= printed.apiKey;
-    if (printed.event === "listening") {
-      const stop = async () => {
-        child.kill("SIGTERM");
-        await exited;
-        rmSync(dataDir, { recursive: true, force: true });
-      };
-      if (apiKey === undefined) throw new Error("the server printed no apiKey for its default workspace");
-      return { ingestUrl: printed.ingestUrl!, apiKey, stop };
-    }
-  }
-  throw new Error("the server exited before listening");
-}
-
 /** Requests a 404 every 5 ms until stopped; returns each wait in ms. */
 function probe(url: string): { stop: () => Promise<number[]> } {
   const waits: number[] = [];
@@ -106,7 +75,8 @@ function median(values: number[]): number {
   return sorted[Math.floor(sorted.length / 2)];
 }
 
-const server = await startServer();
+// dist/bench/ingest → the repository root, whose dist/src/main.js the suite's helper starts on a fresh data directory.
+const server = await startEventide({ repositoryRoot: resolve(import.meta.dirname, "..", "..", ".."), workers: undefined, keepData: false });
 // The first request of this process sets up its HTTP client (a few hundred ms): not the server's doing.
 await (await fetch(`${server.ingestUrl}/not-a-route`)).arrayBuffer();
 console.log(`\nend to end: each body posted ${runs} times to a fresh server (${availableParallelism()} cores); a probe requests a 404 every 5 ms meanwhile`);
@@ -133,3 +103,4 @@ for (const { name, body, answer } of endToEnd) {
   if (!right) process.exitCode = 1;
 }
 await server.stop();
+server.cleanup();
