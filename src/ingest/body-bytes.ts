@@ -19,7 +19,8 @@
  * - an `events` array longer than the batch limit keeps its length but only its
  *   first elements;
  * - `properties` with more keys than can print within the limit keep only
- *   those validation reads before refusing them.
+ *   those validation reads before refusing them (when no member can be
+ *   refused by itself: the first keys written, each with its first value).
  * Syntax is checked everywhere, as JSON.parse checks it; the caller has already
  * checked that the bytes are UTF-8.
  */
@@ -93,7 +94,10 @@ const point = 0x2e;
 
 /** Fields of an event that validation reads (SPEC §2), and of a body besides them. */
 const eventFields = new Set(["event", "distinctId", "timestamp", "properties", "uuid"]);
-const fieldNameBytesMax = Math.max(..."apiKey events".split(" ").concat([...eventFields]).map((name) => name.length));
+/** Every field name validation reads, with its UTF-8 bytes (all ASCII). */
+const fieldNames = ["apiKey", "events", ...eventFields].map((name) => ({ name, bytes: Buffer.from(name, "latin1") }));
+/** What parseFieldName answers for a name that is none of them: no field name holds a backslash. */
+const unknownFieldName = "\\";
 
 const emptyArrayStandIn: readonly unknown[] = Object.freeze([]);
 const emptyObjectStandIn: object = Object.freeze(Object.create(null) as object);
@@ -116,6 +120,10 @@ const printedContainersMax = Math.floor(limits.propertiesBytesMax / 2);
  */
 const rewriteHeaderSlots = 2;
 const rewriteMemberSlots = 2;
+/** In place of a rewrite record: an object of scalars whose kept members are found when it is printed. */
+const rewriteDeferred = -2;
+/** rewriteAt's answer for an object that prints longer than what is left of the budget. */
+const printsTooLong = -3;
 
 const memberSlots = 5;
 /** Index keys up to this many are sorted packed as value × this + place. */
@@ -171,6 +179,8 @@ class BodyParser {
   private objectCount = 0;
   private rewriteArena = new Int32Array(256);
   private rewriteTop = 0;
+  /** The bytes the tracked value may print as, when it is scanned to be printed (printValue). */
+  private scanBudget = Number.POSITIVE_INFINITY;
   // closeSimpleObject's scratch, one slot per member (at most simpleObjectMembersMax).
   private readonly entryKeyAts = new Int32Array(simpleObjectMembersMax);
   private readonly entryValueAts = new Int32Array(simpleObjectMembersMax);
@@ -276,6 +286,8 @@ class BodyParser {
     // First pass: syntax, and each member's key token and value offset.
     const bytes = this.bytes;
     let top = 0;
+    /** Whether some member might be refused by itself (see refusedByItself); false when none can be. */
+    let mayRefuseOne = false;
     this.position++;
     this.skipWhitespace();
     if (this.peek() === closeBrace) {
@@ -287,13 +299,21 @@ class BodyParser {
         if (top + propertyRecordSlots > this.propertyRecords.length) this.propertyRecords = doubled(this.propertyRecords);
         const keyStart = this.position;
         this.position = this.stringEnd(keyStart);
+        if (this.stringEscaped && !this.wellFormedString(keyStart, this.position)) mayRefuseOne = true;
         this.propertyRecords[top] = keyStart;
         this.propertyRecords[top + 1] = this.position;
         this.expect(colon);
         this.skipWhitespace();
-        this.propertyRecords[top + 2] = this.position;
+        const valueStart = this.position;
+        this.propertyRecords[top + 2] = valueStart;
         top += propertyRecordSlots;
         this.skipValue();
+        if (bytes[valueStart] === quote) {
+          if (this.stringEscaped && !this.wellFormedString(valueStart, this.position)) mayRefuseOne = true;
+        } else if (this.position - valueStart > 2 * printedContainersMax && (bytes[valueStart] === openBracket || bytes[valueStart] === openBrace)) {
+          // Each container is at least two bytes: a shorter value cannot hold too many.
+          mayRefuseOne = true;
+        }
         this.skipWhitespace();
         const next = bytes[this.position++];
         if (next === closeBrace) break;
@@ -302,10 +322,24 @@ class BodyParser {
     }
     const end = this.position;
     const records = this.propertyRecords;
-    const kept = this.keepMembers(records, 0, top, propertyRecordSlots);
-    // Printing a value reuses keepMembers' scratch.
-    const firsts = this.keptFirsts.slice(0, kept);
-    const lasts = this.keptLasts.slice(0, kept);
+    const count = top / propertyRecordSlots;
+    let kept: number;
+    let firsts: Int32Array;
+    let lasts: Int32Array;
+    if (!mayRefuseOne && count >= propertiesBuiltMax && this.keyTable.holdsDistinct(bytes, records, 0, propertyRecordSlots, count, propertiesBuiltMax)) {
+      // Too many keys to print within the limit, and no member validation would refuse by
+      // itself: validation refuses these properties for their size whichever members it reads
+      // and in whatever order. So only the first keys found are built, each with its first
+      // value, and the rest (2 M keys in a 20 MiB body) are neither grouped nor sorted.
+      kept = propertiesBuiltMax;
+      firsts = this.keyTable.firstOf.slice(0, kept).map((member) => member * propertyRecordSlots);
+      lasts = firsts;
+    } else {
+      kept = this.keepMembers(records, 0, top, propertyRecordSlots);
+      // Printing a value reuses keepMembers' scratch.
+      firsts = this.keptFirsts.slice(0, kept);
+      lasts = this.keptLasts.slice(0, kept);
+    }
     const target = Object.create(null) as Record<string, unknown>;
     // Once the values printed so far pass the limit, the properties are refused for their size
     // unless a member is refused by itself: later values are scanned for that, not printed.
@@ -447,19 +481,19 @@ class BodyParser {
   }
 
   /**
-   * A member name at a level where only a few field names matter: exact for
-   * unescaped names; an escaped one is decoded only when short enough to be a
-   * field name, else a text that names no field (no field name holds a
-   * backslash, which canonical forms of longer or odd names may).
+   * A member name at a level where only a few field names matter: the field
+   * it spells, or unknownFieldName. Names are compared as bytes (an escaped one
+   * in its canonical form), not made into strings: an event may hold 2 M
+   * fields nobody reads.
    */
   private parseFieldName(): string {
     const start = this.position;
     this.position = this.stringEnd(start);
-    if (!this.stringEscaped) return this.text.toString("utf8", start + 1, this.position - 1);
+    if (!this.stringEscaped) return fieldNameOf(this.bytes, start + 1, this.position - 1);
     const scratch = this.canonicalScratch;
     scratch.length = 0;
     writeCanonicalString(this.bytes, start, this.position, scratch);
-    return scratch.length > fieldNameBytesMax ? "\\" : Buffer.from(scratch.bytes.buffer, 0, scratch.length).toString("utf8");
+    return fieldNameOf(scratch.bytes, 0, scratch.length);
   }
 
   private parseString(): string {
@@ -540,6 +574,16 @@ class BodyParser {
       position = skipWhitespaceAt(bytes, position);
       let byte = bytes[position];
       let valueContainers = 0;
+      if (byte === openBracket && !track && bytes[position + 1] === openBracket) {
+        // A run of `[[[…` only syntax-checked, as the deepest bodies hold: a store per level.
+        // The run's last bracket is read below like any other (it may open an empty array).
+        let kinds = this.frameKinds;
+        do {
+          if (depth === kinds.length) kinds = this.frameKinds = doubled(kinds);
+          kinds[depth++] = frameArray;
+          position++;
+        } while (bytes[position + 1] === openBracket);
+      }
       if (byte === openBracket || byte === openBrace) {
         if (track) {
           if (openObjects === 0 && ++keptForSure > printedContainersMax) {
@@ -590,7 +634,15 @@ class BodyParser {
         }
         if (byte !== (isArray ? closeBracket : closeBrace)) throw syntaxError;
         depth--;
-        if (!track) continue;
+        if (!track) {
+          // Likewise a run of `]]]…`: a load and a compare per level.
+          const kinds = this.frameKinds;
+          while (depth > 0 && bytes[position] === closeBracket && kinds[depth - 1] === frameArray) {
+            depth--;
+            position++;
+          }
+          continue;
+        }
         if (isArray) {
           valueContainers = 1 + this.frameContainers[frame];
           continue;
@@ -672,14 +724,82 @@ class BodyParser {
     const count = (top - base) / memberSlots;
     if (count === 0) return 0;
     if (count === 1) return members[base + 4];
+    let containers = 0;
+    for (let at = base + 4; at < top; at += memberSlots) containers += members[at];
+    // Only scalars: it holds no containers whichever members are kept, so which are kept and in
+    // what order is worked out if it is printed (printedOrder). Many never are: a member dropped
+    // by a duplicate key, or past the limit, is not, and a 20 MiB body may hold 600 k of them.
+    if (containers === 0) {
+      // The value itself is printed next: when it has too many keys to fit, that is known now,
+      // while its members are at hand, rather than by reading them all again.
+      const tooLong = frame === 0 && this.tooManyKeysToPrint(base, top, this.scanBudget);
+      this.objectRewrites[this.frameObjectSlots[frame]] = tooLong ? printsTooLong : rewriteDeferred;
+      return 0;
+    }
+    return this.keptContainers(this.frameObjectSlots[frame], base, top, end);
+  }
+
+  /**
+   * The containers an object's kept members hold, its members being
+   * `members[base, top)`; records the object in the rewrite arena when its
+   * printed members differ from its written ones.
+   */
+  private keptContainers(slot: number, base: number, top: number, end: number): number {
+    const members = this.members;
+    const count = (top - base) / memberSlots;
     let simple = count <= simpleObjectMembersMax;
     let keyBytes = 0;
     for (let at = base; simple && at < top; at += memberSlots) {
       keyBytes += members[at + 1] - members[at];
       if (keyBytes > simpleObjectKeyBytesMax || this.hasEscape(members[at], members[at + 1])) simple = false;
     }
-    const slot = this.frameObjectSlots[frame];
     return simple ? this.closeSimpleObject(slot, base, top, end) : this.closeObjectByTable(slot, base, top, end);
+  }
+
+  /**
+   * The rewrite record of the object of only scalars at `start` (tracked slot
+   * `slot`) whose kept members closeObject left to be worked out when printed:
+   * its members are read again (syntax was checked) and kept as closeObject
+   * would have. Returns -1 when it prints as written, and printsTooLong when
+   * it has so many distinct keys that it prints longer than `budget` bytes.
+   */
+  private printedOrder(slot: number, start: number, budget: number): number {
+    const bytes = this.bytes;
+    this.memberTop = 0;
+    let position = skipWhitespaceAt(bytes, start + 1);
+    for (;;) {
+      position = this.scanKey(0, position, true);
+      const byte = bytes[position];
+      let valueEnd: number;
+      if (byte === quote) valueEnd = this.stringEnd(position);
+      else if (byte === 0x74 || byte === 0x6e) valueEnd = position + 4;
+      else if (byte === 0x66) valueEnd = position + 5;
+      else valueEnd = this.numberEnd(position);
+      this.pushMember(0, valueEnd, 0);
+      position = skipWhitespaceAt(bytes, valueEnd);
+      // The scan found a comma or the closing brace here.
+      if (bytes[position++] === closeBrace) break;
+      position = skipWhitespaceAt(bytes, position);
+    }
+    this.objectRewrites[slot] = -1;
+    const top = this.memberTop;
+    this.memberTop = 0;
+    if (this.tooManyKeysToPrint(0, top, budget)) return printsTooLong;
+    this.keptContainers(slot, 0, top, position);
+    return this.objectRewrites[slot];
+  }
+
+  /**
+   * Whether the members `members[base, top)` spell so many distinct keys that
+   * their object prints longer than `budget` bytes. Keys are told apart only
+   * until there are that many: a 20 MiB object of 2 M keys needs 13 k, not all.
+   */
+  private tooManyKeysToPrint(base: number, top: number, budget: number): boolean {
+    // n distinct keys print as at least 5n + 1 bytes: `{`, then per member a key of two quotes
+    // and a byte (but for one empty key), a colon, a one-byte value and a comma or the `}`.
+    const distinctTooMany = Math.floor(Math.max(0, budget - 1) / 5) + 1;
+    const count = (top - base) / memberSlots;
+    return count >= distinctTooMany && this.keyTable.holdsDistinct(this.bytes, this.members, base, memberSlots, count, distinctTooMany);
   }
 
   /**
@@ -887,14 +1007,20 @@ class BodyParser {
     values.set(sorted);
   }
 
-  /** The arena record of the tracked object starting at `start`, or -1 when it prints as written. */
-  private rewriteAt(start: number): number {
+  /**
+   * The arena record of the tracked object starting at `start`, -1 when it
+   * prints as written, or printsTooLong when it prints longer than `budget`.
+   */
+  private rewriteAt(start: number, budget: number): number {
     let low = 0;
     let high = this.objectCount - 1;
     while (low <= high) {
       const middle = (low + high) >>> 1;
       const middleStart = this.objectStarts[middle];
-      if (middleStart === start) return this.objectRewrites[middle];
+      if (middleStart === start) {
+        const rewrite = this.objectRewrites[middle];
+        return rewrite === rewriteDeferred ? this.printedOrder(middle, start, budget) : rewrite;
+      }
       if (middleStart < start) low = middle + 1;
       else high = middle - 1;
     }
@@ -926,7 +1052,9 @@ class BodyParser {
    */
   private printValue(budget: number): PrintedValue {
     const start = this.position;
+    this.scanBudget = budget;
     const containers = this.scanValue(true);
+    this.scanBudget = Number.POSITIVE_INFINITY;
     if (containers > printedContainersMax) return new PrintedValue(undefined, true);
     const end = this.position;
     const printed = budget < 0 ? undefined : this.print(start, budget);
@@ -968,7 +1096,8 @@ class BodyParser {
       let position = frame.position;
       position = skipWhitespaceAt(bytes, position);
       const byte = bytes[position];
-      const rewrite = byte === openBrace ? this.rewriteAt(position) : -1;
+      const rewrite = byte === openBrace ? this.rewriteAt(position, budget - this.output.length) : -1;
+      if (rewrite === printsTooLong) return undefined;
       if (rewrite >= 0) {
         frame.position = this.rewriteArena[rewrite];
         streams.push({ rewrite, member: 0 });
@@ -1049,6 +1178,17 @@ class BodyParser {
     if (plainInteger) this.emitBytes(start, end);
     else this.emitText(JSON.stringify(Number(this.text.toString("latin1", start, end))));
   }
+}
+
+/** The field name that bytes[start, end) spell, or unknownFieldName. */
+function fieldNameOf(bytes: Uint8Array, start: number, end: number): string {
+  for (const field of fieldNames) {
+    if (field.bytes.length !== end - start) continue;
+    let same = true;
+    for (let offset = 0; same && offset < field.bytes.length; offset++) same = bytes[start + offset] === field.bytes[offset];
+    if (same) return field.name;
+  }
+  return unknownFieldName;
 }
 
 /** Where `value` sits in ascending `sorted`, which holds it. */

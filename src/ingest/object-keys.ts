@@ -191,17 +191,7 @@ export class KeyTable {
   group(source: Uint8Array, records: Int32Array, base: number, stride: number, count: number): void {
     this.source = source;
     this.escapedKeys.length = 0;
-    if (count > this.firstOf.length) {
-      // Doubled, not fitted: objects of growing size would otherwise reallocate every time.
-      const size = Math.max(count, this.firstOf.length * 2);
-      this.firstOf = new Int32Array(size);
-      this.hashes = new Int32Array(size);
-      this.canonicalStarts = new Int32Array(size);
-      this.canonicalEnds = new Int32Array(size);
-      this.canonicalEscaped = new Uint8Array(size);
-      this.partitioned = new Int32Array(size);
-      this.partitionedHashes = new Int32Array(size);
-    }
+    this.reserve(count);
     if (count <= partitionMembersTarget) {
       // One table that fits in cache already: no partitions, nothing allocated.
       for (let member = 0; member < count; member++) {
@@ -242,6 +232,45 @@ export class KeyTable {
         this.firstOf[this.partitioned[at]] = this.firstMember(this.partitioned[at], this.partitionedHashes[at], capacity - 1);
       }
     }
+  }
+
+  /**
+   * Whether the members `records` holds (as for group) spell at least
+   * `distinct` different keys. Members are entered in written order into one
+   * table for `distinct` keys, which stays in cache, until that many are found.
+   * Afterwards firstOf[k] is the member that first spells the k-th key found.
+   */
+  holdsDistinct(source: Uint8Array, records: Int32Array, base: number, stride: number, count: number, distinct: number): boolean {
+    this.source = source;
+    this.escapedKeys.length = 0;
+    this.reserve(Math.min(count, distinct));
+    const capacity = tableCapacity(distinct);
+    if (capacity > this.slots.length) this.slots = new Int32Array(capacity);
+    this.slots.fill(0, 0, capacity);
+    let found = 0;
+    for (let member = 0; member < count; member++) {
+      const at = base + member * stride;
+      // Only keys not seen before are entered, numbered as found: the per-member arrays need `distinct` slots.
+      const hash = this.hashKey(found, records[at], records[at + 1]);
+      if (this.firstMember(found, hash, capacity - 1) !== found) continue;
+      this.firstOf[found] = member;
+      if (++found === distinct) return true;
+    }
+    return false;
+  }
+
+  /** Per-member arrays for `count` members. */
+  private reserve(count: number): void {
+    if (count <= this.firstOf.length) return;
+    // Doubled, not fitted: objects of growing size would otherwise reallocate every time.
+    const size = Math.max(count, this.firstOf.length * 2);
+    this.firstOf = new Int32Array(size);
+    this.hashes = new Int32Array(size);
+    this.canonicalStarts = new Int32Array(size);
+    this.canonicalEnds = new Int32Array(size);
+    this.canonicalEscaped = new Uint8Array(size);
+    this.partitioned = new Int32Array(size);
+    this.partitionedHashes = new Int32Array(size);
   }
 
   /** The array index member's key spells, or -1. */

@@ -79,6 +79,26 @@ const singleText = fc.oneof(
   fc.array(fc.tuple(whitespace, eventMember), { maxLength: 7 }).map((members) => `{"apiKey":"key"${members.map(([space, [key, value]]) => `,${space}${key}:${value}`).join("")}}`),
 );
 
+/** Values written as the deepest bodies are: runs of brackets around values, with objects of scalars among them. */
+const nestingText = fc.letrec<{ value: string; run: string; object: string }>((tie) => ({
+  value: fc.oneof({ depthSize: "small" }, scalarText, tie("run"), tie("object")),
+  run: fc
+    .tuple(fc.nat(40), fc.array(tie("value"), { maxLength: 3 }), whitespace)
+    .map(([depth, items, space]) => `${"[".repeat(depth + 1)}${space}${items.join(",")}${"]".repeat(depth + 1)}`),
+  object: fc.array(fc.tuple(fc.constantFrom('"a"', '"0"', '"1"', '"b"'), tie("value")), { maxLength: 4 }).map((entries) => `{${entries.map(([key, value]) => `${key}:${value}`).join(",")}}`),
+})).value;
+/** One closing bracket or brace swapped for the other. */
+const misclosed = (text: fc.Arbitrary<string>) =>
+  fc.tuple(text, fc.nat()).map(([body, pick]) => {
+    const closers = [...body.matchAll(/[\]}]/g)].map((match) => match.index);
+    if (closers.length === 0) return body;
+    const at = closers[pick % closers.length];
+    return body.slice(0, at) + (body[at] === "]" ? "}" : "]") + body.slice(at + 1);
+  });
+const nestingBatchText = fc
+  .tuple(nestingText, nestingText)
+  .map(([extra, value]) => `{"apiKey":"key","extra":${extra},"events":[{"event":"signup","distinctId":"user-1","properties":{"v":${value}}}]}`);
+
 /** The text cut short, or one byte replaced by a character that matters to JSON's grammar. */
 const damaged = (text: fc.Arbitrary<string>) =>
   fc.tuple(text, fc.nat(), fc.constantFrom("cut", "replace", "insert"), fc.constantFrom(..."{}[],:\"\\ 0-e.tn\u0000\u001f".split(""))).map(([body, at, how, character]) => {
@@ -110,6 +130,14 @@ describe("parsing ingest bodies from bytes", () => {
       fc.property(damaged(singleText), (text) => expectSameAnswer(text, "single")),
       { numRuns: 500 },
     );
+  });
+
+  it("reads runs of brackets, closed right or wrong, and objects of scalars inside them as JSON.parse does", () => {
+    acceptedEventCount = 0;
+    fc.assert(fc.property(nestingBatchText, (text) => expectSameAnswer(text, "batch")), { numRuns: 1000 });
+    expect(acceptedEventCount, "events stored from 1 000 generated nestings").toBeGreaterThan(500);
+    fc.assert(fc.property(damaged(nestingBatchText), (text) => expectSameAnswer(text, "batch")), { numRuns: 1000 });
+    fc.assert(fc.property(misclosed(nestingBatchText), (text) => expectSameAnswer(text, "batch")), { numRuns: 1000 });
   });
 
   it("answers bodies that are not objects, empty, or only whitespace as JSON.parse does", () => {
@@ -178,6 +206,7 @@ describe("parsing ingest bodies from bytes", () => {
 
   it("answers properties with more keys than can print within the limit as JSON.parse does", () => {
     const keys = (count: number, spell: (index: number) => string) => Array.from({ length: count }, (_, index) => spell(index));
+    const printable = Array.from({ length: 95 }, (_, index) => String.fromCharCode(0x20 + index)).filter((character) => character !== '"' && character !== "\\");
     const plain = keys(20_000, (index) => `"k${index}":${index}`);
     const tooManyContainers = `[${"[],".repeat(limits.propertiesBytesMax / 2)}[]]`;
     const withMember = (members: string[], at: number, member: string) => [...members.slice(0, at), member, ...members.slice(at)];
@@ -195,6 +224,11 @@ describe("parsing ingest bodies from bytes", () => {
       [...keys(12_000, (index) => `"${(index * 7919) % 12_000}":${index}`), ...keys(12_000, (index) => `"x${index % 9000}":${index}`)],
       // Fewer keys than could print: stored, in JSON.parse's order, duplicates dropped.
       [...keys(3_000, (index) => `"${(index * 7) % 1000}":${index}`), ...keys(3_000, (index) => `"\\u0061${index % 2000}":"${index}"`)],
+      // As many two-letter keys as there are, which print within the limit.
+      keys(93 * 93, (index) => `"${printable[Math.floor(index / 93)]}${printable[index % 93]}":0`),
+      // More members than could print, but fewer keys: stored, each key with its last value.
+      keys(20_000, (index) => `"k${index % 5_000}":${index}`),
+      keys(20_000, (index) => `"${(index * 7) % 4_000}":${index}`),
       keys(2_000, (index) => `"${(index * 2_654_435_761) % 4_294_967_296}":${index}`), // index keys up to 2³² − 1, which is not one
       // Values printed past the limit together; a later member's own refusal still wins.
       [`"a":["${"x".repeat(40_000)}"]`, `"b":["${"y".repeat(40_000)}"]`, '"c":"\\ud800"'],
