@@ -128,7 +128,12 @@ const printsTooLong = -3;
 const memberSlots = 5;
 /** Index keys up to this many are sorted packed as value × this + place. */
 const packedSortCountMax = 2 ** 21;
-const propertyRecordSlots = 3;
+/** parseProperties' record of a member: key token start and end, value start, the containers the value keeps. */
+const propertyRecordSlots = 4;
+/** Properties with more members than this have the rest of their values scanned tracked only when built. */
+const propertiesTrackedMembersMax = 4096;
+/** A property record's containers when its value was only syntax-checked. */
+const untrackedContainers = -1;
 /**
  * Properties with this many distinct keys print longer than the limit: n
  * members print as at least 6n bytes (each a key of one byte or more, but for
@@ -179,7 +184,7 @@ class BodyParser {
   private objectCount = 0;
   private rewriteArena = new Int32Array(256);
   private rewriteTop = 0;
-  /** The bytes the tracked value may print as, when it is scanned to be printed (printValue). */
+  /** The most bytes a tracked value may print as (parseProperties' budget for any one value). */
   private scanBudget = Number.POSITIVE_INFINITY;
   // closeSimpleObject's scratch, one slot per member (at most simpleObjectMembersMax).
   private readonly entryKeyAts = new Int32Array(simpleObjectMembersMax);
@@ -283,9 +288,18 @@ class BodyParser {
    * them is built.
    */
   private parseProperties(): Record<string, unknown> {
-    // First pass: syntax, and each member's key token and value offset.
+    // First pass: syntax, and each member's key token and value offset. The values of the first
+    // members are scanned tracked, once: what each keeps and which of its objects print
+    // rewritten is recorded beside the others' (objects in start order), to be printed from if
+    // its member is kept. Past propertiesTrackedMembersMax members most values are never
+    // printed: the rest are only syntax-checked, and every value built is then scanned again,
+    // one at a time, as it is printed (trackValue drops what the others recorded).
     const bytes = this.bytes;
     let top = 0;
+    this.objectCount = 0;
+    this.rewriteTop = 0;
+    // Whatever is left for a value when it is printed, it is at most this.
+    this.scanBudget = printedBytesMax;
     /** Whether some member might be refused by itself (see refusedByItself); false when none can be. */
     let mayRefuseOne = false;
     this.position++;
@@ -305,12 +319,15 @@ class BodyParser {
         this.expect(colon);
         this.skipWhitespace();
         const valueStart = this.position;
+        const tracked = top < propertiesTrackedMembersMax * propertyRecordSlots;
+        const containers = tracked ? this.scanValue(true) : untrackedContainers;
+        if (!tracked) this.skipValue();
         this.propertyRecords[top + 2] = valueStart;
+        this.propertyRecords[top + 3] = containers;
         top += propertyRecordSlots;
-        this.skipValue();
         if (bytes[valueStart] === quote) {
           if (this.stringEscaped && !this.wellFormedString(valueStart, this.position)) mayRefuseOne = true;
-        } else if (this.position - valueStart > 2 * printedContainersMax && (bytes[valueStart] === openBracket || bytes[valueStart] === openBrace)) {
+        } else if (tracked ? containers > printedContainersMax : this.position - valueStart > 2 * printedContainersMax) {
           // Each container is at least two bytes: a shorter value cannot hold too many.
           mayRefuseOne = true;
         }
@@ -321,6 +338,7 @@ class BodyParser {
       }
     }
     const end = this.position;
+    this.scanBudget = Number.POSITIVE_INFINITY;
     const records = this.propertyRecords;
     const count = top / propertyRecordSlots;
     let kept: number;
@@ -348,15 +366,17 @@ class BodyParser {
       const keyStart = records[firsts[position]];
       const keyEnd = records[firsts[position] + 1];
       const valueStart = records[lasts[position] + 2];
+      const byte = bytes[valueStart];
+      const container = byte === openBracket || byte === openBrace;
+      const containers = container && count > propertiesTrackedMembersMax ? this.trackValue(valueStart, printedBytesMax - printedBytes) : records[lasts[position] + 3];
       // Past the members that fit, validation refuses these properties at the first member it
       // refuses by itself, or else for their size: only that member is built.
-      if (position >= propertiesBuiltMax && !this.refusedByItself(keyStart, keyEnd, valueStart)) continue;
+      if (position >= propertiesBuiltMax && !this.refusedByItself(keyStart, keyEnd, valueStart, containers)) continue;
       this.stringEnd(keyStart);
       const key = this.decodeString(keyStart, keyEnd);
       this.position = valueStart;
-      const byte = bytes[valueStart];
-      if (byte === openBracket || byte === openBrace) {
-        const value = this.printValue(printedBytesMax - printedBytes);
+      if (container) {
+        const value = this.printValue(valueStart, containers, printedBytesMax - printedBytes);
         printedBytes += value.text === undefined ? printedBytesMax + 1 : this.output.length;
         target[key] = value;
       } else {
@@ -369,18 +389,30 @@ class BodyParser {
   }
 
   /**
+   * Scans the value at `start` tracked, alone (what earlier values recorded is
+   * dropped), to be printed within `budget` bytes; returns its containers.
+   */
+  private trackValue(start: number, budget: number): number {
+    this.objectCount = 0;
+    this.rewriteTop = 0;
+    this.position = start;
+    this.scanBudget = budget;
+    const containers = this.scanValue(true);
+    this.scanBudget = Number.POSITIVE_INFINITY;
+    return containers;
+  }
+
+  /**
    * Whether validation refuses a property by itself, whatever the others hold:
    * a key or string value that is not well-formed UTF-16, or a value holding
    * more arrays and objects than a printed value may (event-validation.ts).
    */
-  private refusedByItself(keyStart: number, keyEnd: number, valueStart: number): boolean {
+  private refusedByItself(keyStart: number, keyEnd: number, valueStart: number, containers: number): boolean {
     // Raw UTF-8 holds no lone surrogate: only escaped strings need decoding to tell.
     if (!this.wellFormedString(keyStart, keyEnd)) return true;
     const byte = this.bytes[valueStart];
     if (byte === quote) return !this.wellFormedString(valueStart, this.stringEnd(valueStart));
-    if (byte !== openBracket && byte !== openBrace) return false;
-    this.position = valueStart;
-    return this.scanValue(true) > printedContainersMax;
+    return containers > printedContainersMax;
   }
 
   /** Whether the string token at [start, end) decodes to well-formed UTF-16 (String.isWellFormed). */
@@ -558,11 +590,8 @@ class BodyParser {
     const bytes = this.bytes;
     let depth = 0;
     let position = this.position;
-    if (track) {
-      this.memberTop = 0;
-      this.objectCount = 0;
-      this.rewriteTop = 0;
-    }
+    // Tracked objects and their rewrites are kept across values until the caller resets them.
+    if (track) this.memberTop = 0;
     // Containers opened while no object is open can never be dropped by a duplicate key: once
     // more of them than a printed value may hold are seen, the value is too large, and the rest
     // is only syntax-checked (20 MiB of `[[[…` then costs a byte per level, not a tracked frame).
@@ -1046,20 +1075,14 @@ class BodyParser {
   }
 
   /**
-   * A property's array or object value, printed from the bytes as
-   * JSON.stringify(JSON.parse(…)) would, unless it is longer than `budget`
-   * bytes (what the properties limit leaves once other values are printed).
+   * A property's array or object value at `start`, scanned tracked (it keeps
+   * `containers`), printed from the bytes as JSON.stringify(JSON.parse(…))
+   * would, unless it is longer than `budget` bytes (what the properties limit
+   * leaves once other values are printed).
    */
-  private printValue(budget: number): PrintedValue {
-    const start = this.position;
-    this.scanBudget = budget;
-    const containers = this.scanValue(true);
-    this.scanBudget = Number.POSITIVE_INFINITY;
+  private printValue(start: number, containers: number, budget: number): PrintedValue {
     if (containers > printedContainersMax) return new PrintedValue(undefined, true);
-    const end = this.position;
-    const printed = budget < 0 ? undefined : this.print(start, budget);
-    this.position = end;
-    return new PrintedValue(printed);
+    return new PrintedValue(budget < 0 ? undefined : this.print(start, budget));
   }
 
   /**

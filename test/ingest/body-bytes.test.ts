@@ -224,6 +224,9 @@ describe("parsing ingest bodies from bytes", () => {
       [...keys(12_000, (index) => `"${(index * 7919) % 12_000}":${index}`), ...keys(12_000, (index) => `"x${index % 9000}":${index}`)],
       // Fewer keys than could print: stored, in JSON.parse's order, duplicates dropped.
       [...keys(3_000, (index) => `"${(index * 7) % 1000}":${index}`), ...keys(3_000, (index) => `"\\u0061${index % 2000}":"${index}"`)],
+      // Past the first 4 096 members values are scanned again when printed; an index key among
+      // them prints first, before the earlier values whose objects print rewritten.
+      [`"a":{"1":[0],"0":{"y":1,"x":2,"y":3}}`, ...keys(5_000, (index) => `"k${index.toString(36)}":0`), `"7":{"1":{"b":0,"a":1},"0":2}`],
       // As many two-letter keys as there are, which print within the limit.
       keys(93 * 93, (index) => `"${printable[Math.floor(index / 93)]}${printable[index % 93]}":0`),
       // More members than could print, but fewer keys: stored, each key with its last value.
