@@ -124,6 +124,12 @@ const rewriteMemberSlots = 2;
 const rewriteDeferred = -2;
 /** rewriteAt's answer for an object that prints longer than what is left of the budget. */
 const printsTooLong = -3;
+/**
+ * In place of a rewrite record, membersRecordedBase − r (≤ this): an object
+ * whose members are recorded as written at arena record r (same layout), to be
+ * ordered when printed.
+ */
+const membersRecordedBase = -4;
 
 const memberSlots = 5;
 /** Index keys up to this many are sorted packed as value × this + place. */
@@ -154,6 +160,8 @@ function printsBefore(index: number, entry: number, otherIndex: number, otherEnt
  * grouped by hashing their keys (object-keys.ts).
  */
 const simpleObjectMembersMax = 16;
+/** keptContainerCountOfFew's table: four slots per member at most. */
+const fewKeysSlotMask = 63;
 const simpleObjectKeyBytesMax = 256;
 
 /** Printing: a stream copies one value token by token; a rewritten object walks its kept members. */
@@ -191,6 +199,11 @@ class BodyParser {
   private readonly entryValueAts = new Int32Array(simpleObjectMembersMax);
   private readonly entryIndexes = new Float64Array(simpleObjectMembersMax);
   private readonly entryOrder = new Int32Array(simpleObjectMembersMax);
+  // keptContainerCountOfFew's table: the object each slot was last filled for, and the member.
+  private readonly fewKeysStamps = new Int32Array(fewKeysSlotMask + 1);
+  private readonly fewKeysMembers = new Int32Array(fewKeysSlotMask + 1);
+  /** Counts objects; one parser reads one body, which holds fewer than 2³¹ of them. */
+  private fewKeysStamp = 0;
   // keepMembers' scratch, one slot per member of the largest object seen.
   private readonly keyTable = new KeyTable();
   /** Per member of the object being kept: the last member spelling its key, when it is the first. */
@@ -742,8 +755,10 @@ class BodyParser {
   /**
    * Pops a closing object's members and returns the arrays and objects its kept
    * members hold. JSON.parse keeps one member per key — the last value, at the
-   * first position — and lists array-index keys first, ascending; when that
-   * differs from the bytes, the kept members are recorded in printed order.
+   * first position — and lists array-index keys first, ascending. Which members
+   * print, and in what order, is worked out only if the object is printed
+   * (printedOrder): many never are, since a member dropped by a duplicate key
+   * or past the limit is not, and a 20 MiB body may hold 600 k objects.
    */
   private closeObject(frame: number, end: number): number {
     const base = this.frameMemberBases[frame];
@@ -755,17 +770,53 @@ class BodyParser {
     if (count === 1) return members[base + 4];
     let containers = 0;
     for (let at = base + 4; at < top; at += memberSlots) containers += members[at];
-    // Only scalars: it holds no containers whichever members are kept, so which are kept and in
-    // what order is worked out if it is printed (printedOrder). Many never are: a member dropped
-    // by a duplicate key, or past the limit, is not, and a 20 MiB body may hold 600 k of them.
+    const slot = this.frameObjectSlots[frame];
     if (containers === 0) {
-      // The value itself is printed next: when it has too many keys to fit, that is known now,
-      // while its members are at hand, rather than by reading them all again.
+      // Only scalars: none is kept whichever members are, and the members can be read again
+      // cheaply when printed. The value itself is printed next: when it has too many keys to
+      // fit, that is known now, while its members are at hand, rather than by reading them again.
       const tooLong = frame === 0 && this.tooManyKeysToPrint(base, top, this.scanBudget);
-      this.objectRewrites[this.frameObjectSlots[frame]] = tooLong ? printsTooLong : rewriteDeferred;
+      this.objectRewrites[slot] = tooLong ? printsTooLong : rewriteDeferred;
       return 0;
     }
-    return this.keptContainers(this.frameObjectSlots[frame], base, top, end);
+    // Values hold containers, which a duplicate key may drop: duplicates are found now (no
+    // order needed), and the members are recorded as written, since reading them again
+    // would read every nested value again, once per level.
+    const size = rewriteHeaderSlots + count * rewriteMemberSlots;
+    while (this.rewriteTop + size > this.rewriteArena.length) this.rewriteArena = doubled(this.rewriteArena);
+    const arena = this.rewriteArena;
+    const record = this.rewriteTop;
+    arena[record] = end;
+    arena[record + 1] = count;
+    for (let at = base, slotAt = record + rewriteHeaderSlots; at < top; at += memberSlots, slotAt += rewriteMemberSlots) {
+      arena[slotAt] = members[at];
+      arena[slotAt + 1] = members[at + 2];
+    }
+    this.rewriteTop += size;
+    this.objectRewrites[slot] = membersRecordedBase - record;
+    return this.keptContainerCount(base, top, containers);
+  }
+
+  /** The containers the kept members of `members[base, top)` hold: `written` unless a duplicate key drops some. */
+  private keptContainerCount(base: number, top: number, written: number): number {
+    const members = this.members;
+    const count = (top - base) / memberSlots;
+    if (count <= simpleObjectMembersMax) {
+      const kept = this.keptContainerCountOfFew(base, top);
+      if (kept >= 0) return kept;
+    }
+    const table = this.keyTable;
+    table.group(this.bytes, members, base, memberSlots, count);
+    const firstOf = table.firstOf;
+    let member = 0;
+    while (member < count && firstOf[member] === member) member++;
+    if (member === count) return written;
+    if (count > this.lastOf.length) this.lastOf = new Int32Array(Math.max(count, this.lastOf.length * 2));
+    const lastOf = this.lastOf;
+    for (member = 0; member < count; member++) lastOf[firstOf[member]] = member;
+    let kept = 0;
+    for (member = 0; member < count; member++) if (firstOf[member] === member) kept += members[base + lastOf[member] * memberSlots + 4];
+    return kept;
   }
 
   /**
@@ -786,13 +837,16 @@ class BodyParser {
   }
 
   /**
-   * The rewrite record of the object of only scalars at `start` (tracked slot
-   * `slot`) whose kept members closeObject left to be worked out when printed:
-   * its members are read again (syntax was checked) and kept as closeObject
-   * would have. Returns -1 when it prints as written, and printsTooLong when
-   * it has so many distinct keys that it prints longer than `budget` bytes.
+   * The rewrite record of the object at `start` (tracked slot `slot`) whose
+   * kept members closeObject left to be worked out when printed: its members,
+   * read again when they are only scalars (syntax was checked) or else from
+   * their record, are kept and ordered as JSON.parse keeps them. Returns -1
+   * when it prints as written, and printsTooLong when it has so many distinct
+   * keys that it prints longer than `budget` bytes.
    */
   private printedOrder(slot: number, start: number, budget: number): number {
+    const rewrite = this.objectRewrites[slot];
+    if (rewrite <= membersRecordedBase) return this.printedOrderOfRecorded(slot, membersRecordedBase - rewrite, budget);
     const bytes = this.bytes;
     this.memberTop = 0;
     let position = skipWhitespaceAt(bytes, start + 1);
@@ -815,6 +869,71 @@ class BodyParser {
     this.memberTop = 0;
     if (this.tooManyKeysToPrint(0, top, budget)) return printsTooLong;
     this.keptContainers(slot, 0, top, position);
+    return this.objectRewrites[slot];
+  }
+
+  /**
+   * keptContainerCount for at most simpleObjectMembersMax members: walked from
+   * the last, a member is kept when its key was not seen yet, looked up in a
+   * small table of key bytes that is never cleared (slots of other objects
+   * carry older stamps). -1 when a key holds an escape: those are compared in
+   * canonical form, by the key table.
+   */
+  private keptContainerCountOfFew(base: number, top: number): number {
+    const members = this.members;
+    const bytes = this.bytes;
+    const stamp = ++this.fewKeysStamp;
+    const stamps = this.fewKeysStamps;
+    const slotMembers = this.fewKeysMembers;
+    let kept = 0;
+    for (let at = top - memberSlots; at >= base; at -= memberSlots) {
+      const keyStart = members[at];
+      const keyEnd = members[at + 1];
+      // FNV-1a over the key's bytes: an object of few members cannot make collisions cost much.
+      let hash = 0x811c9dc5;
+      for (let position = keyStart + 1; position < keyEnd - 1; position++) {
+        const byte = bytes[position];
+        if (byte === backslash) return -1;
+        hash = Math.imul(hash ^ byte, 0x01000193);
+      }
+      let slot = (hash ^ (hash >>> 16)) & fewKeysSlotMask;
+      let seen = false;
+      while (stamps[slot] === stamp) {
+        const other = slotMembers[slot];
+        if (this.sameBytes(members[other], members[other + 1], keyStart, keyEnd)) {
+          seen = true;
+          break;
+        }
+        slot = (slot + 1) & fewKeysSlotMask;
+      }
+      if (seen) continue;
+      stamps[slot] = stamp;
+      slotMembers[slot] = at;
+      kept += members[at + 4];
+    }
+    return kept;
+  }
+
+  /** printedOrder for an object whose written members closeObject recorded at arena `record`. */
+  private printedOrderOfRecorded(slot: number, record: number, budget: number): number {
+    const end = this.rewriteArena[record];
+    const count = this.rewriteArena[record + 1];
+    while (count * memberSlots > this.members.length) this.members = doubled(this.members);
+    const members = this.members;
+    for (let member = 0; member < count; member++) {
+      const at = member * memberSlots;
+      const keyStart = this.rewriteArena[record + rewriteHeaderSlots + member * rewriteMemberSlots];
+      members[at] = keyStart;
+      members[at + 1] = this.stringEnd(keyStart);
+      members[at + 2] = this.rewriteArena[record + rewriteHeaderSlots + member * rewriteMemberSlots + 1];
+      // Value ends and containers are not needed to order the members.
+      members[at + 3] = 0;
+      members[at + 4] = 0;
+    }
+    const top = count * memberSlots;
+    this.objectRewrites[slot] = -1;
+    if (this.tooManyKeysToPrint(0, top, budget)) return printsTooLong;
+    this.keptContainers(slot, 0, top, end);
     return this.objectRewrites[slot];
   }
 
@@ -1048,7 +1167,7 @@ class BodyParser {
       const middleStart = this.objectStarts[middle];
       if (middleStart === start) {
         const rewrite = this.objectRewrites[middle];
-        return rewrite === rewriteDeferred ? this.printedOrder(middle, start, budget) : rewrite;
+        return rewrite === rewriteDeferred || rewrite <= membersRecordedBase ? this.printedOrder(middle, start, budget) : rewrite;
       }
       if (middleStart < start) low = middle + 1;
       else high = middle - 1;

@@ -160,6 +160,10 @@ describe("parsing ingest bodies from bytes", () => {
       `[${"[],".repeat(half - 2)}[]]`, // half - 1 arrays inside one: exactly `half` containers
       `[${"[],".repeat(half - 1)}[]]`, // one container too many: refused unprinted
       `{"a":[${"[],".repeat(half)}[]],"a":1}`, // too many containers, but a later duplicate drops them
+      // The same, among more members than are compared pairwise, and under an escaped key.
+      `{"a":[${"[],".repeat(half)}[]],${Array.from({ length: 20 }, (_, index) => `"k${index}":[]`).join(",")},"a":1}`,
+      `{"\u0061":[${"[],".repeat(half)}[]],"b":[],"a":1}`,
+      `[{"a":[${"[],".repeat(half / 2)}[]],"a":1},{"a":[${"[],".repeat(half / 2)}[]],"b":[],"a":1}]`,
       `{"b":1,"1":[${"[],".repeat(half)}[]],"1":{"x":[2, 3]},"0":"zero"}`,
       `"${"é".repeat(half - 20)}"`,
       `["${"x".repeat(limits.propertiesBytesMax - 14)}"]`,
