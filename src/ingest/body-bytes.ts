@@ -112,11 +112,10 @@ const printedContainersMax = Math.floor(limits.propertiesBytesMax / 2);
 
 /**
  * An object whose printed members differ from its written ones (duplicates
- * dropped or keys reordered) is recorded in the rewrite arena as: offset just
- * past its closing brace, kept member count, then the key start and value
- * start of each kept member in printed order (the rest is found again when
- * printed, which stops at the properties limit: a 20 MiB value of rewritten
- * objects needs a quarter of the record, not all of it).
+ * dropped or keys reordered) is recorded in the rewrite arena, once it is
+ * printed, as: offset just past its closing brace, kept member count, then the
+ * key start and value start of each kept member in printed order (the rest is
+ * found again when printed, which stops at the properties limit).
  */
 const rewriteHeaderSlots = 2;
 const rewriteMemberSlots = 2;
@@ -194,7 +193,7 @@ class BodyParser {
   private rewriteTop = 0;
   /** The most bytes a tracked value may print as (parseProperties' budget for any one value). */
   private scanBudget = Number.POSITIVE_INFINITY;
-  // closeSimpleObject's scratch, one slot per member (at most simpleObjectMembersMax).
+  // recordPrintedOrderOfFew's scratch, one slot per member (at most simpleObjectMembersMax).
   private readonly entryKeyAts = new Int32Array(simpleObjectMembersMax);
   private readonly entryValueAts = new Int32Array(simpleObjectMembersMax);
   private readonly entryIndexes = new Float64Array(simpleObjectMembersMax);
@@ -594,7 +593,7 @@ class BodyParser {
   /**
    * Checks one value's syntax and moves past it. With `track`, also counts the
    * arrays and objects JSON.parse would keep (duplicate keys drop members) and
-   * records every object whose printed members differ from its written ones.
+   * records each object's start, with what printing it will need (closeObject).
    * Iterative: nesting is as deep as the body is long, so a level costs one
    * byte untracked and a few words tracked.
    */
@@ -820,11 +819,10 @@ class BodyParser {
   }
 
   /**
-   * The containers an object's kept members hold, its members being
-   * `members[base, top)`; records the object in the rewrite arena when its
-   * printed members differ from its written ones.
+   * Records the object in `slot`, whose members are `members[base, top)`, in
+   * the rewrite arena when its printed members differ from its written ones.
    */
-  private keptContainers(slot: number, base: number, top: number, end: number): number {
+  private recordPrintedOrder(slot: number, base: number, top: number, end: number): void {
     const members = this.members;
     const count = (top - base) / memberSlots;
     let simple = count <= simpleObjectMembersMax;
@@ -833,7 +831,8 @@ class BodyParser {
       keyBytes += members[at + 1] - members[at];
       if (keyBytes > simpleObjectKeyBytesMax || this.hasEscape(members[at], members[at + 1])) simple = false;
     }
-    return simple ? this.closeSimpleObject(slot, base, top, end) : this.closeObjectByTable(slot, base, top, end);
+    if (simple) this.recordPrintedOrderOfFew(slot, base, top, end);
+    else this.recordPrintedOrderByTable(slot, base, top, end);
   }
 
   /**
@@ -868,7 +867,7 @@ class BodyParser {
     const top = this.memberTop;
     this.memberTop = 0;
     if (this.tooManyKeysToPrint(0, top, budget)) return printsTooLong;
-    this.keptContainers(slot, 0, top, position);
+    this.recordPrintedOrder(slot, 0, top, position);
     return this.objectRewrites[slot];
   }
 
@@ -933,7 +932,7 @@ class BodyParser {
     const top = count * memberSlots;
     this.objectRewrites[slot] = -1;
     if (this.tooManyKeysToPrint(0, top, budget)) return printsTooLong;
-    this.keptContainers(slot, 0, top, end);
+    this.recordPrintedOrder(slot, 0, top, end);
     return this.objectRewrites[slot];
   }
 
@@ -954,7 +953,7 @@ class BodyParser {
    * Few members with plain keys: duplicates are found by comparing key bytes,
    * index keys by reading their digits, so the common object allocates nothing.
    */
-  private closeSimpleObject(slot: number, base: number, top: number, end: number): number {
+  private recordPrintedOrderOfFew(slot: number, base: number, top: number, end: number): void {
     const members = this.members;
     let hasDuplicate = false;
     let hasIndexKey = false;
@@ -964,11 +963,7 @@ class BodyParser {
         if (this.sameBytes(members[earlier], members[earlier + 1], members[at], members[at + 1])) hasDuplicate = true;
       }
     }
-    let containers = 0;
-    if (!hasDuplicate && !hasIndexKey) {
-      for (let at = base; at < top; at += memberSlots) containers += members[at + 4];
-      return containers;
-    }
+    if (!hasDuplicate && !hasIndexKey) return;
     // One entry per key: its first member's position, its last member's value.
     const keyAts = this.entryKeyAts;
     const valueAts = this.entryValueAts;
@@ -995,17 +990,12 @@ class BodyParser {
       order[position] = entry;
     }
     let inOrder = !hasDuplicate;
+    for (let position = 0; inOrder && position < entryCount; position++) inOrder = order[position] === position;
+    if (inOrder) return;
+    const record = this.reserveRewrite(slot, end, entryCount);
     for (let position = 0; position < entryCount; position++) {
-      if (order[position] !== position) inOrder = false;
-      containers += members[valueAts[order[position]] + 4];
+      this.writeRewriteMember(record, position, keyAts[order[position]], valueAts[order[position]]);
     }
-    if (!inOrder) {
-      const record = this.reserveRewrite(slot, end, entryCount);
-      for (let position = 0; position < entryCount; position++) {
-        this.writeRewriteMember(record, position, keyAts[order[position]], valueAts[order[position]]);
-      }
-    }
-    return containers;
   }
 
   /** Starts an arena record for the object in `slot`; members are written by writeRewriteMember. */
@@ -1030,22 +1020,15 @@ class BodyParser {
   }
 
   /** Many members or escaped keys: distinct keys found by hashing their canonical bytes. */
-  private closeObjectByTable(slot: number, base: number, top: number, end: number): number {
-    const members = this.members;
-    const kept = this.keepMembers(members, base, top, memberSlots);
+  private recordPrintedOrderByTable(slot: number, base: number, top: number, end: number): void {
+    const kept = this.keepMembers(this.members, base, top, memberSlots);
     const firsts = this.keptFirsts;
     const lasts = this.keptLasts;
-    let containers = 0;
     let inOrder = kept === (top - base) / memberSlots;
-    for (let position = 0; position < kept; position++) {
-      if (firsts[position] !== base + position * memberSlots) inOrder = false;
-      containers += members[lasts[position] + 4];
-    }
-    if (!inOrder) {
-      const record = this.reserveRewrite(slot, end, kept);
-      for (let position = 0; position < kept; position++) this.writeRewriteMember(record, position, firsts[position], lasts[position]);
-    }
-    return containers;
+    for (let position = 0; inOrder && position < kept; position++) inOrder = firsts[position] === base + position * memberSlots;
+    if (inOrder) return;
+    const record = this.reserveRewrite(slot, end, kept);
+    for (let position = 0; position < kept; position++) this.writeRewriteMember(record, position, firsts[position], lasts[position]);
   }
 
   /**
