@@ -6,14 +6,14 @@
  * in test/helpers/crash-loop.ts; power-loss-cycles.test.ts runs the same loop
  * and also damages what was never fsynced.
  *
- * EVENTIDE_CRASH_CYCLES sets the number of cycles (default 10; `npm run
+ * EVENTIDE_CRASH_CYCLES sets the number of cycles (default 20; `npm run
  * test:crash` runs 200), EVENTIDE_CRASH_SEED replays a run.
  */
 import { afterAll, describe, expect, it } from "vitest";
 import { formatFigures, runCrashLoop, summarizeLog } from "../helpers/crash-loop.js";
 import { makeDataDir, removeDataDir } from "../helpers/server.js";
 
-const cycleCount = Number(process.env.EVENTIDE_CRASH_CYCLES ?? 10);
+const cycleCount = Number(process.env.EVENTIDE_CRASH_CYCLES ?? 20);
 const seed = Number(process.env.EVENTIDE_CRASH_SEED ?? (Date.now() ^ (process.pid << 16)) >>> 0);
 const dataDir = makeDataDir("eventide-crash-");
 

@@ -12,7 +12,7 @@
  *
  * Recovery must cut every damaged tail, start, and count every acknowledged
  * event exactly once. EVENTIDE_POWER_LOSS_CYCLES sets the number of cycles
- * (default 10; `npm run test:crash` runs 200), EVENTIDE_CRASH_SEED replays a run.
+ * (default 20; `npm run test:crash` runs 200), EVENTIDE_CRASH_SEED replays a run.
  */
 import { join } from "node:path";
 import { afterAll, describe, expect, it } from "vitest";
@@ -20,7 +20,7 @@ import { formatFigures, runCrashLoop, summarizeLog } from "../helpers/crash-loop
 import { losePower, tailDamages, type PowerLossReport } from "../helpers/power-loss.js";
 import { makeDataDir, removeDataDir } from "../helpers/server.js";
 
-const cycleCount = Number(process.env.EVENTIDE_POWER_LOSS_CYCLES ?? 10);
+const cycleCount = Number(process.env.EVENTIDE_POWER_LOSS_CYCLES ?? 20);
 const seed = Number(process.env.EVENTIDE_CRASH_SEED ?? (Date.now() ^ (process.pid << 17)) >>> 0);
 const dataDir = makeDataDir("eventide-power-cycles-");
 // Outside the data directory, so the store never sees it.
