@@ -77,6 +77,37 @@ describe("UuidSet", () => {
     expect(absent.filter((uuid) => set.has(uuid)).length).toBe(0);
   });
 
+  it("answers claims, settles and deletes as a map of uuid to owner does, over random runs", () => {
+    for (let seed = 1; seed <= 20; seed++) {
+      const random = new Random(seed);
+      const set = new UuidSet();
+      const model = new Map<string, number>();
+      // Few distinct uuids, many operations: the same uuid is claimed, settled and deleted again and again.
+      const pool = Array.from({ length: 200 + random.integer(0, 2999) }, () => random.uuid());
+      pool.push(nil);
+      for (let step = 0; step < 20_000; step++) {
+        const uuid = pool[random.integer(0, pool.length - 1)];
+        const bytes = bytesOf(uuid);
+        const action = random.integer(0, 9);
+        if (action < 6) {
+          const owner = random.integer(1, 1000);
+          const expected = model.has(uuid) ? model.get(uuid)! : -1;
+          if (expected === -1) model.set(uuid, owner);
+          const answer = set.claim(bytes, 0, owner);
+          if (answer !== expected) expect.fail(`seed ${seed} step ${step}: claim of ${uuid} answered ${answer}, expected ${expected}`);
+        } else if (action < 8) {
+          set.settle(bytes);
+          if (model.has(uuid)) model.set(uuid, 0);
+        } else {
+          set.delete(bytes);
+          model.delete(uuid);
+        }
+      }
+      expect(set.size, `seed ${seed}`).toBe(model.size);
+      expect(pool.filter((uuid) => set.has(bytesOf(uuid)) !== model.has(uuid)).length, `seed ${seed}`).toBe(0);
+    }
+  });
+
   it("keeps the uuids it did not delete, and can take a deleted one back", () => {
     const random = new Random(43);
     const set = new UuidSet();
