@@ -8,7 +8,8 @@
  * The uuids are spread over 256 tables by the top bits of their hash, each
  * growing on its own: one table of 6 M uuids stopped the main thread for
  * ~0.5 s each time it doubled, every other client waiting; a table of 1/256
- * of them takes a few milliseconds.
+ * of them takes a few milliseconds. Tables fill to different loads before
+ * they grow (50–75 %), or all 256 would double within the same few batches.
  *
  * The owner lets a retry that arrives while the original is still on its way
  * to disk wait for that commit before it is acknowledged (owner 0: durable).
@@ -40,6 +41,9 @@ class UuidTable {
   private capacity = 0;
   count = 0;
 
+  /** `maxLoadPercent`: how full it gets before it doubles. */
+  constructor(private readonly maxLoadPercent: number) {}
+
   /** Slot index of a uuid, or -1. */
   find(hash: number, a: number, b: number, c: number, d: number): number {
     if (this.capacity === 0) return -1;
@@ -57,7 +61,7 @@ class UuidTable {
   claim(hash: number, a: number, b: number, c: number, d: number, owner: number): number {
     // Grown first, so the probe below both finds the uuid and, failing that,
     // stops at the empty slot it goes into: one walk of the chain, not two.
-    if ((this.count + 1) * 10 > this.capacity * 7) this.grow();
+    if ((this.count + 1) * 100 > this.capacity * this.maxLoadPercent) this.grow();
     const mask = this.capacity - 1;
     const slots = this.slots;
     for (let slot = hash & mask; ; slot = (slot + 1) & mask) {
@@ -115,7 +119,7 @@ class UuidTable {
 }
 
 export class UuidSet {
-  private readonly tables = Array.from({ length: 1 << shardBits }, () => new UuidTable());
+  private readonly tables = Array.from({ length: 1 << shardBits }, (_, index) => new UuidTable(50 + Math.floor((25 * index) / ((1 << shardBits) - 1))));
   private hasNil = false;
   private nilOwner = 0;
 
