@@ -810,7 +810,7 @@ class BodyParser {
     let member = 0;
     while (member < count && firstOf[member] === member) member++;
     if (member === count) return written;
-    if (count > this.lastOf.length) this.lastOf = new Int32Array(Math.max(count, this.lastOf.length * 2));
+    this.reserveKept(count);
     const lastOf = this.lastOf;
     for (member = 0; member < count; member++) lastOf[firstOf[member]] = member;
     let kept = 0;
@@ -1042,15 +1042,7 @@ class BodyParser {
     const table = this.keyTable;
     const count = (top - base) / stride;
     table.group(this.bytes, records, base, stride, count);
-    if (count > this.lastOf.length) {
-      // Doubled, not fitted: objects of growing size would otherwise reallocate every time.
-      const size = Math.max(count, this.lastOf.length * 2);
-      this.lastOf = new Int32Array(size);
-      this.keptFirsts = new Int32Array(size);
-      this.keptLasts = new Int32Array(size);
-      this.indexKeyValues = new Uint32Array(size);
-      this.indexKeyMembers = new Int32Array(size);
-    }
+    this.reserveKept(count);
     // Members are counted from 0 here; records are at base + member * stride.
     const firstOf = table.firstOf;
     const lastOf = this.lastOf;
@@ -1087,6 +1079,18 @@ class BodyParser {
       keptLasts[position++] = base + lastOf[member] * stride;
     }
     return kept;
+  }
+
+  /** keepMembers' per-member scratch for `count` members, grown together (they share one length). */
+  private reserveKept(count: number): void {
+    if (count <= this.lastOf.length) return;
+    // Doubled, not fitted: objects of growing size would otherwise reallocate every time.
+    const size = Math.max(count, this.lastOf.length * 2);
+    this.lastOf = new Int32Array(size);
+    this.keptFirsts = new Int32Array(size);
+    this.keptLasts = new Int32Array(size);
+    this.indexKeyValues = new Uint32Array(size);
+    this.indexKeyMembers = new Int32Array(size);
   }
 
   /**

@@ -249,6 +249,17 @@ describe("parsing ingest bodies from bytes", () => {
     }
   });
 
+  it("keeps scratch sized for every object, whichever kind of object grew it first", () => {
+    // An object of 65 members holding arrays, one key repeated, grows the duplicate finder's
+    // scratch; a larger properties object read next must find all of its own sized too.
+    const nested = `{"a":[],${Array.from({ length: 64 }, (_, index) => `"b${index}":[]`).join(",")},"a":[]}`;
+    for (const count of [65, 100, 128, 129]) {
+      const properties = `{"v":${nested},${Array.from({ length: count }, (_, index) => `"p${index}":${index}`).join(",")}}`;
+      expectSameAnswer(`{"apiKey":"key","event":"e","distinctId":"u","properties":${properties}}`, "single");
+      expectSameAnswer(`{"apiKey":"key","events":[{"event":"e","distinctId":"u","properties":{"w":${nested}}},{"event":"e","distinctId":"u","properties":${properties}}]}`, "batch");
+    }
+  });
+
   it("reads non-ASCII text and escapes in every field as JSON.parse does", () => {
     const text = '{"apiKey":"k\\u0065y","events":[{"ev\\u0065nt":"名前 🛒","distinctId":"\\u00fcber","properties":{"\\u00e9":"\\ud83d\\ude80","x":["\\u2028",{"\\u0031":1,"0":0}]}}]}';
     expectSameAnswer(text, "batch");
