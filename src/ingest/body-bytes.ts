@@ -772,8 +772,9 @@ class BodyParser {
     const slot = this.frameObjectSlots[frame];
     if (containers === 0) {
       // Only scalars: none is kept whichever members are, and the members can be read again
-      // cheaply when printed. The value itself is printed next: when it has too many keys to
-      // fit, that is known now, while its members are at hand, rather than by reading them again.
+      // cheaply when printed. The value itself (frame 0) is printed whenever its member is kept:
+      // when it has too many keys to fit any budget it may get, that is known now, while its
+      // members are at hand, rather than by reading them all again.
       const tooLong = frame === 0 && this.tooManyKeysToPrint(base, top, this.scanBudget);
       this.objectRewrites[slot] = tooLong ? printsTooLong : rewriteDeferred;
       return 0;
@@ -781,17 +782,13 @@ class BodyParser {
     // Values hold containers, which a duplicate key may drop: duplicates are found now (no
     // order needed), and the members are recorded as written, since reading them again
     // would read every nested value again, once per level.
-    const size = rewriteHeaderSlots + count * rewriteMemberSlots;
-    while (this.rewriteTop + size > this.rewriteArena.length) this.rewriteArena = doubled(this.rewriteArena);
+    const record = this.reserveRewrite(slot, end, count);
     const arena = this.rewriteArena;
-    const record = this.rewriteTop;
-    arena[record] = end;
-    arena[record + 1] = count;
+    // Written inline rather than by writeRewriteMember: this runs for every such object of a body.
     for (let at = base, slotAt = record + rewriteHeaderSlots; at < top; at += memberSlots, slotAt += rewriteMemberSlots) {
       arena[slotAt] = members[at];
       arena[slotAt + 1] = members[at + 2];
     }
-    this.rewriteTop += size;
     this.objectRewrites[slot] = membersRecordedBase - record;
     return this.keptContainerCount(base, top, containers);
   }
