@@ -833,16 +833,14 @@ class BodyParser {
   }
 
   /**
-   * The rewrite record of the object at `start` (tracked slot `slot`) whose
-   * kept members closeObject left to be worked out when printed: its members,
-   * read again when they are only scalars (syntax was checked) or else from
-   * their record, are kept and ordered as JSON.parse keeps them. Returns -1
-   * when it prints as written, and printsTooLong when it has so many distinct
-   * keys that it prints longer than `budget` bytes.
+   * The rewrite record of the object of only scalars at `start` (tracked slot
+   * `slot`) whose kept members closeObject left to be worked out when printed:
+   * its members are read again (syntax was checked) and kept and ordered as
+   * JSON.parse keeps them. Returns -1 when it prints as written, and
+   * printsTooLong when it has so many distinct keys that it prints longer than
+   * `budget` bytes.
    */
   private printedOrder(slot: number, start: number, budget: number): number {
-    const rewrite = this.objectRewrites[slot];
-    if (rewrite <= membersRecordedBase) return this.printedOrderOfRecorded(slot, membersRecordedBase - rewrite, budget);
     const bytes = this.bytes;
     this.memberTop = 0;
     let position = skipWhitespaceAt(bytes, start + 1);
@@ -910,7 +908,7 @@ class BodyParser {
     return kept;
   }
 
-  /** printedOrder for an object whose written members closeObject recorded at arena `record`. */
+  /** As printedOrder, for an object holding containers, whose written members closeObject recorded at arena `record`. */
   private printedOrderOfRecorded(slot: number, record: number, budget: number): number {
     const end = this.rewriteArena[record];
     const count = this.rewriteArena[record + 1];
@@ -1151,7 +1149,9 @@ class BodyParser {
       const middleStart = this.objectStarts[middle];
       if (middleStart === start) {
         const rewrite = this.objectRewrites[middle];
-        return rewrite === rewriteDeferred || rewrite <= membersRecordedBase ? this.printedOrder(middle, start, budget) : rewrite;
+        if (rewrite === rewriteDeferred) return this.printedOrder(middle, start, budget);
+        if (rewrite <= membersRecordedBase) return this.printedOrderOfRecorded(middle, membersRecordedBase - rewrite, budget);
+        return rewrite;
       }
       if (middleStart < start) low = middle + 1;
       else high = middle - 1;
