@@ -16,7 +16,8 @@
 import { buildBatchBodies, type BenchEvent } from "../fixtures/events.js";
 import { runMicroBench } from "../fixtures/micro-bench.js";
 import { ChunkBuilder, decodeChunk } from "../../src/ingest/chunk-codec.js";
-import { parseUuid, propertyText } from "../../src/ingest/event-validation.js";
+import { parseUuid } from "../../src/ingest/event-fields.js";
+import { propertyText } from "../../src/ingest/event-validation.js";
 
 const body = buildBatchBodies({ seed: 3, apiKey: "ek_bench", bodyCount: 1, endTimeMs: Date.UTC(2024, 4, 1) }).bodies[0];
 const events = (JSON.parse(body.toString("utf8")) as { events: BenchEvent[] }).events;

@@ -39,8 +39,19 @@ export class ChunkBuilder {
   private uuidPresent = new Uint8Array(64);
   private uuidBytes = new Uint8Array(64 * 16);
   private hasUuid = false;
-  private readonly strings: string[] = [];
-  private readonly stringIndex = new Map<string, number>();
+  /**
+   * The string table, keyed by UTF-8 bytes: the byte scanner (event-scanner.ts)
+   * interns strings straight from the request body without making JS strings,
+   * and strings that arrive as JS strings are encoded first, so one text has
+   * one index whichever way it came.
+   */
+  private stringCount = 0;
+  private stringBytes = new Uint8Array(4096);
+  private stringEnds = new Uint32Array(65);
+  private stringHashes = new Uint32Array(64);
+  /** Open addressing, load at most 1/2: string index + 1, 0 for an empty slot. */
+  private stringSlots = new Int32Array(128);
+  private encodeScratch = Buffer.allocUnsafe(256);
   /**
    * Key numbers, in order of first use: keyStrings[key number] is its string,
    * keyNumberOfString[string] its number + 1 (0: not a key yet). Indexed by the
@@ -57,19 +68,79 @@ export class ChunkBuilder {
   private entryValues = new Uint32Array(64);
   private entryCount = 0;
 
+  /** The chunk's index of `text`. */
   intern(text: string): number {
-    let index = this.stringIndex.get(text);
-    if (index === undefined) {
-      index = this.strings.length;
-      this.strings.push(text);
-      this.stringIndex.set(text, index);
+    const length = text.length;
+    if (this.encodeScratch.length < length * 3) this.encodeScratch = Buffer.allocUnsafe(length * 3);
+    const scratch = this.encodeScratch;
+    // Most texts are ASCII, and a char loop beats Buffer.write on a few bytes.
+    let byteLength = 0;
+    for (; byteLength < length; byteLength++) {
+      const code = text.charCodeAt(byteLength);
+      if (code >= 0x80) break;
+      scratch[byteLength] = code;
     }
+    if (byteLength < length) byteLength = scratch.write(text, 0, "utf8");
+    return this.internBytes(scratch, 0, byteLength, hashBytes(scratch, 0, byteLength));
+  }
+
+  /** The chunk's index of the UTF-8 text in `source[start, end)`; `hash` is hashBytes of it. */
+  internBytes(source: Uint8Array, start: number, end: number, hash: number): number {
+    const length = end - start;
+    const { stringHashes, stringEnds } = this;
+    let slots = this.stringSlots;
+    let mask = slots.length - 1;
+    let slot = hash & mask;
+    for (let entry = slots[slot]; entry !== 0; entry = slots[slot]) {
+      const index = entry - 1;
+      const known = stringEnds[index];
+      if (stringHashes[index] === hash && stringEnds[index + 1] - known === length && bytesEqual(this.stringBytes, known, source, start, length)) return index;
+      slot = (slot + 1) & mask;
+    }
+    const index = this.stringCount++;
+    if (index + 1 === this.stringEnds.length) {
+      this.stringHashes = grown(this.stringHashes, this.stringEnds.length * 2 - 1);
+      this.stringEnds = grown(this.stringEnds, this.stringEnds.length * 2);
+    }
+    const offset = this.stringEnds[index];
+    if (offset + length > this.stringBytes.length) {
+      const bytes = new Uint8Array(Math.max(this.stringBytes.length * 2, offset + length));
+      bytes.set(this.stringBytes.subarray(0, offset));
+      this.stringBytes = bytes;
+    }
+    const stringBytes = this.stringBytes;
+    // A loop copies a short text faster than a subarray view and set() would.
+    if (length <= 64) for (let byte = 0; byte < length; byte++) stringBytes[offset + byte] = source[start + byte];
+    else stringBytes.set(source.subarray(start, end), offset);
+    this.stringEnds[index + 1] = offset + length;
+    this.stringHashes[index] = hash;
+    if (this.stringCount * 2 > slots.length) {
+      slots = this.stringSlots = new Int32Array(slots.length * 2);
+      mask = slots.length - 1;
+      for (let known = 0; known < index; known++) {
+        let free = this.stringHashes[known] & mask;
+        while (slots[free] !== 0) free = (free + 1) & mask;
+        slots[free] = known + 1;
+      }
+      slot = hash & mask;
+      while (slots[slot] !== 0) slot = (slot + 1) & mask;
+    }
+    slots[slot] = index + 1;
     return index;
   }
 
-  private ensureRowCapacity(): void {
-    if (this.rowCount < this.timeMs.length) return;
-    const capacity = this.timeMs.length * 2;
+  /** Makes room for `rows` more rows and `entries` more property entries, so that adding them grows nothing. */
+  reserve(rows: number, entries: number): void {
+    if (this.rowCount + rows > this.timeMs.length) this.growRows(this.rowCount + rows);
+    const entriesNeeded = this.entryCount + entries;
+    if (entriesNeeded > this.entryKeys.length) {
+      this.entryKeys = grown(this.entryKeys, entriesNeeded);
+      this.entryRows = grown(this.entryRows, entriesNeeded);
+      this.entryValues = grown(this.entryValues, entriesNeeded);
+    }
+  }
+
+  private growRows(capacity: number): void {
     const grow = <T extends Float64Array | Uint32Array | Uint8Array>(source: T, perRow = 1): T => {
       const target = new (source.constructor as new (length: number) => T)(capacity * perRow);
       target.set(source);
@@ -84,21 +155,31 @@ export class ChunkBuilder {
 
   /** Appends a row; returns its index for addProperty. `uuid` is 16 bytes or undefined. */
   addRow(timeMs: number, eventName: string, distinctId: string, uuid: Uint8Array | undefined): number {
-    this.ensureRowCapacity();
+    return this.addInternedRow(timeMs, this.intern(eventName), this.intern(distinctId), uuid, 0);
+  }
+
+  /** addRow with the strings already interned; the uuid is `uuidSource[uuidOffset, uuidOffset + 16)` when present. */
+  addInternedRow(timeMs: number, eventNameString: number, distinctIdString: number, uuidSource: Uint8Array | undefined, uuidOffset: number): number {
+    if (this.rowCount === this.timeMs.length) this.growRows(this.rowCount * 2);
     const row = this.rowCount++;
     this.timeMs[row] = timeMs;
-    this.eventNameString[row] = this.intern(eventName);
-    this.distinctIdString[row] = this.intern(distinctId);
-    if (uuid !== undefined) {
+    this.eventNameString[row] = eventNameString;
+    this.distinctIdString[row] = distinctIdString;
+    if (uuidSource !== undefined) {
       this.uuidPresent[row] = 1;
-      this.uuidBytes.set(uuid, row * 16);
+      const uuidBytes = this.uuidBytes;
+      for (let byte = 0; byte < 16; byte++) uuidBytes[row * 16 + byte] = uuidSource[uuidOffset + byte];
       this.hasUuid = true;
     }
     return row;
   }
 
   addProperty(row: number, key: string, text: string): void {
-    const keyString = this.intern(key);
+    this.addInternedProperty(row, this.intern(key), this.intern(text));
+  }
+
+  /** addProperty with the key and text already interned. */
+  addInternedProperty(row: number, keyString: number, textString: number): void {
     while (keyString >= this.keyNumberOfString.length) this.keyNumberOfString = doubled(this.keyNumberOfString);
     let keyNumber = this.keyNumberOfString[keyString] - 1;
     if (keyNumber < 0) {
@@ -115,15 +196,13 @@ export class ChunkBuilder {
     }
     this.entryKeys[entry] = keyNumber;
     this.entryRows[entry] = row;
-    this.entryValues[entry] = this.intern(text);
+    this.entryValues[entry] = textString;
   }
 
   finish(): ArrayBuffer {
     const rows = this.rowCount;
-    const strings = this.strings;
-    let stringBytes = 0;
-    for (let index = 0; index < strings.length; index++) stringBytes += Buffer.byteLength(strings[index], "utf8");
-    const encodedStrings = { length: strings.length };
+    const stringCount = this.stringCount;
+    const stringBytes = this.stringEnds[stringCount];
     const keyCount = this.keyCount;
 
     let size = headerBytes;
@@ -137,7 +216,7 @@ export class ChunkBuilder {
     const uuidBytesOffset = this.hasUuid ? align8(size + rows) : size;
     if (this.hasUuid) size = align8(uuidBytesOffset + rows * 16);
     const stringEndOffset = size;
-    size = align8(size + (encodedStrings.length + 1) * 4);
+    size = align8(size + (stringCount + 1) * 4);
     const stringBytesOffset = size;
     size = align8(size + stringBytes);
     const keyStringOffset = size;
@@ -153,7 +232,7 @@ export class ChunkBuilder {
     const header = new Uint32Array(buffer, 0, 8);
     header[0] = chunkMagic;
     header[1] = rows;
-    header[2] = encodedStrings.length;
+    header[2] = stringCount;
     header[3] = stringBytes;
     header[4] = keyCount;
     header[5] = this.entryCount;
@@ -165,14 +244,8 @@ export class ChunkBuilder {
       new Uint8Array(buffer, uuidPresentOffset, rows).set(this.uuidPresent.subarray(0, rows));
       new Uint8Array(buffer, uuidBytesOffset, rows * 16).set(this.uuidBytes.subarray(0, rows * 16));
     }
-    const stringEnds = new Uint32Array(buffer, stringEndOffset, strings.length + 1);
-    // Encoded straight into the chunk: no intermediate Buffer per string.
-    const bytes = Buffer.from(buffer, stringBytesOffset, stringBytes);
-    let cursor = 0;
-    for (let index = 0; index < strings.length; index++) {
-      cursor += bytes.write(strings[index], cursor, "utf8");
-      stringEnds[index + 1] = cursor;
-    }
+    new Uint32Array(buffer, stringEndOffset, stringCount + 1).set(this.stringEnds.subarray(0, stringCount + 1));
+    new Uint8Array(buffer, stringBytesOffset, stringBytes).set(this.stringBytes.subarray(0, stringBytes));
     new Uint32Array(buffer, keyStringOffset, keyCount).set(this.keyStrings.subarray(0, keyCount));
     // Entries grouped by key (keys in order of first use, entries in order added): count, then place.
     const entryStarts = new Uint32Array(buffer, entryStartOffset, keyCount + 1);
@@ -191,9 +264,32 @@ export class ChunkBuilder {
 }
 
 function doubled(array: Uint32Array<ArrayBuffer>): Uint32Array<ArrayBuffer> {
-  const grown = new Uint32Array(array.length * 2);
-  grown.set(array);
-  return grown;
+  return grown(array, array.length * 2);
+}
+
+function grown(array: Uint32Array<ArrayBuffer>, length: number): Uint32Array<ArrayBuffer> {
+  const larger = new Uint32Array(length);
+  larger.set(array);
+  return larger;
+}
+
+/**
+ * FNV-1a over UTF-8 bytes: the hash of the chunk's string table, exported so
+ * that the byte scanner hashes a key once for both its duplicate check and
+ * the intern.
+ */
+export function hashBytes(source: Uint8Array, start: number, end: number): number {
+  let hash = fnvOffsetBasis;
+  for (let at = start; at < end; at++) hash = Math.imul(hash ^ source[at], fnvPrime);
+  return hash >>> 0;
+}
+
+export const fnvOffsetBasis = 0x811c9dc5;
+export const fnvPrime = 0x01000193;
+
+export function bytesEqual(left: Uint8Array, leftStart: number, right: Uint8Array, rightStart: number, length: number): boolean {
+  for (let offset = 0; offset < length; offset++) if (left[leftStart + offset] !== right[rightStart + offset]) return false;
+  return true;
 }
 
 /**

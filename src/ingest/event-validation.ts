@@ -14,6 +14,8 @@ import { limits } from "../config/limits.js";
 import type { ServiceError } from "../http/errors.js";
 import { PrintedValue, parseBodyBytes } from "./body-bytes.js";
 import { ChunkBuilder } from "./chunk-codec.js";
+import { parseTimestampMs, parseUuid } from "./event-fields.js";
+import { scanBody } from "./event-scanner.js";
 
 export type IngestShape = "batch" | "single";
 
@@ -137,22 +139,38 @@ function plainUtf8Body(bytes: Uint8Array, gzip: boolean, maxBytes: number): Uint
 }
 
 /**
- * Which parser reads an ingest body: V8's JSON.parse, or body-bytes.ts, which
- * does not build nested property values. "auto" picks by the body's shape.
+ * Which parser reads an ingest body: V8's JSON.parse ("native") or body-bytes.ts
+ * ("bytes"), which does not build nested property values. "auto" first tries
+ * event-scanner.ts, which reads flat events straight into the chunk, and for
+ * the bodies it leaves picks between the other two by the body's shape.
  */
 export type IngestParser = "native" | "bytes" | "auto";
 
 /** Parses an ingest body; validation cannot tell which parser read it. */
 export function parseIngestBody(bytes: Uint8Array, gzip: boolean, shape: IngestShape, parser: IngestParser = "auto"): { value: unknown } | ServiceError {
   const plain = plainUtf8Body(bytes, gzip, bodyBytesMax(shape));
-  if (!(plain instanceof Uint8Array)) return plain;
+  return plain instanceof Uint8Array ? parsePlainBody(plain, shape, parser) : plain;
+}
+
+function parsePlainBody(plain: Uint8Array, shape: IngestShape, parser: IngestParser): { value: unknown } | ServiceError {
   if (parser === "native" || (parser === "auto" && !holdsManyContainersOrMembers(plain))) return parseJsonObject(plain);
   const parsed = parseBodyBytes(plain, shape);
   return parsed.kind === "object" ? { value: parsed.value } : parsed.kind === "not-object" ? notAnObject : invalidJson;
 }
 
 export function validateBody(bytes: Uint8Array, gzip: boolean, shape: IngestShape, receivedAtMs: number, builderFor: BuilderFor, parser: IngestParser = "auto"): IngestBodyResult {
-  const parsed = parseIngestBody(bytes, gzip, shape, parser);
+  const plain = plainUtf8Body(bytes, gzip, bodyBytesMax(shape));
+  if (!(plain instanceof Uint8Array)) return { kind: "rejected", error: plain };
+  if (parser === "auto") {
+    const scanned = scanBody(plain, shape, receivedAtMs);
+    if (scanned !== undefined) {
+      const target = builderFor(scanned.apiKey);
+      scanned.appendTo(target.builder);
+      const chunkIndex = scanned.eventCount > 0 ? target.chunkIndex : -1;
+      return { kind: "parsed", apiKey: scanned.apiKey, error: undefined, acceptedCount: scanned.eventCount, errors: [], chunkIndex };
+    }
+  }
+  const parsed = parsePlainBody(plain, shape, parser);
   if (!("value" in parsed)) return { kind: "rejected", error: parsed };
   const body = parsed.value as Record<string, unknown>;
   const apiKey = typeof body.apiKey === "string" ? body.apiKey : undefined;
@@ -356,31 +374,6 @@ const uuidScratch = new Uint8Array(16);
 /** Property texts of the event being validated (reused: no allocation per event). */
 const textScratch: string[] = [];
 
-/** Hex digit value by char code, -1 for anything else. */
-const hexValues = new Int8Array(128).fill(-1);
-for (let digit = 0; digit < 10; digit++) hexValues[48 + digit] = digit;
-for (let digit = 0; digit < 6; digit++) hexValues[97 + digit] = hexValues[65 + digit] = 10 + digit;
-
-/** Parses 8-4-4-4-12 hex (any case) into `target`; false when the text is not a UUID. */
-export function parseUuid(text: string, target: Uint8Array): boolean {
-  if (text.length !== 36) return false;
-  let at = 0;
-  for (let byte = 0; byte < 16; byte++) {
-    if (at === 8 || at === 13 || at === 18 || at === 23) {
-      if (text.charCodeAt(at) !== 45) return false;
-      at++;
-    }
-    const highCode = text.charCodeAt(at);
-    const lowCode = text.charCodeAt(at + 1);
-    const high = highCode < 128 ? hexValues[highCode] : -1;
-    const low = lowCode < 128 ? hexValues[lowCode] : -1;
-    if (high < 0 || low < 0) return false;
-    target[byte] = (high << 4) | low;
-    at += 2;
-  }
-  return true;
-}
-
 /** SPEC §4 "text" of a property value; undefined for null (not set). */
 export function propertyText(value: unknown): string | undefined {
   switch (typeof value) {
@@ -449,98 +442,6 @@ export function linearJson(root: object): string {
     }
   }
   return parts.join("");
-}
-
-const latestTimeMs = Date.UTC(9999, 11, 31, 23, 59, 59, 999);
-const daysInMonth = [31, 28, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31];
-
-/** Days since 1970-01-01 of a proleptic Gregorian date (Hinnant's days_from_civil). */
-function daysFromCivil(year: number, month: number, day: number): number {
-  const y = month <= 2 ? year - 1 : year;
-  const era = Math.floor(y / 400);
-  const yearOfEra = y - era * 400;
-  const dayOfYear = Math.floor((153 * (month > 2 ? month - 3 : month + 9) + 2) / 5) + day - 1;
-  const dayOfEra = yearOfEra * 365 + Math.floor(yearOfEra / 4) - Math.floor(yearOfEra / 100) + dayOfYear;
-  return era * 146_097 + dayOfEra - 719_468;
-}
-
-/** Value of `count` ASCII digits at `at`, or -1 when any is not a digit. */
-function digits(text: string, at: number, count: number): number {
-  let value = 0;
-  for (let index = at; index < at + count; index++) {
-    const digit = text.charCodeAt(index) - 48;
-    if (digit < 0 || digit > 9) return -1;
-    value = value * 10 + digit;
-  }
-  return value;
-}
-
-/**
- * ISO 8601 date-time → UTC ms (truncated to the millisecond), or undefined when
- * invalid or outside 1970–9999. Accepts YYYY-MM-DD, then T (or t, or a space as
- * RFC 3339 allows), HH:MM[:SS[.fraction]] (a comma may stand for the point),
- * then an optional zone Z, ±HH, ±HHMM or ±HH:MM. One pass over char codes, no
- * regular expression and no Date object: every ingested event comes through here.
- */
-export function parseTimestampMs(text: string): number | undefined {
-  const length = text.length;
-  if (length < 16) return undefined;
-  const year = digits(text, 0, 4);
-  const month = digits(text, 5, 2);
-  const day = digits(text, 8, 2);
-  const hour = digits(text, 11, 2);
-  const minute = digits(text, 14, 2);
-  const separator = text.charCodeAt(10);
-  if (year < 0 || month < 1 || month > 12 || day < 1 || hour < 0 || hour > 23 || minute < 0 || minute > 59) return undefined;
-  if (text.charCodeAt(4) !== 45 || text.charCodeAt(7) !== 45 || text.charCodeAt(13) !== 58) return undefined; // '-', '-', ':'
-  if (separator !== 84 && separator !== 116 && separator !== 32) return undefined; // 'T', 't', ' '
-  const leap = (year % 4 === 0 && year % 100 !== 0) || year % 400 === 0;
-  if (day > (month === 2 && leap ? 29 : daysInMonth[month - 1])) return undefined;
-  let at = 16;
-  let second = 0;
-  let millisecond = 0;
-  if (at < length && text.charCodeAt(at) === 58) {
-    second = digits(text, at + 1, 2);
-    if (second < 0 || second > 59 || at + 3 > length) return undefined;
-    at += 3;
-    const point = text.charCodeAt(at);
-    if (at < length && (point === 46 || point === 44)) {
-      at++;
-      const fractionStart = at;
-      while (at < length && text.charCodeAt(at) >= 48 && text.charCodeAt(at) <= 57) at++;
-      const fractionDigits = at - fractionStart;
-      if (fractionDigits < 1 || fractionDigits > 9) return undefined;
-      // Kept to the millisecond: further digits are truncated.
-      for (let index = 0; index < 3; index++) {
-        millisecond = millisecond * 10 + (index < fractionDigits ? text.charCodeAt(fractionStart + index) - 48 : 0);
-      }
-    }
-  }
-  let offsetMinutes = 0;
-  if (at < length) {
-    const zone = text.charCodeAt(at);
-    if (zone === 90 || zone === 122) {
-      at++; // 'Z', 'z'
-    } else if (zone === 43 || zone === 45) {
-      const offsetHours = digits(text, at + 1, 2);
-      if (offsetHours < 0 || offsetHours > 23 || at + 3 > length) return undefined;
-      at += 3;
-      let zoneMinutes = 0;
-      if (at < length) {
-        if (text.charCodeAt(at) === 58) at++;
-        zoneMinutes = digits(text, at, 2);
-        if (zoneMinutes < 0 || zoneMinutes > 59 || at + 2 > length) return undefined;
-        at += 2;
-      }
-      offsetMinutes = (offsetHours * 60 + zoneMinutes) * (zone === 45 ? -1 : 1);
-    } else {
-      return undefined;
-    }
-  }
-  if (at !== length) return undefined;
-  const timeMs = ((daysFromCivil(year, month, day) * 24 + hour) * 60 + minute - offsetMinutes) * 60_000 + second * 1000 + millisecond;
-  if (timeMs < 0 || timeMs > latestTimeMs) return undefined;
-  return timeMs;
 }
 
 /**

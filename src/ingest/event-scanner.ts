@@ -1,0 +1,607 @@
+/**
+ * The fast path of ingest: a body of flat events read straight from its bytes
+ * into a chunk. JSON.parse builds an object per event and a string per field,
+ * and validation then walks them and the chunk encodes the strings back to
+ * bytes; here a string is a byte range of the body from scan to chunk, hashed
+ * once and copied once.
+ *
+ * The scanner takes only bodies it can read exactly as JSON.parse followed by
+ * event validation would (same rows, same strings, same order), which are
+ * what SDKs send:
+ *   - the body holds `apiKey` and `events` (a batch) or `apiKey` and the event
+ *     fields (a single event), each once;
+ *   - every event is valid, with fields among `event`, `distinctId`,
+ *     `timestamp`, `uuid` and `properties`, each once;
+ *   - strings hold no escape;
+ *   - property values are strings, numbers, booleans or null, under distinct
+ *     keys that do not start with a digit (JSON.parse moves integer-like keys
+ *     to the front), at most propertiesScannedMax of them;
+ *   - a number is one String(number) prints back, or one that
+ *     Number/String read and print without surprise (finite).
+ * Anything else — an escape, a nested property value, an unknown or repeated
+ * field, an invalid event, invalid JSON — and `scanBody` returns undefined
+ * having touched no chunk. The body then goes the JSON.parse path, which gives
+ * the same answer or finds the error and words it.
+ *
+ * Two passes: the scan records every field as a byte range in scratch arrays
+ * and checks every rule; only a body that passed is appended to the chunk, so
+ * giving up halfway needs no undoing.
+ */
+import { limits } from "../config/limits.js";
+import { bytesEqual, fnvOffsetBasis, fnvPrime, hashBytes, type ChunkBuilder } from "./chunk-codec.js";
+import { parseTimestampBytes, parseUuidBytes } from "./event-fields.js";
+
+/** Past this many properties in one event, the duplicate check would need a larger table: JSON.parse reads it. */
+const propertiesScannedMax = 512;
+
+/** What the scan of one body found; valid until the next scan. */
+export interface ScannedBody {
+  apiKey: string;
+  eventCount: number;
+  /** Appends the scanned events to `builder`; called at most once, before the next scan. */
+  appendTo(builder: ChunkBuilder): void;
+}
+
+/** Value kinds of a scanned property. */
+const valueBytes = 0; // the text is valueStart..valueEnd of the body
+const valuePrinted = 1; // the text is printedTexts[valueStart] (a number String() prints otherwise)
+const valueNull = 2; // not set
+
+const enum Byte {
+  Tab = 0x09,
+  LineFeed = 0x0a,
+  CarriageReturn = 0x0d,
+  Space = 0x20,
+  Quote = 0x22,
+  Plus = 0x2b,
+  Comma = 0x2c,
+  Minus = 0x2d,
+  Point = 0x2e,
+  Zero = 0x30,
+  Nine = 0x39,
+  Colon = 0x3a,
+  UpperE = 0x45,
+  OpenBracket = 0x5b,
+  Backslash = 0x5c,
+  CloseBracket = 0x5d,
+  LowerE = 0x65,
+  LowerF = 0x66,
+  LowerN = 0x6e,
+  LowerT = 0x74,
+  OpenBrace = 0x7b,
+  CloseBrace = 0x7d,
+}
+
+/** Top-level and event field names, as their bytes. */
+const fieldNames = ["apiKey", "events", "event", "distinctId", "timestamp", "uuid", "properties"] as const;
+type FieldName = (typeof fieldNames)[number];
+const fieldNameBytes = fieldNames.map((name) => Buffer.from(name, "latin1"));
+const fieldBit: Record<FieldName, number> = { apiKey: 1, events: 2, event: 4, distinctId: 8, timestamp: 16, uuid: 32, properties: 64 };
+
+/** A scratch array twice as long, holding the same contents. */
+function doubled<T extends Int32Array | Uint32Array>(array: T): T {
+  const larger = new (array.constructor as new (length: number) => T)(array.length * 2);
+  larger.set(array);
+  return larger;
+}
+
+/**
+ * One scanner per worker, reused for every body: its scratch arrays are sized
+ * by the largest body seen, so a steady stream of batches allocates nothing
+ * but the apiKey string and the odd printed number.
+ */
+class EventScanner implements ScannedBody {
+  private source: Uint8Array = new Uint8Array(0);
+  private sourceText: Buffer = Buffer.alloc(0);
+  private at = 0;
+  private end = 0;
+
+  apiKey = "";
+  eventCount = 0;
+
+  // Per event.
+  private timeMs = new Float64Array(limits.batchEventsMax);
+  private nameStart = new Int32Array(limits.batchEventsMax);
+  private nameEnd = new Int32Array(limits.batchEventsMax);
+  private nameHash = new Uint32Array(limits.batchEventsMax);
+  /** distinctId: a byte range, or (idStart < 0) printedTexts[-idStart - 1]. */
+  private idStart = new Int32Array(limits.batchEventsMax);
+  private idEnd = new Int32Array(limits.batchEventsMax);
+  private idHash = new Uint32Array(limits.batchEventsMax);
+  private hasUuid = new Uint8Array(limits.batchEventsMax);
+  private uuids = new Uint8Array(16 * limits.batchEventsMax);
+  private firstProperty = new Int32Array(limits.batchEventsMax + 1);
+
+  // Per property, all events in a row.
+  private keyStart = new Int32Array(1024);
+  private keyEnd = new Int32Array(1024);
+  private keyHash = new Uint32Array(1024);
+  private valueKind = new Int32Array(1024);
+  private valueStart = new Int32Array(1024);
+  private valueEnd = new Int32Array(1024);
+  private valueHash = new Uint32Array(1024);
+  private propertyCount = 0;
+  private printedTexts: string[] = [];
+
+  /** The duplicate-key check of one event's properties: a stamped open-addressing table of property numbers. */
+  private readonly keySlots = new Int32Array(propertiesScannedMax * 2);
+  private readonly keySlotStamps = new Int32Array(propertiesScannedMax * 2);
+  private keyStamp = 0;
+
+  scan(source: Uint8Array, shape: "batch" | "single", receivedAtMs: number): ScannedBody | undefined {
+    this.source = source;
+    this.sourceText = Buffer.from(source.buffer, source.byteOffset, source.byteLength);
+    this.at = 0;
+    this.end = source.length;
+    this.eventCount = 0;
+    this.propertyCount = 0;
+    this.printedTexts.length = 0;
+    this.firstProperty[0] = 0;
+    const scanned = shape === "batch" ? this.scanBatch(receivedAtMs) : this.scanSingle(receivedAtMs);
+    if (!scanned) return undefined;
+    this.skipWhitespace();
+    return this.at === this.end ? this : undefined;
+  }
+
+  appendTo(builder: ChunkBuilder): void {
+    const source = this.source;
+    const eventCount = this.eventCount;
+    builder.reserve(eventCount, this.firstProperty[eventCount]);
+    for (let event = 0; event < eventCount; event++) {
+      const name = builder.internBytes(source, this.nameStart[event], this.nameEnd[event], this.nameHash[event]);
+      const idStart = this.idStart[event];
+      const distinctId = idStart >= 0 ? builder.internBytes(source, idStart, this.idEnd[event], this.idHash[event]) : builder.intern(this.printedTexts[-idStart - 1]);
+      const row = builder.addInternedRow(this.timeMs[event], name, distinctId, this.hasUuid[event] === 1 ? this.uuids : undefined, event * 16);
+      for (let property = this.firstProperty[event]; property < this.firstProperty[event + 1]; property++) {
+        const kind = this.valueKind[property];
+        if (kind === valueNull) continue;
+        const key = builder.internBytes(source, this.keyStart[property], this.keyEnd[property], this.keyHash[property]);
+        const text =
+          kind === valueBytes
+            ? builder.internBytes(source, this.valueStart[property], this.valueEnd[property], this.valueHash[property])
+            : builder.intern(this.printedTexts[this.valueStart[property]]);
+        builder.addInternedProperty(row, key, text);
+      }
+    }
+  }
+
+  private scanBatch(receivedAtMs: number): boolean {
+    if (!this.openObject()) return false;
+    let seen = 0;
+    let apiKeyStart = -1;
+    let apiKeyEnd = -1;
+    for (let more = this.firstMember(); more; more = this.nextMember()) {
+      const field = this.fieldName();
+      if (field === 0 || (seen & field) !== 0) return false;
+      seen |= field;
+      if (field === fieldBit.apiKey) {
+        if (!this.stringValue()) return false;
+        apiKeyStart = this.stringStart;
+        apiKeyEnd = this.stringEnd;
+      } else if (field === fieldBit.events) {
+        if (!this.events(receivedAtMs)) return false;
+      } else {
+        return false;
+      }
+    }
+    if (this.failed || seen !== (fieldBit.apiKey | fieldBit.events)) return false;
+    this.apiKey = this.sourceText.toString("utf8", apiKeyStart, apiKeyEnd);
+    return true;
+  }
+
+  private scanSingle(receivedAtMs: number): boolean {
+    this.skipWhitespace();
+    // The event's own fields and the apiKey share one object.
+    const apiKey = this.event(receivedAtMs, true);
+    if (apiKey === undefined) return false;
+    this.apiKey = apiKey;
+    return true;
+  }
+
+  private events(receivedAtMs: number): boolean {
+    this.skipWhitespace();
+    if (this.source[this.at] !== Byte.OpenBracket) return false;
+    this.at++;
+    this.skipWhitespace();
+    if (this.source[this.at] === Byte.CloseBracket) {
+      this.at++;
+      return true;
+    }
+    for (;;) {
+      // Past the limit JSON.parse's path answers batch_too_large.
+      if (this.eventCount === limits.batchEventsMax) return false;
+      if (this.event(receivedAtMs, false) === undefined) return false;
+      this.skipWhitespace();
+      const next = this.source[this.at++];
+      if (next === Byte.CloseBracket) return true;
+      if (next !== Byte.Comma) return false;
+      this.skipWhitespace();
+    }
+  }
+
+  /**
+   * Scans one event object at `at` (after whitespace) into slot eventCount.
+   * Returns the apiKey when `withApiKey` (required then), "" otherwise;
+   * undefined to give up.
+   */
+  private event(receivedAtMs: number, withApiKey: boolean): string | undefined {
+    if (!this.openObject()) return undefined;
+    const event = this.eventCount;
+    let seen = 0;
+    let apiKey = "";
+    let timeMs = receivedAtMs;
+    this.hasUuid[event] = 0;
+    for (let more = this.firstMember(); more; more = this.nextMember()) {
+      const field = this.fieldName();
+      if (field === 0 || (seen & field) !== 0) return undefined;
+      seen |= field;
+      switch (field) {
+        case fieldBit.event: {
+          if (!this.hashedStringValue() || !this.lengthWithin(limits.eventNameLengthMax)) return undefined;
+          this.nameStart[event] = this.stringStart;
+          this.nameEnd[event] = this.stringEnd;
+          this.nameHash[event] = this.stringHash;
+          break;
+        }
+        case fieldBit.distinctId: {
+          if (this.source[this.at] === Byte.Quote) {
+            if (!this.hashedStringValue() || !this.lengthWithin(limits.distinctIdLengthMax)) return undefined;
+            this.idStart[event] = this.stringStart;
+            this.idEnd[event] = this.stringEnd;
+            this.idHash[event] = this.stringHash;
+          } else {
+            // A numeric distinctId is stored as String(number).
+            const kind = this.numberValue();
+            if (kind < 0) return undefined;
+            if (kind === valueBytes) {
+              this.idStart[event] = this.stringStart;
+              this.idEnd[event] = this.stringEnd;
+              this.idHash[event] = hashBytes(this.source, this.stringStart, this.stringEnd);
+            } else {
+              this.idStart[event] = -this.printedTexts.length; // the number's text was the last one pushed
+            }
+          }
+          break;
+        }
+        case fieldBit.timestamp: {
+          if (this.literal("null")) break;
+          if (!this.stringValue()) return undefined;
+          const parsed = parseTimestampBytes(this.source, this.stringStart, this.stringEnd);
+          if (parsed === undefined) return undefined;
+          timeMs = parsed;
+          break;
+        }
+        case fieldBit.uuid: {
+          if (this.literal("null")) break;
+          if (!this.stringValue() || !parseUuidBytes(this.source, this.stringStart, this.stringEnd, this.uuids, event * 16)) return undefined;
+          this.hasUuid[event] = 1;
+          break;
+        }
+        case fieldBit.properties: {
+          if (this.literal("null")) break;
+          if (!this.properties()) return undefined;
+          break;
+        }
+        case fieldBit.apiKey: {
+          if (!withApiKey || !this.stringValue()) return undefined;
+          apiKey = this.sourceText.toString("utf8", this.stringStart, this.stringEnd);
+          break;
+        }
+        default:
+          return undefined;
+      }
+    }
+    const required = fieldBit.event | fieldBit.distinctId | (withApiKey ? fieldBit.apiKey : 0);
+    if (this.failed || (seen & required) !== required) return undefined;
+    this.timeMs[event] = timeMs;
+    this.eventCount = event + 1;
+    this.firstProperty[event + 1] = this.propertyCount;
+    return apiKey;
+  }
+
+  /** Scans a flat properties object, checking keys distinct and its compact JSON within the limit. */
+  private properties(): boolean {
+    if (!this.openObject()) return false;
+    const first = this.propertyCount;
+    const stamp = ++this.keyStamp;
+    // JSON.stringify(properties): braces, commas, and per member `"key":value`.
+    let compactBytes = 2;
+    for (let more = this.firstMember(); more; more = this.nextMember()) {
+      const property = this.propertyCount;
+      if (property - first === propertiesScannedMax) return false;
+      if (property === this.keyStart.length) this.growProperties();
+      const keyStart = this.memberKeyStart;
+      const keyEnd = this.memberKeyEnd;
+      // Integer-like keys come first in Object.keys order: the JSON.parse path keeps that order.
+      const firstByte = this.source[keyStart];
+      if (firstByte >= Byte.Zero && firstByte <= Byte.Nine) return false;
+      const hash = this.memberKeyHash;
+      if (!this.claimKey(property, keyStart, keyEnd, hash, stamp)) return false;
+      this.keyStart[property] = keyStart;
+      this.keyEnd[property] = keyEnd;
+      this.keyHash[property] = hash;
+      const valueFirst = this.source[this.at];
+      let valueLength: number;
+      if (valueFirst === Byte.Quote) {
+        if (!this.hashedStringValue()) return false;
+        this.valueKind[property] = valueBytes;
+        valueLength = this.stringEnd - this.stringStart + 2;
+      } else if (valueFirst === Byte.LowerT || valueFirst === Byte.LowerF || valueFirst === Byte.LowerN) {
+        const start = this.at;
+        const kind = this.literal("true") || this.literal("false") ? valueBytes : this.literal("null") ? valueNull : -1;
+        if (kind < 0) return false;
+        this.valueKind[property] = kind;
+        this.stringStart = start;
+        this.stringEnd = this.at;
+        this.stringHash = hashBytes(this.source, start, this.at);
+        valueLength = this.at - start;
+      } else {
+        const kind = this.numberValue();
+        if (kind < 0) return false;
+        this.valueKind[property] = kind;
+        if (kind === valuePrinted) {
+          const printed = this.printedTexts.length - 1;
+          this.stringStart = printed;
+          valueLength = this.printedTexts[printed].length;
+        } else {
+          this.stringHash = hashBytes(this.source, this.stringStart, this.stringEnd);
+          valueLength = this.stringEnd - this.stringStart;
+        }
+      }
+      this.valueStart[property] = this.stringStart;
+      this.valueEnd[property] = this.stringEnd;
+      this.valueHash[property] = this.stringHash;
+      compactBytes += (keyEnd - keyStart) + 3 + valueLength + (property > first ? 1 : 0);
+      this.propertyCount = property + 1;
+    }
+    // Too large: JSON.parse's path refuses it and words the error.
+    return !this.failed && compactBytes <= limits.propertiesBytesMax;
+  }
+
+  /** Records a property key in this event's table; false when the event already has it. */
+  private claimKey(property: number, keyStart: number, keyEnd: number, hash: number, stamp: number): boolean {
+    const slots = this.keySlots;
+    const stamps = this.keySlotStamps;
+    const mask = slots.length - 1;
+    const length = keyEnd - keyStart;
+    for (let slot = hash & mask; ; slot = (slot + 1) & mask) {
+      if (stamps[slot] !== stamp) {
+        stamps[slot] = stamp;
+        slots[slot] = property;
+        return true;
+      }
+      const other = slots[slot];
+      if (this.keyHash[other] === hash && this.keyEnd[other] - this.keyStart[other] === length && bytesEqual(this.source, this.keyStart[other], this.source, keyStart, length)) {
+        return false;
+      }
+    }
+  }
+
+  private growProperties(): void {
+    this.keyStart = doubled(this.keyStart);
+    this.keyEnd = doubled(this.keyEnd);
+    this.keyHash = doubled(this.keyHash);
+    this.valueKind = doubled(this.valueKind);
+    this.valueStart = doubled(this.valueStart);
+    this.valueEnd = doubled(this.valueEnd);
+    this.valueHash = doubled(this.valueHash);
+  }
+
+  // ---- JSON grammar, as far as the scanner takes it ----
+
+  /** Set when a member list ended in something other than `,` or `}`. */
+  private failed = false;
+  /** The string or number just scanned: bytes [stringStart, stringEnd). */
+  private stringStart = 0;
+  private stringEnd = 0;
+  private stringHash = 0;
+  /** The key of the member just entered by firstMember/nextMember. */
+  private memberKeyStart = 0;
+  private memberKeyEnd = 0;
+  private memberKeyHash = 0;
+
+  private skipWhitespace(): void {
+    const source = this.source;
+    let at = this.at;
+    for (;;) {
+      const byte = source[at];
+      if (byte !== Byte.Space && byte !== Byte.LineFeed && byte !== Byte.CarriageReturn && byte !== Byte.Tab) break;
+      at++;
+    }
+    this.at = at;
+  }
+
+  private openObject(): boolean {
+    this.skipWhitespace();
+    if (this.source[this.at] !== Byte.OpenBrace) return false;
+    this.at++;
+    this.failed = false;
+    return true;
+  }
+
+  /**
+   * Enters the first member of the object just opened: true with its key in
+   * memberKeyStart..memberKeyEnd and `at` on its value, false at `}` (or on
+   * a syntax this scanner does not take, with `failed` set).
+   */
+  private firstMember(): boolean {
+    this.skipWhitespace();
+    if (this.source[this.at] === Byte.CloseBrace) {
+      this.at++;
+      return false;
+    }
+    return this.memberKey();
+  }
+
+  /** After a member's value: enters the next member, or leaves the object at `}`. */
+  private nextMember(): boolean {
+    this.skipWhitespace();
+    const byte = this.source[this.at++];
+    if (byte === Byte.CloseBrace) return false;
+    if (byte !== Byte.Comma) {
+      this.failed = true;
+      return false;
+    }
+    this.skipWhitespace();
+    return this.memberKey();
+  }
+
+  private memberKey(): boolean {
+    if (!this.hashedStringValue()) {
+      this.failed = true;
+      return false;
+    }
+    this.memberKeyStart = this.stringStart;
+    this.memberKeyEnd = this.stringEnd;
+    this.memberKeyHash = this.stringHash;
+    this.skipWhitespace();
+    if (this.source[this.at] !== Byte.Colon) {
+      this.failed = true;
+      return false;
+    }
+    this.at++;
+    this.skipWhitespace();
+    return true;
+  }
+
+  /** The field bit of the member key just entered; 0 for any other key. */
+  private fieldName(): number {
+    const start = this.memberKeyStart;
+    const length = this.memberKeyEnd - start;
+    for (let index = 0; index < fieldNames.length; index++) {
+      const name = fieldNameBytes[index];
+      if (name.length === length && bytesEqual(name, 0, this.source, start, length)) return fieldBit[fieldNames[index]];
+    }
+    return 0;
+  }
+
+  /** A string without escapes at `at`: its contents in stringStart..stringEnd. */
+  private stringValue(): boolean {
+    const source = this.source;
+    let at = this.at;
+    if (source[at] !== Byte.Quote) return false;
+    const start = ++at;
+    const end = this.end;
+    for (;;) {
+      if (at >= end) return false;
+      const byte = source[at];
+      if (byte === Byte.Quote) break;
+      // An escape may print differently than it is written; a control byte is invalid JSON.
+      if (byte === Byte.Backslash || byte < Byte.Space) return false;
+      at++;
+    }
+    this.stringStart = start;
+    this.stringEnd = at;
+    this.at = at + 1;
+    return true;
+  }
+
+  /** stringValue that also leaves hashBytes of the contents in stringHash: one pass for scan and intern. */
+  private hashedStringValue(): boolean {
+    const source = this.source;
+    let at = this.at;
+    if (source[at] !== Byte.Quote) return false;
+    const start = ++at;
+    const end = this.end;
+    let hash = fnvOffsetBasis;
+    for (;;) {
+      if (at >= end) return false;
+      const byte = source[at];
+      if (byte === Byte.Quote) break;
+      if (byte === Byte.Backslash || byte < Byte.Space) return false;
+      hash = Math.imul(hash ^ byte, fnvPrime);
+      at++;
+    }
+    this.stringStart = start;
+    this.stringEnd = at;
+    this.stringHash = hash >>> 0;
+    this.at = at + 1;
+    return true;
+  }
+
+  /**
+   * True when the last string scanned is 1…`max` UTF-16 units long. Valid
+   * UTF-8 (the body was checked) counts a unit per byte that starts a
+   * character, two for a four-byte one; only texts longer than `max` bytes
+   * need counting.
+   */
+  private lengthWithin(max: number): boolean {
+    const bytes = this.stringEnd - this.stringStart;
+    if (bytes < 1) return false;
+    if (bytes <= max) return true;
+    let units = 0;
+    for (let at = this.stringStart; at < this.stringEnd; at++) {
+      const byte = this.source[at];
+      if ((byte & 0xc0) !== 0x80) units += byte >= 0xf0 ? 2 : 1;
+    }
+    return units <= max;
+  }
+
+  /** Consumes `word` at `at` when it is there. */
+  private literal(word: "true" | "false" | "null"): boolean {
+    const source = this.source;
+    const at = this.at;
+    for (let index = 0; index < word.length; index++) if (source[at + index] !== word.charCodeAt(index)) return false;
+    this.at = at + word.length;
+    return true;
+  }
+
+  /**
+   * A JSON number at `at`, its bytes in stringStart..stringEnd. Returns
+   * valueBytes when String(Number(text)) is the text itself, valuePrinted
+   * when it is another text (pushed on printedTexts), -1 when the number is
+   * not JSON or not finite.
+   */
+  private numberValue(): number {
+    const source = this.source;
+    const start = this.at;
+    let at = start;
+    if (source[at] === Byte.Minus) at++;
+    const integerStart = at;
+    if (source[at] === Byte.Zero) {
+      at++;
+    } else {
+      if (!(source[at] > Byte.Zero && source[at] <= Byte.Nine)) return -1;
+      while (source[at] >= Byte.Zero && source[at] <= Byte.Nine) at++;
+    }
+    const integerDigits = at - integerStart;
+    let plainInteger = true;
+    if (source[at] === Byte.Point) {
+      plainInteger = false;
+      const fractionStart = ++at;
+      while (source[at] >= Byte.Zero && source[at] <= Byte.Nine) at++;
+      if (at === fractionStart) return -1;
+    }
+    if (source[at] === Byte.LowerE || source[at] === Byte.UpperE) {
+      plainInteger = false;
+      at++;
+      if (source[at] === Byte.Plus || source[at] === Byte.Minus) at++;
+      const exponentStart = at;
+      while (source[at] >= Byte.Zero && source[at] <= Byte.Nine) at++;
+      if (at === exponentStart) return -1;
+    }
+    if (at > this.end) return -1;
+    this.at = at;
+    this.stringStart = start;
+    this.stringEnd = at;
+    // Integers below 2^53 print as written, except -0 (String(-0) is "0").
+    if (plainInteger && integerDigits <= 15 && !(source[start] === Byte.Minus && source[integerStart] === Byte.Zero)) return valueBytes;
+    const text = this.sourceText.toString("latin1", start, at);
+    const value = Number(text);
+    if (!Number.isFinite(value)) return -1;
+    const printed = String(value);
+    if (printed === text) return valueBytes;
+    this.printedTexts.push(printed);
+    return valuePrinted;
+  }
+}
+
+const scanner = new EventScanner();
+
+/**
+ * Scans a plain (inflated, UTF-8-checked) body of the given shape; undefined
+ * when the JSON.parse path must read it. The result is valid until the next call.
+ */
+export function scanBody(plain: Uint8Array, shape: "batch" | "single", receivedAtMs: number): ScannedBody | undefined {
+  return scanner.scan(plain, shape, receivedAtMs);
+}
