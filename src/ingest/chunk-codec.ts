@@ -21,6 +21,7 @@
  *   u32[entries] row; u32[entries] value string index
  */
 import { strict as assert } from "node:assert";
+import { randomFillSync } from "node:crypto";
 
 const chunkMagic = 0x31435645; // "EVC1"
 const headerBytes = 32;
@@ -274,18 +275,29 @@ function grown(array: Uint32Array<ArrayBuffer>, length: number): Uint32Array<Arr
 }
 
 /**
- * FNV-1a over UTF-8 bytes: the hash of the chunk's string table, exported so
- * that the byte scanner hashes a key once for both its duplicate check and
- * the intern.
+ * FNV-1a over UTF-8 bytes, keyed by a per-process random substitution of byte
+ * values and a random basis: a body cannot be built offline whose strings all
+ * collide (hash flooding would make each intern walk all of them). Exported so
+ * that the byte scanner hashes a string while it scans it, once for both its
+ * duplicate-key check and the intern; it must step exactly as this does.
  */
 export function hashBytes(source: Uint8Array, start: number, end: number): number {
-  let hash = fnvOffsetBasis;
-  for (let at = start; at < end; at++) hash = Math.imul(hash ^ source[at], fnvPrime);
-  return hash >>> 0;
+  let hash = hashBasis;
+  for (let at = start; at < end; at++) hash = Math.imul(hash ^ byteKeys[source[at]], fnvPrime);
+  return finishHash(hash);
 }
 
-export const fnvOffsetBasis = 0x811c9dc5;
+export const byteKeys = randomFillSync(new Uint32Array(256));
+export const hashBasis = randomFillSync(new Uint32Array(1))[0] | 0;
 export const fnvPrime = 0x01000193;
+
+/** Mixes the high bits into the low ones, which pick the slot. */
+export function finishHash(hash: number): number {
+  hash ^= hash >>> 16;
+  hash = Math.imul(hash, 0x85ebca6b);
+  hash ^= hash >>> 13;
+  return hash >>> 0;
+}
 
 export function bytesEqual(left: Uint8Array, leftStart: number, right: Uint8Array, rightStart: number, length: number): boolean {
   for (let offset = 0; offset < length; offset++) if (left[leftStart + offset] !== right[rightStart + offset]) return false;

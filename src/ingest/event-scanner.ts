@@ -15,7 +15,7 @@
  *   - strings hold no escape;
  *   - property values are strings, numbers, booleans or null, under distinct
  *     keys that do not start with a digit (JSON.parse moves integer-like keys
- *     to the front), at most propertiesScannedMax of them;
+ *     to the front), at most propertiesScannedMax (4 096) of them;
  *   - a number is one String(number) prints back, or one that
  *     Number/String read and print without surprise (finite).
  * Anything else — an escape, a nested property value, an unknown or repeated
@@ -28,11 +28,15 @@
  * giving up halfway needs no undoing.
  */
 import { limits } from "../config/limits.js";
-import { bytesEqual, fnvOffsetBasis, fnvPrime, hashBytes, type ChunkBuilder } from "./chunk-codec.js";
+import { byteKeys, bytesEqual, finishHash, fnvPrime, hashBasis, hashBytes, type ChunkBuilder } from "./chunk-codec.js";
 import { parseTimestampBytes, parseUuidBytes } from "./event-fields.js";
 
-/** Past this many properties in one event, the duplicate check would need a larger table: JSON.parse reads it. */
-const propertiesScannedMax = 512;
+/**
+ * Past this many properties in one event, the duplicate check would need a
+ * larger table (this one, 64 KiB, stays in cache): JSON.parse reads it. Within
+ * 64 KiB of properties an event holds at most ~13 k, and SDK events a few dozen.
+ */
+const propertiesScannedMax = 4096;
 
 /** What the scan of one body found; valid until the next scan. */
 export interface ScannedBody {
@@ -237,7 +241,7 @@ class EventScanner implements ScannedBody {
       seen |= field;
       switch (field) {
         case fieldBit.event: {
-          if (!this.hashedStringValue() || !this.lengthWithin(limits.eventNameLengthMax)) return undefined;
+          if (!this.stringValue() || !this.lengthWithin(limits.eventNameLengthMax)) return undefined;
           this.nameStart[event] = this.stringStart;
           this.nameEnd[event] = this.stringEnd;
           this.nameHash[event] = this.stringHash;
@@ -245,7 +249,7 @@ class EventScanner implements ScannedBody {
         }
         case fieldBit.distinctId: {
           if (this.source[this.at] === Byte.Quote) {
-            if (!this.hashedStringValue() || !this.lengthWithin(limits.distinctIdLengthMax)) return undefined;
+            if (!this.stringValue() || !this.lengthWithin(limits.distinctIdLengthMax)) return undefined;
             this.idStart[event] = this.stringStart;
             this.idEnd[event] = this.stringEnd;
             this.idHash[event] = this.stringHash;
@@ -323,7 +327,7 @@ class EventScanner implements ScannedBody {
       const valueFirst = this.source[this.at];
       let valueLength: number;
       if (valueFirst === Byte.Quote) {
-        if (!this.hashedStringValue()) return false;
+        if (!this.stringValue()) return false;
         this.valueKind[property] = valueBytes;
         valueLength = this.stringEnd - this.stringStart + 2;
       } else if (valueFirst === Byte.LowerT || valueFirst === Byte.LowerF || valueFirst === Byte.LowerN) {
@@ -447,7 +451,7 @@ class EventScanner implements ScannedBody {
   }
 
   private memberKey(): boolean {
-    if (!this.hashedStringValue()) {
+    if (!this.stringValue()) {
       this.failed = true;
       return false;
     }
@@ -475,46 +479,30 @@ class EventScanner implements ScannedBody {
     return 0;
   }
 
-  /** A string without escapes at `at`: its contents in stringStart..stringEnd. */
+  /**
+   * A string without escapes at `at`: its contents in stringStart..stringEnd
+   * and hashBytes of them in stringHash (hashed while scanned: one pass for
+   * scan and intern).
+   */
   private stringValue(): boolean {
     const source = this.source;
     let at = this.at;
     if (source[at] !== Byte.Quote) return false;
     const start = ++at;
     const end = this.end;
+    let hash = hashBasis;
     for (;;) {
       if (at >= end) return false;
       const byte = source[at];
       if (byte === Byte.Quote) break;
       // An escape may print differently than it is written; a control byte is invalid JSON.
       if (byte === Byte.Backslash || byte < Byte.Space) return false;
+      hash = Math.imul(hash ^ byteKeys[byte], fnvPrime);
       at++;
     }
     this.stringStart = start;
     this.stringEnd = at;
-    this.at = at + 1;
-    return true;
-  }
-
-  /** stringValue that also leaves hashBytes of the contents in stringHash: one pass for scan and intern. */
-  private hashedStringValue(): boolean {
-    const source = this.source;
-    let at = this.at;
-    if (source[at] !== Byte.Quote) return false;
-    const start = ++at;
-    const end = this.end;
-    let hash = fnvOffsetBasis;
-    for (;;) {
-      if (at >= end) return false;
-      const byte = source[at];
-      if (byte === Byte.Quote) break;
-      if (byte === Byte.Backslash || byte < Byte.Space) return false;
-      hash = Math.imul(hash ^ byte, fnvPrime);
-      at++;
-    }
-    this.stringStart = start;
-    this.stringEnd = at;
-    this.stringHash = hash >>> 0;
+    this.stringHash = finishHash(hash);
     this.at = at + 1;
     return true;
   }

@@ -11,6 +11,7 @@ import { describe, expect, it } from "vitest";
 import { ChunkBuilder } from "../../src/ingest/chunk-codec.js";
 import { type IngestParser, type IngestShape, validateBody } from "../../src/ingest/event-validation.js";
 import { limits } from "../../src/config/limits.js";
+import { damaged } from "./damaged-json.js";
 
 function validate(text: string | Uint8Array, shape: IngestShape, parser: IngestParser) {
   const builder = new ChunkBuilder();
@@ -98,15 +99,6 @@ const misclosed = (text: fc.Arbitrary<string>) =>
 const nestingBatchText = fc
   .tuple(nestingText, nestingText)
   .map(([extra, value]) => `{"apiKey":"key","extra":${extra},"events":[{"event":"signup","distinctId":"user-1","properties":{"v":${value}}}]}`);
-
-/** The text cut short, or one byte replaced by a character that matters to JSON's grammar. */
-const damaged = (text: fc.Arbitrary<string>) =>
-  fc.tuple(text, fc.nat(), fc.constantFrom("cut", "replace", "insert"), fc.constantFrom(..."{}[],:\"\\ 0-e.tn\u0000\u001f".split(""))).map(([body, at, how, character]) => {
-    const position = body.length === 0 ? 0 : at % body.length;
-    if (how === "cut") return body.slice(0, position);
-    if (how === "replace") return body.slice(0, position) + character + body.slice(position + 1);
-    return body.slice(0, position) + character + body.slice(position);
-  });
 
 describe("parsing ingest bodies from bytes", () => {
   it("answers every generated batch exactly as JSON.parse does, rows included", () => {

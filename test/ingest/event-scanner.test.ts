@@ -15,6 +15,7 @@ import { limits } from "../../src/config/limits.js";
 import { ChunkBuilder } from "../../src/ingest/chunk-codec.js";
 import { scanBody } from "../../src/ingest/event-scanner.js";
 import { type IngestParser, type IngestShape, validateBody } from "../../src/ingest/event-validation.js";
+import { damaged } from "./damaged-json.js";
 
 const receivedAtMs = Date.UTC(2024, 4, 1, 12);
 
@@ -122,15 +123,6 @@ const singleText = fc.tuple(eventMembers, space, fc.nat()).map(([members, spaces
   return `${spaces}{${memberText(members, spaces)}}${spaces}`;
 });
 
-/** The text cut short, or one character replaced or inserted where it matters to JSON's grammar. */
-const damaged = (text: fc.Arbitrary<string>) =>
-  fc.tuple(text, fc.nat(), fc.constantFrom("cut", "replace", "insert"), fc.constantFrom(..."{}[],:\"\\ 0-.eE+tfn\u0000\u001f".split(""))).map(([body, at, how, character]) => {
-    const position = body.length === 0 ? 0 : at % body.length;
-    if (how === "cut") return body.slice(0, position);
-    if (how === "replace") return body.slice(0, position) + character + body.slice(position + 1);
-    return body.slice(0, position) + character + body.slice(position);
-  });
-
 describe("the byte scanner of flat events", () => {
   beforeEach(() => {
     scannedBodies = 0;
@@ -185,12 +177,13 @@ describe("the byte scanner of flat events", () => {
     }
   });
 
-  it("takes up to 512 properties in an event, repeated keys never, and a full batch but not one event more", () => {
-    const members = (count: number) => Array.from({ length: count }, (_, index) => `"key${index}":${index}`).join(",");
-    for (const count of [511, 512, 513, 1500]) expectSameAnswer(`{"apiKey":"key","event":"e","distinctId":"u","properties":{${members(count)}}}`, "single");
-    expect(scanBody(Buffer.from(`{"apiKey":"key","event":"e","distinctId":"u","properties":{${members(512)}}}`), "single", 0)).toBeDefined();
-    // A repeated key far apart, and keys that collide in a small table.
-    const repeated = `{"apiKey":"key","event":"e","distinctId":"u","properties":{${members(300)},"key7":"last"}}`;
+  it("takes up to 4 096 properties in an event, repeated keys never, and a full batch but not one event more", () => {
+    const members = (count: number) => Array.from({ length: count }, (_, index) => `"k${index}":${index % 10}`).join(",");
+    for (const count of [4095, 4096, 4097, 6000]) expectSameAnswer(`{"apiKey":"key","event":"e","distinctId":"u","properties":{${members(count)}}}`, "single");
+    expect(scanBody(Buffer.from(`{"apiKey":"key","event":"e","distinctId":"u","properties":{${members(4096)}}}`), "single", 0)).toBeDefined();
+    expect(scanBody(Buffer.from(`{"apiKey":"key","event":"e","distinctId":"u","properties":{${members(4097)}}}`), "single", 0)).toBeUndefined();
+    // A repeated key far from its first place.
+    const repeated = `{"apiKey":"key","event":"e","distinctId":"u","properties":{${members(3000)},"k7":"last"}}`;
     expectSameAnswer(repeated, "single");
     expect(scanBody(Buffer.from(repeated), "single", 0)).toBeUndefined();
 
