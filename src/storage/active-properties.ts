@@ -113,29 +113,45 @@ export class ActiveProperties {
 
   /** Adds one entry (rows ascending). Returns 1 when the text is new to the key, else 0. */
   add(slot: number, row: number, text: string): number {
-    const entry = this.entryCountOf[slot];
-    let valueId = 1;
-    let added = 0;
-    if (entry === 0) {
+    const valueId = this.valueIdOf(slot, text);
+    this.append(slot, row, valueId);
+    return this.textWasNew;
+  }
+
+  /** 1 when the last valueIdOf gave its text a new id, else 0. */
+  textWasNew = 0;
+
+  /**
+   * The id of `text` among the key's values, given one when it has none (see
+   * textWasNew). The caller appends an entry with it before asking again, so
+   * a key without entries has no text yet.
+   */
+  valueIdOf(slot: number, text: string): number {
+    this.textWasNew = 0;
+    if (this.entryCountOf[slot] === 0) {
       this.firstTextOf[slot] = text;
-      added = 1;
-    } else if (text !== this.firstTextOf[slot]) {
-      let dictionary = this.dictionaryOf.get(slot);
-      if (dictionary === undefined) {
-        const first = this.firstTextOf[slot];
-        dictionary = { texts: ["", first], ids: new Map([[first, 1]]) };
-        this.dictionaryOf.set(slot, dictionary);
-      }
-      const known = dictionary.ids.get(text);
-      if (known === undefined) {
-        valueId = dictionary.texts.length;
-        dictionary.texts.push(text);
-        dictionary.ids.set(text, valueId);
-        added = 1;
-      } else {
-        valueId = known;
-      }
+      this.textWasNew = 1;
+      return 1;
     }
+    if (text === this.firstTextOf[slot]) return 1;
+    let dictionary = this.dictionaryOf.get(slot);
+    if (dictionary === undefined) {
+      const first = this.firstTextOf[slot];
+      dictionary = { texts: ["", first], ids: new Map([[first, 1]]) };
+      this.dictionaryOf.set(slot, dictionary);
+    }
+    const known = dictionary.ids.get(text);
+    if (known !== undefined) return known;
+    const valueId = dictionary.texts.length;
+    dictionary.texts.push(text);
+    dictionary.ids.set(text, valueId);
+    this.textWasNew = 1;
+    return valueId;
+  }
+
+  /** Appends an entry (rows ascending) whose value id valueIdOf gave. */
+  append(slot: number, row: number, valueId: number): void {
+    const entry = this.entryCountOf[slot];
     if (entry < arenaEntriesPerSlot) {
       const words = this.arena[this.arenaBufferOf[slot]];
       const word = this.arenaWordOf[slot];
@@ -148,7 +164,6 @@ export class ActiveProperties {
       own.valueIds[entry] = valueId;
     }
     this.entryCountOf[slot] = entry + 1;
-    return added;
   }
 
   /** A slot's entries as they stand, texts copied (the key may gain more). */
@@ -341,4 +356,43 @@ function grown(array: Uint32Array<ArrayBuffer>, capacity: number): Uint32Array<A
   const larger = new Uint32Array(capacity);
   larger.set(array);
   return larger;
+}
+
+/**
+ * Value ids of a chunk's strings under one key of one segment, by chunk string
+ * index, for the apply loop (store.ts). Stamped, so forgetting every id when
+ * the key or segment changes costs one increment rather than a fill. 0: not
+ * known (value ids start at 1).
+ */
+export class ValueIdCache {
+  private ids = new Uint32Array(0);
+  private stamps = new Uint32Array(0);
+  private stamp = 1;
+
+  /** Makes room for a chunk of `stringCount` strings and forgets every id. */
+  reserve(stringCount: number): this {
+    if (stringCount > this.ids.length) {
+      const length = Math.max(stringCount, this.ids.length * 2);
+      this.ids = new Uint32Array(length);
+      this.stamps = new Uint32Array(length);
+    }
+    this.forget();
+    return this;
+  }
+
+  forget(): void {
+    if (++this.stamp === 0xffff_ffff) {
+      this.stamps.fill(0);
+      this.stamp = 1;
+    }
+  }
+
+  get(stringIndex: number): number {
+    return this.stamps[stringIndex] === this.stamp ? this.ids[stringIndex] : 0;
+  }
+
+  set(stringIndex: number, valueId: number): void {
+    this.stamps[stringIndex] = this.stamp;
+    this.ids[stringIndex] = valueId;
+  }
 }

@@ -19,7 +19,7 @@ import { existsSync, readdirSync, readFileSync, rmSync } from "node:fs";
 import { basename, dirname, join } from "node:path";
 import { limits } from "../config/limits.js";
 import { decodeChunk, filterChunk, type DecodedChunk } from "../ingest/chunk-codec.js";
-import { ActiveProperties } from "./active-properties.js";
+import { ActiveProperties, ValueIdCache } from "./active-properties.js";
 import { SharedColumn } from "./column-builder.js";
 import { Dictionary } from "./dictionary.js";
 import { injectFault } from "./fault-injection.js";
@@ -280,6 +280,8 @@ export class Store {
   /** Rows applied since start, for figures. */
   rowsApplied = 0;
   private commitSequence = 0;
+  /** Scratch of the apply loop; applies of different chunks may interleave (slices), but each run of a key starts afresh. */
+  private readonly valueIdCache = new ValueIdCache();
   private closing = false;
   /**
    * When ingest last did something: a commit, or a request (noteIngest), even
@@ -596,6 +598,7 @@ export class Store {
     let key = firstKey;
     let keysSinceClock = 0;
     let entriesSinceClock = 0;
+    const valueIds = this.valueIdCache.reserve(chunk.stringCount);
     while (key < keyCount) {
       const keyId = workspace.keys.intern(chunk.string(chunk.keyStrings[key]));
       // A key's entries are in row order, so mostly in one day's segment: its slot is looked up once per run.
@@ -607,8 +610,18 @@ export class Store {
         if (rowProperties !== properties) {
           properties = rowProperties;
           slot = properties.slotFor(keyId);
+          valueIds.forget();
         }
-        rows.textsAdded += properties.add(slot, rowIndex[row], chunk.string(chunk.entryValues[entry]));
+        // A value repeats across the rows of a chunk ("US" in a third of them): its id is looked up
+        // once per run of the key, then read from the cache by its chunk string index.
+        const valueString = chunk.entryValues[entry];
+        let valueId = valueIds.get(valueString);
+        if (valueId === 0) {
+          valueId = properties.valueIdOf(slot, chunk.string(valueString));
+          rows.textsAdded += properties.textWasNew;
+          valueIds.set(valueString, valueId);
+        }
+        properties.append(slot, rowIndex[row], valueId);
       }
       entriesSinceClock += chunk.entryStarts[key + 1] - chunk.entryStarts[key];
       key++;

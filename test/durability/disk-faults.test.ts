@@ -83,12 +83,13 @@ function arm(faults: Record<string, { errno: string; count?: number }>): void {
   renameSync(`${faultsFile}.tmp`, faultsFile);
 }
 
-function makeEvents(name: string, size: number, uuids: boolean): object[] {
+/** `padBytes`: a property of that many bytes per event, to make the WAL record large (the thread pool writes those). */
+function makeEvents(name: string, size: number, uuids: boolean, padBytes = 0): object[] {
   return Array.from({ length: size }, (_, index) => ({
     event: name,
     distinctId: `${name}/${index}/${random.integer(0, 1e9)}`,
     timestamp: isoTime(timeMs + index * 1000),
-    properties: { index, plan: random.pick(["free", "pro"]) },
+    properties: { index, plan: random.pick(["free", "pro"]), ...(padBytes > 0 ? { pad: `${index}`.padEnd(padBytes, "x") } : {}) },
     ...(uuids ? { uuid: random.uuid() } : {}),
   }));
 }
@@ -192,7 +193,8 @@ describe("injected disk faults (ENOSPC, EIO) in writes, fsyncs and renames", () 
         const refusedWithUuids: object[][] = [];
         if (fails === "requests") {
           for (let attempt = 0; attempt < 4; attempt++) {
-            const withUuids = makeEvents(`${label} refused with uuids`, 30, true);
+            // Odd attempts send a large batch: its WAL group is written by the thread pool, not the main thread.
+            const withUuids = makeEvents(`${label} refused with uuids`, 30, true, attempt % 2 === 1 ? 4096 : 0);
             const plain = makeEvents(`${label} refused`, 30, false);
             const answers = await Promise.all([ingestBatch(server, server.apiKey, withUuids), ingestBatch(server, server.apiKey, plain)]);
             for (const answer of answers) {

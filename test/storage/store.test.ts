@@ -327,6 +327,43 @@ describe("the store, reopened after a crash", () => {
   });
 });
 
+describe("applying property values", () => {
+  it("stores each row's text, for keys whose rows span days and values that repeat across chunks", async () => {
+    // Rows of one chunk land in several days' segments; each segment numbers a key's texts on its own,
+    // so an id the apply loop remembered for one segment must never serve another.
+    const random = new Random(7);
+    const store = open(dataDir);
+    const expected = new Map<string, string[]>(); // "day/user" → texts of key "plan", in row order
+    for (let chunkIndex = 0; chunkIndex < 30; chunkIndex++) {
+      const batch: Row[] = Array.from({ length: random.integer(1, 60) }, () => ({
+        event: "e",
+        user: "u",
+        dayOffset: random.integer(0, 3),
+        plan: random.chance(0.8) ? `p${random.integer(0, 5)}` : undefined,
+      }));
+      // Rows of a day in time order, as a client would send them; days interleave.
+      await store.commit(workspaceId, chunk(batch));
+      for (const row of batch) {
+        if (row.plan === undefined) continue;
+        const texts = expected.get(String(row.dayOffset)) ?? [];
+        texts.push(row.plan);
+        expected.set(String(row.dayOffset), texts);
+      }
+    }
+    const workspace = store.workspaces.get(workspaceId)!;
+    const keyId = workspace.keys.idOf("plan")!;
+    const stored = new Map<string, string[]>();
+    for (const [dayStartMsOfPartition, partition] of workspace.days) {
+      const properties = partition.active!.properties;
+      const entries = properties.entries(properties.slotOf(keyId));
+      const valueIds = new Uint32Array(entries.valueIds, entries.valueIdsOffset, entries.entryCount);
+      stored.set(String(Math.round((dayStartMsOfPartition - dayStartMs) / 86_400_000)), [...valueIds].map((id) => entries.texts[id]));
+    }
+    expect(stored).toEqual(expected);
+    await store.close();
+  });
+});
+
 describe("a chunk of many new property keys", () => {
   /** Every (key text → value text) stored for the workspace, read from its sealed segments on disk. */
   function storedValues(store: Store): Map<string, string> {
