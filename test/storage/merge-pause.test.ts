@@ -1,0 +1,87 @@
+/**
+ * Merges wait for ingest to pause, and stop when it resumes: a merge pass that
+ * began in a pause asks again before each day, so batches arriving mid-pass
+ * do not share the machine with day after day of rewriting (one worker and a
+ * core held for seconds, half the batch throughput in the bench's later
+ * repeats). A forced pass (mergeAll) still merges everything.
+ *
+ * The idle threshold is shortened for this file, so it is set before the
+ * store's modules load.
+ */
+import { mkdtempSync, rmSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { afterEach, expect, it } from "vitest";
+import type { Store as StoreType, StoreTasks } from "../../src/storage/store.js";
+
+process.env.EVENTIDE_CHECKPOINT_IDLE_MS = "150";
+const { ChunkBuilder } = await import("../../src/ingest/chunk-codec.js");
+const { unpackPropertyEntries } = await import("../../src/storage/property-transfer.js");
+const { loadSegment, sealSegment } = await import("../../src/storage/segment-format.js");
+const { mergeSegments } = await import("../../src/storage/segment-merge.js");
+const { Store } = await import("../../src/storage/store.js");
+
+const workspaceId = "feedc0de12345678";
+const firstDayMs = Date.UTC(2024, 2, 1);
+const dayCount = 4;
+const dataDir = mkdtempSync(join(tmpdir(), "eventide-merge-pause-"));
+
+afterEach(() => rmSync(dataDir, { recursive: true, force: true }));
+
+function rowsOnEveryDay(): ArrayBuffer {
+  const builder = new ChunkBuilder();
+  for (let day = 0; day < dayCount; day++) {
+    for (let row = 0; row < 10; row++) builder.addRow(firstDayMs + day * 86_400_000 + row, "e", `u${row}`, undefined);
+  }
+  return builder.finish();
+}
+
+it("a merge pass begun in a pause leaves the other days once ingest resumes, and a forced pass merges them", async () => {
+  const merged: string[] = [];
+  const store: StoreType = Store.open(dataDir, false);
+  const tasks: StoreTasks = {
+    seal: async (segment, directory) => {
+      const rows = segment.rowCount;
+      return sealSegment({
+        directory,
+        dayStartMs: segment.dayStartMs,
+        rowCount: rows,
+        timeOffsetMs: new Uint32Array(segment.time.buffer, 0, rows),
+        userIds: new Uint32Array(segment.user.buffer, 0, rows),
+        eventIds: new Uint32Array(segment.event.buffer, 0, rows),
+        uuidPresent: new Uint8Array(segment.uuidPresent.buffer, 0, rows),
+        uuidBytes: new Uint8Array(segment.uuid.buffer, 0, rows * 16),
+        properties: unpackPropertyEntries(await segment.properties.pack()),
+        fsync: false,
+      });
+    },
+    load: async (directory) => loadSegment(directory),
+    merge: async (directories: string[], target: string, dayStartMs: number) => {
+      // A batch arrives while the first day is being merged (and ingest stays busy for the rest of the test).
+      if (merged.length === 0) store.noteIngest(Date.now() + 60_000);
+      merged.push(target);
+      return mergeSegments({ directories, target, dayStartMs, fsync: false });
+    },
+  };
+  store.start(tasks);
+  // Two checkpoints, each sealing a segment on every day: every day then holds two.
+  for (let round = 0; round < 2; round++) {
+    await store.commit(workspaceId, rowsOnEveryDay());
+    await store.checkpoint();
+  }
+  const segmentsPerDay = () => [...store.workspaces.get(workspaceId)!.days.values()].map((partition) => partition.sealed.length);
+  expect(segmentsPerDay()).toEqual(Array(dayCount).fill(2));
+  expect(merged, "no merge while commits are recent").toEqual([]);
+
+  // Ingest pauses: the idle timer starts a merge pass; the batch noted in its first merge stops it there.
+  const deadline = Date.now() + 5_000;
+  while (merged.length === 0 && Date.now() < deadline) await new Promise((resolve) => setTimeout(resolve, 20));
+  await new Promise((resolve) => setTimeout(resolve, 600));
+  expect(merged.length, "days merged after ingest resumed").toBe(1);
+  expect(segmentsPerDay().sort()).toEqual([1, ...Array(dayCount - 1).fill(2)]);
+
+  await store.mergeAll();
+  expect(merged.length).toBe(dayCount);
+  expect(segmentsPerDay()).toEqual(Array(dayCount).fill(1));
+  await store.close();
+});
