@@ -16,8 +16,8 @@ import type { Store as StoreType, StoreTasks } from "../../src/storage/store.js"
 
 process.env.EVENTIDE_CHECKPOINT_IDLE_MS = "150";
 const { ChunkBuilder } = await import("../../src/ingest/chunk-codec.js");
-const { unpackPropertyEntries } = await import("../../src/storage/property-transfer.js");
-const { loadSegment, sealSegment } = await import("../../src/storage/segment-format.js");
+const { loadSegment } = await import("../../src/storage/segment-format.js");
+const { sealInline } = await import("../helpers/seal-inline.js");
 const { mergeSegments } = await import("../../src/storage/segment-merge.js");
 const { Store } = await import("../../src/storage/store.js");
 
@@ -40,21 +40,7 @@ it("a merge pass begun in a pause leaves the other days once ingest resumes, and
   const merged: string[] = [];
   const store: StoreType = Store.open(dataDir, false);
   const tasks: StoreTasks = {
-    seal: async (segment, directory) => {
-      const rows = segment.rowCount;
-      return sealSegment({
-        directory,
-        dayStartMs: segment.dayStartMs,
-        rowCount: rows,
-        timeOffsetMs: new Uint32Array(segment.time.buffer, 0, rows),
-        userIds: new Uint32Array(segment.user.buffer, 0, rows),
-        eventIds: new Uint32Array(segment.event.buffer, 0, rows),
-        uuidPresent: new Uint8Array(segment.uuidPresent.buffer, 0, rows),
-        uuidBytes: new Uint8Array(segment.uuid.buffer, 0, rows * 16),
-        properties: unpackPropertyEntries(await segment.properties.pack()),
-        fsync: false,
-      });
-    },
+    seal: sealInline,
     load: async (directory) => loadSegment(directory),
     merge: async (directories: string[], target: string, dayStartMs: number) => {
       // A batch arrives while the first day is being merged (and ingest stays busy for the rest of the test).

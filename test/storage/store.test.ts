@@ -19,26 +19,10 @@ import { mergeSegments } from "../../src/storage/segment-merge.js";
 import { ActiveSegment, Store, type StoreTasks } from "../../src/storage/store.js";
 import { readWalFile } from "../../src/storage/wal.js";
 import { Random } from "../helpers/random.js";
+import { sealInline } from "../helpers/seal-inline.js";
 
 const workspaceId = "feedc0de12345678";
 const dayStartMs = Date.UTC(2024, 2, 1);
-
-/** Seals inline exactly as the pool's worker does (src/workers/worker.ts runSeal). */
-async function sealInline(segment: ActiveSegment, directory: string): Promise<LoadSegmentResult> {
-  const rows = segment.rowCount;
-  return sealSegment({
-    directory,
-    dayStartMs: segment.dayStartMs,
-    rowCount: rows,
-    timeOffsetMs: new Uint32Array(segment.time.buffer, 0, rows),
-    userIds: new Uint32Array(segment.user.buffer, 0, rows),
-    eventIds: new Uint32Array(segment.event.buffer, 0, rows),
-    uuidPresent: new Uint8Array(segment.uuidPresent.buffer, 0, rows),
-    uuidBytes: new Uint8Array(segment.uuid.buffer, 0, rows * 16),
-    properties: unpackPropertyEntries(await segment.properties.pack()),
-    fsync: false,
-  });
-}
 
 const inlineTasks: StoreTasks = {
   seal: async (segment, directory) => sealInline(segment, directory),
