@@ -42,7 +42,7 @@ const propertiesScannedMax = 4096;
 export interface ScannedBody {
   apiKey: string;
   eventCount: number;
-  /** Appends the scanned events to `builder`; called at most once, before the next scan. */
+  /** Appends the scanned events to `builder`; called once, before the next scan. */
   appendTo(builder: ChunkBuilder): void;
 }
 
@@ -82,6 +82,9 @@ type FieldName = (typeof fieldNames)[number];
 const fieldNameBytes = fieldNames.map((name) => Buffer.from(name, "latin1"));
 const fieldBit: Record<FieldName, number> = { apiKey: 1, events: 2, event: 4, distinctId: 8, timestamp: 16, uuid: 32, properties: 64 };
 
+const emptyBytes = new Uint8Array(0);
+const emptyBuffer = Buffer.alloc(0);
+
 /** A scratch array twice as long, holding the same contents. */
 function doubled<T extends Int32Array | Uint32Array>(array: T): T {
   const larger = new (array.constructor as new (length: number) => T)(array.length * 2);
@@ -95,8 +98,8 @@ function doubled<T extends Int32Array | Uint32Array>(array: T): T {
  * but the apiKey string and the odd printed number.
  */
 class EventScanner implements ScannedBody {
-  private source: Uint8Array = new Uint8Array(0);
-  private sourceText: Buffer = Buffer.alloc(0);
+  private source: Uint8Array = emptyBytes;
+  private sourceText: Buffer = emptyBuffer;
   private at = 0;
   private end = 0;
 
@@ -142,9 +145,16 @@ class EventScanner implements ScannedBody {
     this.printedTexts.length = 0;
     this.firstProperty[0] = 0;
     const scanned = shape === "batch" ? this.scanBatch(receivedAtMs) : this.scanSingle(receivedAtMs);
-    if (!scanned) return undefined;
-    this.skipWhitespace();
-    return this.at === this.end ? this : undefined;
+    if (scanned) this.skipWhitespace();
+    if (scanned && this.at === this.end) return this;
+    this.release();
+    return undefined;
+  }
+
+  /** Drops the body, which may be 20 MiB, rather than hold it until the next one. */
+  private release(): void {
+    this.source = emptyBytes;
+    this.sourceText = emptyBuffer;
   }
 
   appendTo(builder: ChunkBuilder): void {
@@ -167,6 +177,7 @@ class EventScanner implements ScannedBody {
         builder.addInternedProperty(row, key, text);
       }
     }
+    this.release();
   }
 
   private scanBatch(receivedAtMs: number): boolean {
