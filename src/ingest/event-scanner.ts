@@ -205,7 +205,6 @@ class EventScanner implements ScannedBody {
   }
 
   private scanSingle(receivedAtMs: number): boolean {
-    this.skipWhitespace();
     // The event's own fields and the apiKey share one object.
     const apiKey = this.event(receivedAtMs, true);
     if (apiKey === undefined) return false;

@@ -146,12 +146,7 @@ function plainUtf8Body(bytes: Uint8Array, gzip: boolean, maxBytes: number): Uint
  */
 export type IngestParser = "native" | "bytes" | "auto";
 
-/** Parses an ingest body; validation cannot tell which parser read it. */
-export function parseIngestBody(bytes: Uint8Array, gzip: boolean, shape: IngestShape, parser: IngestParser = "auto"): { value: unknown } | ServiceError {
-  const plain = plainUtf8Body(bytes, gzip, bodyBytesMax(shape));
-  return plain instanceof Uint8Array ? parsePlainBody(plain, shape, parser) : plain;
-}
-
+/** Parses an inflated, UTF-8-checked ingest body; validation cannot tell which parser read it. */
 function parsePlainBody(plain: Uint8Array, shape: IngestShape, parser: IngestParser): { value: unknown } | ServiceError {
   if (parser === "native" || (parser === "auto" && !holdsManyContainersOrMembers(plain))) return parseJsonObject(plain);
   const parsed = parseBodyBytes(plain, shape);
