@@ -19,8 +19,12 @@ export class WorkerPool {
       filename: new URL("./worker.js", import.meta.url).href,
       minThreads: threadCount,
       maxThreads: threadCount,
-      // Queries and ingest share the pool; more than one task per thread in flight only adds latency.
-      concurrentTasksPerWorker: 1,
+      // A worker holds up to three short tasks (ingest, queries): the next one is
+      // already in its port when one ends. With one, a worker sat idle from the
+      // end of a task until the main thread had taken its result and posted the
+      // next — ~3–5 ms of every ~3 ms batch under load, since the main thread is
+      // busy committing. Long tasks (seal, merge, load) run alone: see `runAlone`.
+      concurrentTasksPerWorker: 3,
       // The queue bound is applied to ingest only (see `ingest`): a checkpoint's seal
       // tasks and queries must never be refused because ingest filled the queue.
       idleTimeout: Number.MAX_SAFE_INTEGER,
@@ -41,6 +45,18 @@ export class WorkerPool {
     return (await this.piscina.run(task, transferList ? { transferList } : undefined)) as T;
   }
 
+  /**
+   * Runs a long task (hundreds of milliseconds: sealing 2 M rows takes ~1 s)
+   * alone on a worker. Piscina's balancer gives a task that carries an abort
+   * signal an idle worker and queues nothing behind it; a batch queued behind
+   * a seal would wait out the whole seal. The signal is never aborted:
+   * aborting would terminate the worker mid-write.
+   */
+  private async runAlone<T>(task: unknown, transferList?: ArrayBuffer[]): Promise<T> {
+    const signal = new AbortController().signal;
+    return (await this.piscina.run(task, transferList ? { transferList, signal } : { signal })) as T;
+  }
+
   ingest(task: IngestTask): Promise<IngestTaskResult> {
     if (this.saturated) return Promise.reject(new PoolSaturatedError("worker queue is full"));
     return this.run(task, [task.bodies]);
@@ -49,15 +65,15 @@ export class WorkerPool {
   seal(task: SealTask): Promise<LoadSegmentResult> {
     // Every array of the message was made for it: moved, not copied (a day of 3 M keys copied 48 MB).
     const { packed, keyIds, entryCounts, textCounts, textEnds } = task.properties;
-    return this.run(task, [packed, keyIds.buffer, entryCounts.buffer, textCounts.buffer, textEnds.buffer]);
+    return this.runAlone(task, [packed, keyIds.buffer, entryCounts.buffer, textCounts.buffer, textEnds.buffer]);
   }
 
   merge(task: MergeTask): Promise<LoadSegmentResult> {
-    return this.run(task);
+    return this.runAlone(task);
   }
 
   load(task: LoadSegmentTask): Promise<LoadSegmentResult> {
-    return this.run(task);
+    return this.runAlone(task);
   }
 
   query(task: QueryTask): Promise<QueryTaskResult> {

@@ -178,6 +178,32 @@ describe("the write-ahead log", () => {
     expect(records.map((record) => Buffer.from(record.payload).toString("hex"))).toEqual(payloads.map((payload) => Buffer.from(payload).toString("hex")));
   });
 
+  it("keeps order when large groups (written through the O_DSYNC descriptor) and small ones mix, across a rotation", async () => {
+    const log = WriteAheadLog.open(dataDir, 1, true);
+    const random = new Random(11);
+    // 3 000 rows encode to well over the 64 KiB from which a group goes to the thread pool.
+    const large = chunkOf(3_000, "large");
+    expect(large.length).toBeGreaterThan(64 * 1024);
+    const wave = (count: number, label: string) => Array.from({ length: count }, (_, index) => (random.integer(0, 2) === 0 ? large : chunkOf(random.integer(1, 20), `${label}-${index}`)));
+    const appendAll = async (payloads: Uint8Array[], durableOrder: Uint8Array[]) =>
+      Promise.all(payloads.map((payload) => log.append(encodeRecord(workspaceIds[2], payload), () => durableOrder.push(payload))));
+    const first = wave(40, "first");
+    const firstOrder: Uint8Array[] = [];
+    const firstDone = appendAll(first, firstOrder);
+    const rotated = log.rotate(() => undefined, () => undefined);
+    await firstDone;
+    expect(await rotated).toBe(2);
+    const second = wave(40, "second");
+    const secondOrder: Uint8Array[] = [];
+    await appendAll(second, secondOrder);
+    await log.close();
+    expect(firstOrder).toEqual(first);
+    expect(secondOrder).toEqual(second);
+    const hex = (payloads: Uint8Array[]) => payloads.map((payload) => Buffer.from(payload).toString("hex"));
+    expect(hex(readWalFile(walFilePath(dataDir, 1)).records.map((record) => record.payload))).toEqual(hex(first));
+    expect(hex(readWalFile(walFilePath(dataDir, 2)).records.map((record) => record.payload))).toEqual(hex(second));
+  });
+
   it("rotates to a new file at a point where every earlier append is durable, and deletes old files on request", async () => {
     const log = WriteAheadLog.open(dataDir, 3, false);
     const before = Array.from({ length: 20 }, (_, index) => log.append(encodeRecord(workspaceIds[1], chunkOf(2, `before-${index}`)), () => undefined));
