@@ -370,6 +370,11 @@ function eventBitmaps(user: Uint32Array, { eventStart, eventCount }: SealedOrder
  */
 interface SealedProperties {
   keys: PropertyEntries[];
+  /**
+   * Per key: its new ids by sealed row (0: not set) when it was read by
+   * gathering (`sealDenseKey`), else undefined and its entries are in `rows` and `values`.
+   */
+  denseIds: Array<Uint32Array | undefined>;
   keyEntryStart: Uint32Array;
   keyTextStart: Uint32Array;
   rows: Uint32Array;
@@ -379,7 +384,8 @@ interface SealedProperties {
 }
 
 /**
- * Every entry is tagged with its sealed row (read key by key, rows ascending,
+ * A key set on at least half the rows is read by gathering (sealDenseKey).
+ * For the others, every entry is tagged with its sealed row (read key by key, rows ascending,
  * so the lookups walk forward), then all entries are put in sealed row order,
  * keys ascending within a row, by a stable LSD radix sort that moves the
  * three columns together: each pass reads them front to back. Read back in
@@ -393,27 +399,71 @@ interface SealedProperties {
  * allocation and garbage collection.
  */
 function sealProperties(properties: PropertyEntries[], order: Uint32Array): SealedProperties {
+  const rowCount = order.length;
   const keys = properties.filter((property) => property.rows.length > 0).sort((left, right) => left.keyId - right.keyId);
   const keyCount = keys.length;
+  // A key set on at least half the rows is stored dense whatever its width;
+  // it is read by gathering instead of sorting its entries.
+  const denseIds = keys.map((key): Uint32Array | undefined => (key.rows.length * 2 >= rowCount ? emptyIds : undefined));
   const keyEntryStart = new Uint32Array(keyCount + 1);
   const keyTextStart = new Uint32Array(keyCount + 1);
   for (let keyIndex = 0; keyIndex < keyCount; keyIndex++) {
-    keyEntryStart[keyIndex + 1] = keyEntryStart[keyIndex] + keys[keyIndex].rows.length;
+    keyEntryStart[keyIndex + 1] = keyEntryStart[keyIndex] + (denseIds[keyIndex] === undefined ? keys[keyIndex].rows.length : 0);
     keyTextStart[keyIndex + 1] = keyTextStart[keyIndex] + keys[keyIndex].texts.length;
   }
-  let entries = tagEntries(keys, keyEntryStart[keyCount], inversePermutation(order));
+  const usedOldId = new Uint32Array(keyTextStart[keyCount]);
+  const usedTextCount = new Uint32Array(keyCount);
+  let valueByRow: Uint32Array | undefined;
+  for (let keyIndex = 0; keyIndex < keyCount; keyIndex++) {
+    if (denseIds[keyIndex] === undefined) continue;
+    valueByRow ??= new Uint32Array(rowCount);
+    const textStart = keyTextStart[keyIndex];
+    const used = usedOldId.subarray(textStart, keyTextStart[keyIndex + 1]);
+    const ids = new Uint32Array(rowCount);
+    usedTextCount[keyIndex] = sealDenseKey(keys[keyIndex], order, valueByRow, ids, used);
+    denseIds[keyIndex] = ids;
+  }
+  let entries = tagEntries(keys, denseIds, keyEntryStart[keyCount], inversePermutation(order));
   let spare: EntryColumns = { row: new Uint32Array(entries.row.length), key: new Uint32Array(entries.row.length), value: new Uint32Array(entries.row.length) };
-  const rowBits = 32 - Math.clz32(Math.max(1, order.length - 1));
+  const rowBits = 32 - Math.clz32(Math.max(1, rowCount - 1));
   const counts = new Uint32Array(1 << entryDigitBits);
-  for (let shift = 0; shift < rowBits; shift += entryDigitBits) {
+  for (let shift = 0; entries.row.length > 0 && shift < rowBits; shift += entryDigitBits) {
     entryRadixPass(entries, spare, shift, counts);
     [entries, spare] = [spare, entries];
   }
   // The spare columns are free once sorted: they take the result.
-  const usedOldId = new Uint32Array(keyTextStart[keyCount]);
-  const usedTextCount = new Uint32Array(keyCount);
   renumberValues(entries, keyEntryStart, keyTextStart, spare, usedOldId, usedTextCount);
-  return { keys, keyEntryStart, keyTextStart, rows: spare.row, values: spare.value, usedOldId, usedTextCount };
+  return { keys, denseIds, keyEntryStart, keyTextStart, rows: spare.row, values: spare.value, usedOldId, usedTextCount };
+}
+
+/** A placeholder in `denseIds` until the key is gathered. */
+const emptyIds = new Uint32Array(0);
+
+/**
+ * One dense key in sealed order: its values spread by input row into
+ * `valueByRow` (all 0, and left so), then read through `order`, renumbered in
+ * first-use order into `ids`; usedOldId[new id] gets the input id. Returns the
+ * number of texts used. One scatter and one gather of the rows, where sorting
+ * the key's entries moved three columns through every radix pass, in memory
+ * the kernel had to fault in and zero first: ~1/3 of a seal's time.
+ */
+function sealDenseKey(key: PropertyEntries, order: Uint32Array, valueByRow: Uint32Array, ids: Uint32Array, usedOldId: Uint32Array): number {
+  const { rows, valueIds } = key;
+  for (let entry = 0; entry < rows.length; entry++) valueByRow[rows[entry]] = valueIds[entry];
+  const remap = new Uint32Array(key.texts.length);
+  let usedCount = 0;
+  for (let index = 0; index < order.length; index++) {
+    const oldId = valueByRow[order[index]];
+    if (oldId === 0) continue;
+    let newId = remap[oldId];
+    if (newId === 0) {
+      newId = remap[oldId] = ++usedCount;
+      usedOldId[newId] = oldId;
+    }
+    ids[index] = newId;
+  }
+  for (let entry = 0; entry < rows.length; entry++) valueByRow[rows[entry]] = 0;
+  return usedCount;
 }
 
 /** sealedIndexOf[row] = index where order[index] = row. */
@@ -423,10 +473,11 @@ function inversePermutation(order: Uint32Array): Uint32Array {
   return sealedIndexOf;
 }
 
-/** Every key's entries, one after the other, with their sealed rows. */
-function tagEntries(keys: PropertyEntries[], entryTotal: number, sealedIndexOf: Uint32Array): EntryColumns {
+/** The entries of every key not gathered, one after the other, with their sealed rows. */
+function tagEntries(keys: PropertyEntries[], denseIds: Array<Uint32Array | undefined>, entryTotal: number, sealedIndexOf: Uint32Array): EntryColumns {
   const entries: EntryColumns = { row: new Uint32Array(entryTotal), key: new Uint32Array(entryTotal), value: new Uint32Array(entryTotal) };
   for (let keyIndex = 0, slot = 0; keyIndex < keys.length; keyIndex++) {
+    if (denseIds[keyIndex] !== undefined) continue;
     const { rows, valueIds } = keys[keyIndex];
     for (let entry = 0; entry < rows.length; entry++, slot++) {
       entries.row[slot] = sealedIndexOf[rows[entry]];
@@ -502,7 +553,7 @@ function sealUuids(order: Uint32Array, uuidPresent: Uint8Array, uuidSource: Uint
  * directory and where the section ends.
  */
 function layOutProperties(sealed: SealedProperties, rowCount: number, start: number): { directory: Float64Array; end: number } {
-  const { keys, keyEntryStart, keyTextStart, usedOldId, usedTextCount } = sealed;
+  const { keys, keyTextStart, usedOldId, usedTextCount } = sealed;
   const keyCount = keys.length;
   let end = align8(start + keyCount * directoryFields * Float64Array.BYTES_PER_ELEMENT);
   const directory = new Float64Array(keyCount * directoryFields);
@@ -510,9 +561,10 @@ function layOutProperties(sealed: SealedProperties, rowCount: number, start: num
     const textCount = usedTextCount[keyIndex] + 1;
     const texts = keys[keyIndex].texts;
     const textStart = keyTextStart[keyIndex];
-    const entryCount = keyEntryStart[keyIndex + 1] - keyEntryStart[keyIndex];
+    const entryCount = keys[keyIndex].rows.length;
     const width: 1 | 2 | 4 = textCount <= 0xff ? 1 : textCount <= 0xffff ? 2 : 4;
     const sparse = entryCount * (4 + width) < rowCount * width;
+    assert(!sparse || sealed.denseIds[keyIndex] === undefined, "a gathered key is stored dense");
     let textsBytes = 0;
     for (let id = 1; id < textCount; id++) textsBytes += Buffer.byteLength(texts[usedOldId[textStart + id]], "utf8");
     const base = keyIndex * directoryFields;
@@ -545,7 +597,11 @@ function writeProperties(sealed: SealedProperties, directory: Float64Array, memo
     const entryStart = keyEntryStart[keyIndex];
     const keyValues = sealed.values.subarray(entryStart, entryStart + entryCount);
     const keyRows = sealed.rows.subarray(entryStart, entryStart + entryCount);
-    if (directory[base + Field.Sparse] === 1) {
+    const denseIds = sealed.denseIds[keyIndex];
+    if (denseIds !== undefined) {
+      // TypedArray.prototype.set narrows natively.
+      valueIdArray(memory, width, directory[base + Field.ValuesOffset], rowCount).set(denseIds);
+    } else if (directory[base + Field.Sparse] === 1) {
       // TypedArray.prototype.set narrows natively.
       valueIdArray(memory, width, directory[base + Field.ValuesOffset], entryCount).set(keyValues);
       new Uint32Array(memory, directory[base + Field.RowsOffset], entryCount).set(keyRows);

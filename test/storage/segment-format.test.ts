@@ -297,6 +297,36 @@ describe("sealing", () => {
     expect(storedRows(directory, loaded.layout, loaded.memory).map(rowKey).sort()).toEqual(rows.map(rowKey).sort());
   });
 
+  it("keeps each of several keys set on most rows (read by gathering, not sorting) to its own rows and values", () => {
+    const random = new Random(44);
+    const rows: InputRow[] = [];
+    for (let index = 0; index < 6_000; index++) {
+      const properties = new Map<number, string>();
+      // Keys 1–3 are set on more than half the rows, on different ones; key 4 on few.
+      if (random.chance(0.9)) properties.set(1, random.pick(["a", "b", "c"]));
+      if (random.chance(0.6)) properties.set(2, `v-${random.integer(0, 500)}`);
+      if (index % 3 !== 0) properties.set(3, `w-${random.integer(0, 40)}`);
+      if (random.chance(0.1)) properties.set(4, `x-${random.integer(0, 5)}`);
+      rows.push({ event: random.integer(0, 4), user: random.integer(0, 900), time: random.integer(0, 86_399_999), uuid: undefined, properties });
+    }
+    const directory = join(root, "2024-03-05", "seg-000000000008-000001");
+    sealSegment(sealInput(directory, rows, [1, 2, 3, 4]));
+    const loaded = loadSegment(directory);
+    expect(storedRows(directory, loaded.layout, loaded.memory).map(rowKey).sort()).toEqual(rows.map(rowKey).sort());
+    const properties = new PropertyDirectory(loaded.layout, loaded.memory);
+    // Only the texts the rows use, numbered in the order sealed rows first use them.
+    for (let index = 0; index < properties.keyCount; index++) {
+      const property = properties.at(index);
+      const values = denseValueIds(property, loaded.layout.rowCount);
+      let highest = 0;
+      for (const id of values) {
+        expect(id).toBeLessThanOrEqual(highest + 1);
+        if (id > highest) highest = id;
+      }
+      expect(highest).toBe(property.valueCount);
+    }
+  });
+
   it("stores a key set on few rows sparsely, and thousands of such keys in one file, in bytes proportional to the values", () => {
     const random = new Random(77);
     const rows: InputRow[] = [];
