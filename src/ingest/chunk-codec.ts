@@ -32,6 +32,30 @@ function align8(value: number): number {
 }
 
 /** Builds one chunk. Arrow-style: capacities double, lengths are tracked apart. */
+let scratch = Buffer.allocUnsafe(256);
+
+/**
+ * Writes `text` as UTF-8 into a scratch buffer shared by this thread and
+ * returns its byte length; utf8Scratch() holds the bytes until the next call.
+ * Most texts are ASCII, and a char loop beats Buffer.write on a few bytes.
+ */
+export function writeUtf8Scratch(text: string): number {
+  const length = text.length;
+  if (scratch.length < length * 3) scratch = Buffer.allocUnsafe(length * 3);
+  let byteLength = 0;
+  for (; byteLength < length; byteLength++) {
+    const code = text.charCodeAt(byteLength);
+    if (code >= 0x80) break;
+    scratch[byteLength] = code;
+  }
+  if (byteLength < length) byteLength = scratch.write(text, 0, "utf8");
+  return byteLength;
+}
+
+export function utf8Scratch(): Buffer {
+  return scratch;
+}
+
 export class ChunkBuilder {
   rowCount = 0;
   private timeMs = new Float64Array(64);
@@ -52,7 +76,6 @@ export class ChunkBuilder {
   private stringHashes = new Uint32Array(64);
   /** Open addressing, load at most 1/2: string index + 1, 0 for an empty slot. */
   private stringSlots = new Int32Array(128);
-  private encodeScratch = Buffer.allocUnsafe(256);
   /**
    * Key numbers, in order of first use: keyStrings[key number] is its string,
    * keyNumberOfString[string] its number + 1 (0: not a key yet). Indexed by the
@@ -71,17 +94,8 @@ export class ChunkBuilder {
 
   /** The chunk's index of `text`. */
   intern(text: string): number {
-    const length = text.length;
-    if (this.encodeScratch.length < length * 3) this.encodeScratch = Buffer.allocUnsafe(length * 3);
-    const scratch = this.encodeScratch;
-    // Most texts are ASCII, and a char loop beats Buffer.write on a few bytes.
-    let byteLength = 0;
-    for (; byteLength < length; byteLength++) {
-      const code = text.charCodeAt(byteLength);
-      if (code >= 0x80) break;
-      scratch[byteLength] = code;
-    }
-    if (byteLength < length) byteLength = scratch.write(text, 0, "utf8");
+    const byteLength = writeUtf8Scratch(text);
+    const scratch = utf8Scratch();
     return this.internBytes(scratch, 0, byteLength, hashBytes(scratch, 0, byteLength));
   }
 
@@ -321,6 +335,9 @@ export interface DecodedChunk {
   uuidBytes: Uint8Array | undefined;
   stringCount: number;
   string(index: number): string;
+  /** The strings' UTF-8, one after another: string i is [stringEnds[i], stringEnds[i + 1]). */
+  stringBytes: Uint8Array;
+  stringEnds: Uint32Array;
   keyStrings: Uint32Array;
   entryStarts: Uint32Array;
   entryRows: Uint32Array;
@@ -384,6 +401,8 @@ export function decodeChunk(bytes: Uint8Array): DecodedChunk {
     uuidBytes,
     stringCount,
     string,
+    stringBytes: source,
+    stringEnds,
     keyStrings,
     entryStarts,
     entryRows,

@@ -1,7 +1,9 @@
 /**
  * Workspace dictionaries: event names, distinctIds (dense user ids, so roaring
  * bitmaps can hold users) and property keys, each text → u32 in first-seen
- * order. In memory: an array and Maps (idShards). On disk: an append-only file of
+ * order. In memory: the texts, their UTF-8 bytes and a hash table over those
+ * bytes (ingest looks up a chunk's strings by their bytes, never decoding
+ * them). On disk: an append-only file of
  * checksummed blocks, appended at each checkpoint before any segment that uses
  * the new ids is published, so a sealed segment never refers to an id the
  * dictionary lost. Ids assigned after the last checkpoint are re-assigned
@@ -17,26 +19,33 @@
 import { closeSync, constants, existsSync, fsyncSync, ftruncateSync, openSync, readFileSync, writeSync } from "node:fs";
 import { dirname } from "node:path";
 import { crc32 } from "node:zlib";
+import { hashBytes, utf8Scratch, writeUtf8Scratch } from "../ingest/chunk-codec.js";
 import { injectFault, recordCreate, recordSync } from "./fault-injection.js";
 import { fsyncDirectory } from "./files.js";
 
 const blockMagic = 0x31434944; // "DIC1"
 const blockHeaderBytes = 16;
 
-/**
- * Texts → ids live in this many Maps, picked by a cheap hash: a Map doubles by
- * rehashing every entry at once, and one Map of two million keys held the main
- * thread ~250 ms doing it (a batch can bring a million new property keys).
- */
-const idShards = 16;
-
-function shardOf(text: string): number {
-  return (text.length * 31 + text.charCodeAt(text.length - 1)) & (idShards - 1);
-}
+const textDecoder = new TextDecoder();
 
 export class Dictionary {
   readonly texts: string[] = [];
-  private readonly ids = Array.from({ length: idShards }, () => new Map<string, number>());
+  /** The UTF-8 of every text, one after another: text `id` is [ends[id] - its length, ends[id]). */
+  private bytes = new Uint8Array(1024);
+  /** ends[id + 1] is where text id's bytes end; ends[0] = 0. */
+  private ends = new Uint32Array(65);
+  private hashes = new Uint32Array(64);
+  /**
+   * Open addressing over the texts' bytes, load at most 1/2: id + 1, 0 for an
+   * empty slot. A batch brings ~1 000 distinctIds: looked up in a Map of
+   * strings, each had to be decoded, hashed by V8 and compared, ~17 % of the
+   * main thread under batch load; here they are hashed and compared as the
+   * chunk's bytes. The hash is keyed per process (chunk-codec's hashBytes), so
+   * no set of texts can be built to collide. Doubling rehashes from `hashes`:
+   * ~30 ms for two million keys, where one Map of them held the main thread
+   * ~250 ms.
+   */
+  private slots = new Int32Array(128);
   /** Entries [0, persistedCount) are in the file. */
   persistedCount = 0;
   /** Byte length of the file's valid blocks: where the next block goes. */
@@ -49,18 +58,70 @@ export class Dictionary {
   }
 
   idOf(text: string): number | undefined {
-    return this.ids[shardOf(text)].get(text);
+    const length = writeUtf8Scratch(text);
+    const bytes = utf8Scratch();
+    const id = this.find(bytes, 0, length, hashBytes(bytes, 0, length));
+    return id < 0 ? undefined : id;
   }
 
   intern(text: string): number {
-    const ids = this.ids[shardOf(text)];
-    let id = ids.get(text);
-    if (id === undefined) {
-      id = this.texts.length;
-      this.texts.push(text);
-      ids.set(text, id);
+    const length = writeUtf8Scratch(text);
+    return this.internUtf8(utf8Scratch(), 0, length, text);
+  }
+
+  /** The id of the UTF-8 text `source[start, end)`, added when new (`text`: its string, when the caller has it). */
+  internUtf8(source: Uint8Array, start: number, end: number, text?: string): number {
+    const hash = hashBytes(source, start, end);
+    const found = this.find(source, start, end, hash);
+    if (found >= 0) return found;
+    const id = this.texts.length;
+    this.texts.push(text ?? textDecoder.decode(source.subarray(start, end)));
+    const length = end - start;
+    if (id + 1 === this.ends.length) {
+      this.ends = grownTo(this.ends, this.ends.length * 2);
+      this.hashes = grownTo(this.hashes, this.ends.length);
     }
+    const offset = this.ends[id];
+    if (offset + length > this.bytes.length) this.bytes = grownTo(this.bytes, Math.max(this.bytes.length * 2, offset + length));
+    this.bytes.set(source.subarray(start, end), offset);
+    this.ends[id + 1] = offset + length;
+    this.hashes[id] = hash;
+    if ((id + 1) * 2 > this.slots.length) this.rehash(this.slots.length * 2);
+    else this.slots[this.freeSlot(hash)] = id + 1;
     return id;
+  }
+
+  private find(source: Uint8Array, start: number, end: number, hash: number): number {
+    const { slots, ends, hashes, bytes } = this;
+    const mask = slots.length - 1;
+    const length = end - start;
+    for (let slot = hash & mask; slots[slot] !== 0; slot = (slot + 1) & mask) {
+      const id = slots[slot] - 1;
+      const known = ends[id];
+      if (hashes[id] !== hash || ends[id + 1] - known !== length) continue;
+      let same = true;
+      for (let byte = 0; byte < length; byte++) {
+        if (bytes[known + byte] !== source[start + byte]) {
+          same = false;
+          break;
+        }
+      }
+      if (same) return id;
+    }
+    return -1;
+  }
+
+  private freeSlot(hash: number): number {
+    const mask = this.slots.length - 1;
+    let slot = hash & mask;
+    while (this.slots[slot] !== 0) slot = (slot + 1) & mask;
+    return slot;
+  }
+
+  /** A table of `capacity` slots holding every text: after the text just added, or when doubling. */
+  private rehash(capacity: number): void {
+    this.slots = new Int32Array(capacity);
+    for (let id = 0; id < this.texts.length; id++) this.slots[this.freeSlot(this.hashes[id])] = id + 1;
   }
 
   /**
@@ -83,7 +144,7 @@ export class Dictionary {
       let cursor = offset + blockHeaderBytes;
       for (let index = 0; index < count; index++) {
         const textBytes = bytes.readUInt32LE(cursor);
-        dictionary.intern(bytes.toString("utf8", cursor + 4, cursor + 4 + textBytes));
+        dictionary.internUtf8(bytes, cursor + 4, cursor + 4 + textBytes);
         cursor += 4 + textBytes;
       }
       offset = end;
@@ -147,4 +208,10 @@ export class Dictionary {
     this.persistedCount = upTo;
     this.persistedBytes = end;
   }
+}
+
+function grownTo<T extends Uint8Array | Uint32Array>(array: T, length: number): T {
+  const larger = new (array.constructor as new (length: number) => T)(length);
+  larger.set(array);
+  return larger;
 }

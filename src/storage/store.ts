@@ -562,6 +562,7 @@ export class Store {
     let segment: ActiveSegment | undefined;
     const uuidPresent = chunk.uuidPresent;
     const uuidSource = chunk.uuidBytes;
+    const { stringBytes, stringEnds } = chunk;
     for (let row = 0; row < rowCount; row++) {
       const timeMs = chunk.timeMs[row];
       const dayStartMs = timeMs - (timeMs % dayMs);
@@ -571,10 +572,10 @@ export class Store {
       }
       const nameString = chunk.eventNameString[row];
       let eventId = eventIdOfString[nameString];
-      if (eventId < 0) eventId = eventIdOfString[nameString] = workspace.events.intern(chunk.string(nameString));
+      if (eventId < 0) eventId = eventIdOfString[nameString] = workspace.events.internUtf8(stringBytes, stringEnds[nameString], stringEnds[nameString + 1]);
       const distinctString = chunk.distinctIdString[row];
       let userId = userIdOfString[distinctString];
-      if (userId < 0) userId = userIdOfString[distinctString] = workspace.users.intern(chunk.string(distinctString));
+      if (userId < 0) userId = userIdOfString[distinctString] = workspace.users.internUtf8(stringBytes, stringEnds[distinctString], stringEnds[distinctString + 1]);
       const target = segment!.appendRow();
       segment!.time.values[target] = timeMs - dayStartMs;
       segment!.user.values[target] = userId;
@@ -600,7 +601,8 @@ export class Store {
     let entriesSinceClock = 0;
     const valueIds = this.valueIdCache.reserve(chunk.stringCount);
     while (key < keyCount) {
-      const keyId = workspace.keys.intern(chunk.string(chunk.keyStrings[key]));
+      const keyString = chunk.keyStrings[key];
+      const keyId = workspace.keys.internUtf8(chunk.stringBytes, chunk.stringEnds[keyString], chunk.stringEnds[keyString + 1]);
       // A key's entries are in row order, so mostly in one day's segment: its slot is looked up once per run.
       let properties: ActiveProperties | undefined;
       let slot = 0;

@@ -116,3 +116,22 @@ describe("a dictionary file", () => {
     expect(reloaded.texts).toEqual([...firstTexts, ...secondTexts, "new after recovery"]);
   });
 });
+
+describe("a dictionary in memory", () => {
+  it("gives a text the same id by its string or by its UTF-8 bytes, through many doublings of its table", () => {
+    const dictionary = new Dictionary();
+    const texts = [...firstTexts, ...secondTexts, "a", "ab", "abc", "ba"];
+    for (let index = 0; index < 40_000; index++) texts.push(index % 3 === 0 ? `user_${index}` : index % 3 === 1 ? `é${index}🚀` : `${index}`);
+    // Bytes inside a larger buffer, as a chunk holds them.
+    const encoded = texts.map((text) => Buffer.from(`<<${text}>>`, "utf8"));
+    const ids = texts.map((text, index) => (index % 2 === 0 ? dictionary.intern(text) : dictionary.internUtf8(encoded[index], 2, encoded[index].length - 2)));
+    expect(ids).toEqual(texts.map((_, index) => index));
+    expect(dictionary.texts).toEqual(texts);
+    for (let index = 0; index < texts.length; index++) {
+      expect(dictionary.idOf(texts[index])).toBe(index);
+      expect(dictionary.internUtf8(encoded[index], 2, encoded[index].length - 2)).toBe(index);
+    }
+    expect(dictionary.size).toBe(texts.length);
+    for (const absent of ["user_1", "abcd", "b", "x".repeat(199), "é1🚀 "]) expect(dictionary.idOf(absent)).toBeUndefined();
+  });
+});
