@@ -83,7 +83,10 @@ export class Dictionary {
     }
     const offset = this.ends[id];
     if (offset + length > this.bytes.length) this.bytes = grownTo(this.bytes, Math.max(this.bytes.length * 2, offset + length));
-    this.bytes.set(source.subarray(start, end), offset);
+    // A loop copies a short text faster than a subarray view and set() would.
+    const bytes = this.bytes;
+    if (length <= 64) for (let byte = 0; byte < length; byte++) bytes[offset + byte] = source[start + byte];
+    else bytes.set(source.subarray(start, end), offset);
     this.ends[id + 1] = offset + length;
     this.hashes[id] = hash;
     if ((id + 1) * 2 > this.slots.length) this.rehash(this.slots.length * 2);
