@@ -31,7 +31,6 @@ function align8(value: number): number {
   return (value + 7) & ~7;
 }
 
-/** Builds one chunk. Arrow-style: capacities double, lengths are tracked apart. */
 let scratch = Buffer.allocUnsafe(256);
 
 /**
@@ -56,6 +55,7 @@ export function utf8Scratch(): Buffer {
   return scratch;
 }
 
+/** Builds one chunk. Arrow-style: capacities double, lengths are tracked apart. */
 export class ChunkBuilder {
   rowCount = 0;
   private timeMs = new Float64Array(64);

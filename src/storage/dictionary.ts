@@ -19,7 +19,7 @@
 import { closeSync, constants, existsSync, fsyncSync, ftruncateSync, openSync, readFileSync, writeSync } from "node:fs";
 import { dirname } from "node:path";
 import { crc32 } from "node:zlib";
-import { hashBytes, utf8Scratch, writeUtf8Scratch } from "../ingest/chunk-codec.js";
+import { bytesEqual, hashBytes, utf8Scratch, writeUtf8Scratch } from "../ingest/chunk-codec.js";
 import { injectFault, recordCreate, recordSync } from "./fault-injection.js";
 import { fsyncDirectory } from "./files.js";
 
@@ -30,9 +30,8 @@ const textDecoder = new TextDecoder();
 
 export class Dictionary {
   readonly texts: string[] = [];
-  /** The UTF-8 of every text, one after another: text `id` is [ends[id] - its length, ends[id]). */
+  /** The UTF-8 of every text, one after another: text `id` is bytes[ends[id], ends[id + 1]). */
   private bytes = new Uint8Array(1024);
-  /** ends[id + 1] is where text id's bytes end; ends[0] = 0. */
   private ends = new Uint32Array(65);
   private hashes = new Uint32Array(64);
   /**
@@ -101,15 +100,7 @@ export class Dictionary {
     for (let slot = hash & mask; slots[slot] !== 0; slot = (slot + 1) & mask) {
       const id = slots[slot] - 1;
       const known = ends[id];
-      if (hashes[id] !== hash || ends[id + 1] - known !== length) continue;
-      let same = true;
-      for (let byte = 0; byte < length; byte++) {
-        if (bytes[known + byte] !== source[start + byte]) {
-          same = false;
-          break;
-        }
-      }
-      if (same) return id;
+      if (hashes[id] === hash && ends[id + 1] - known === length && bytesEqual(bytes, known, source, start, length)) return id;
     }
     return -1;
   }

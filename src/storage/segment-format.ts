@@ -404,18 +404,19 @@ function sealProperties(properties: PropertyEntries[], order: Uint32Array): Seal
   const keyCount = keys.length;
   // A key set on at least half the rows is stored dense whatever its width;
   // it is read by gathering instead of sorting its entries.
-  const denseIds = keys.map((key): Uint32Array | undefined => (key.rows.length * 2 >= rowCount ? emptyIds : undefined));
+  const gathered = keys.map((key) => key.rows.length * 2 >= rowCount);
   const keyEntryStart = new Uint32Array(keyCount + 1);
   const keyTextStart = new Uint32Array(keyCount + 1);
   for (let keyIndex = 0; keyIndex < keyCount; keyIndex++) {
-    keyEntryStart[keyIndex + 1] = keyEntryStart[keyIndex] + (denseIds[keyIndex] === undefined ? keys[keyIndex].rows.length : 0);
+    keyEntryStart[keyIndex + 1] = keyEntryStart[keyIndex] + (gathered[keyIndex] ? 0 : keys[keyIndex].rows.length);
     keyTextStart[keyIndex + 1] = keyTextStart[keyIndex] + keys[keyIndex].texts.length;
   }
   const usedOldId = new Uint32Array(keyTextStart[keyCount]);
   const usedTextCount = new Uint32Array(keyCount);
+  const denseIds = new Array<Uint32Array | undefined>(keyCount).fill(undefined);
   let valueByRow: Uint32Array | undefined;
   for (let keyIndex = 0; keyIndex < keyCount; keyIndex++) {
-    if (denseIds[keyIndex] === undefined) continue;
+    if (!gathered[keyIndex]) continue;
     valueByRow ??= new Uint32Array(rowCount);
     const textStart = keyTextStart[keyIndex];
     const used = usedOldId.subarray(textStart, keyTextStart[keyIndex + 1]);
@@ -435,9 +436,6 @@ function sealProperties(properties: PropertyEntries[], order: Uint32Array): Seal
   renumberValues(entries, keyEntryStart, keyTextStart, spare, usedOldId, usedTextCount);
   return { keys, denseIds, keyEntryStart, keyTextStart, rows: spare.row, values: spare.value, usedOldId, usedTextCount };
 }
-
-/** A placeholder in `denseIds` until the key is gathered. */
-const emptyIds = new Uint32Array(0);
 
 /**
  * One dense key in sealed order: its values spread by input row into
