@@ -151,8 +151,8 @@ export async function startHttp({ config, credentials, ingest, query }: HttpDepe
     // the exact limit is applied after inflation, in the worker.
     const rawMax = gzip ? plainMax + (plainMax >> 10) + 1024 : plainMax;
     readBody(res, state, contentLength, rawMax, corsHeaders, (body) => {
-      const replying = shape === "batch" ? ingest.batch(body, gzip, receivedAtMs) : ingest.single(new Uint8Array(body), gzip, receivedAtMs);
-      replying.then((reply) => sendReply(res, state, reply, corsHeaders), internalError(res, state, corsHeaders));
+      if (shape === "single") return ingest.single(new Uint8Array(body), gzip, receivedAtMs, (reply) => sendReply(res, state, reply, corsHeaders));
+      ingest.batch(body, gzip, receivedAtMs).then((reply) => sendReply(res, state, reply, corsHeaders), internalError(res, state, corsHeaders));
     });
   };
 

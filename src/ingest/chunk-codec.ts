@@ -146,12 +146,16 @@ export class ChunkBuilder {
 
   /** Makes room for `rows` more rows and `entries` more property entries, so that adding them grows nothing. */
   reserve(rows: number, entries: number): void {
-    if (this.rowCount + rows > this.timeMs.length) this.growRows(this.rowCount + rows);
+    // At least doubled: single events reserve one row at a time, and growing to the exact
+    // need copied every row and entry so far for each body, quadratic in the bodies of a task.
+    const rowsNeeded = this.rowCount + rows;
+    if (rowsNeeded > this.timeMs.length) this.growRows(Math.max(rowsNeeded, this.timeMs.length * 2));
     const entriesNeeded = this.entryCount + entries;
     if (entriesNeeded > this.entryKeys.length) {
-      this.entryKeys = grown(this.entryKeys, entriesNeeded);
-      this.entryRows = grown(this.entryRows, entriesNeeded);
-      this.entryValues = grown(this.entryValues, entriesNeeded);
+      const capacity = Math.max(entriesNeeded, this.entryKeys.length * 2);
+      this.entryKeys = grown(this.entryKeys, capacity);
+      this.entryRows = grown(this.entryRows, capacity);
+      this.entryValues = grown(this.entryValues, capacity);
     }
   }
 

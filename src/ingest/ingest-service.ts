@@ -10,12 +10,13 @@ import type { CredentialStore } from "../auth/credential-store.js";
 import type { ServiceError } from "../http/errors.js";
 import type { Store } from "../storage/store.js";
 import { PoolSaturatedError, type WorkerPool } from "../workers/pool.js";
-import type { BodySlice, IngestTaskResult } from "../workers/protocol.js";
+import { bodySliceFields, type IngestTaskResult, type StoredSingleEvent } from "../workers/protocol.js";
 import type { IngestBodyResult, IngestShape } from "./event-validation.js";
 import { ChunkBuilder } from "./chunk-codec.js";
 
 export type IngestReply = { ok: true; body: string } | { ok: false; error: ServiceError };
 
+const singleStored: IngestReply = { ok: true, body: `{"ok":true}` };
 const overloaded: ServiceError = { code: "overloaded", message: "server is saturated, retry later" };
 const unauthorized: ServiceError = { code: "unauthorized", message: "apiKey: missing or unknown" };
 const rateLimited: ServiceError = {
@@ -64,7 +65,7 @@ interface GatheredBody {
   bytes: Uint8Array;
   gzip: boolean;
   receivedAtMs: number;
-  resolve: (reply: IngestReply) => void;
+  onReply: (reply: IngestReply) => void;
 }
 
 export class IngestService {
@@ -92,7 +93,8 @@ export class IngestService {
     if (this.saturated()) return { ok: false, error: overloaded };
     let result: IngestTaskResult;
     try {
-      result = await this.pool.ingest({ kind: "ingest", shape: "batch", bodies: body, slices: [{ offset: 0, length: body.byteLength, gzip, receivedAtMs }] });
+      const slices = Float64Array.of(0, body.byteLength, gzip ? 1 : 0, receivedAtMs);
+      result = await this.pool.ingest({ kind: "ingest", shape: "batch", bodies: body, slices });
     } catch (error) {
       if (error instanceof PoolSaturatedError) return { ok: false, error: overloaded };
       throw error;
@@ -102,24 +104,25 @@ export class IngestService {
   }
 
   /**
-   * One /ingest body, gathered with others into one pool task. At low load a
-   * task leaves at the end of this turn of the event loop. Under load — every
-   * worker already parsing single events — bodies wait for the next task to
-   * come back instead: posting a task costs the main thread ~20 µs, so
-   * hundreds of bodies per task rather than a few keep it free for HTTP.
+   * One /ingest body, gathered with others into one pool task; `onReply` is
+   * called once with the answer. At low load a task leaves at the end of this
+   * turn of the event loop. Under load — every worker already parsing single
+   * events — bodies wait for the next task to come back instead: posting a
+   * task costs the main thread ~20 µs, so hundreds of bodies per task rather
+   * than a few keep it free for HTTP. A callback rather than a promise: two
+   * promises and their reactions per request were a measurable part of the
+   * main thread's cost of a single event.
    */
-  single(bytes: Uint8Array, gzip: boolean, receivedAtMs: number): Promise<IngestReply> {
+  single(bytes: Uint8Array, gzip: boolean, receivedAtMs: number, onReply: (reply: IngestReply) => void): void {
     this.store.noteIngest(receivedAtMs);
-    if (this.saturated()) return Promise.resolve({ ok: false, error: overloaded });
-    return new Promise((resolve) => {
-      this.gathered.push({ bytes, gzip, receivedAtMs, resolve });
-      this.gatheredBytes += bytes.length;
-      if (this.gathered.length >= limits.singleEventsPerTaskMax) this.dispatchGathered();
-      else if (!this.gatherScheduled && this.singleTasksInFlight < this.pool.threadCount) {
-        this.gatherScheduled = true;
-        setImmediate(() => this.dispatchGathered());
-      }
-    });
+    if (this.saturated()) return onReply({ ok: false, error: overloaded });
+    this.gathered.push({ bytes, gzip, receivedAtMs, onReply });
+    this.gatheredBytes += bytes.length;
+    if (this.gathered.length >= limits.singleEventsPerTaskMax) this.dispatchGathered();
+    else if (!this.gatherScheduled && this.singleTasksInFlight < this.pool.threadCount) {
+      this.gatherScheduled = true;
+      setImmediate(() => this.dispatchGathered());
+    }
   }
 
   private dispatchGathered(): void {
@@ -131,11 +134,16 @@ export class IngestService {
     const buffer = new ArrayBuffer(this.gatheredBytes);
     this.gatheredBytes = 0;
     const view = new Uint8Array(buffer);
-    const slices: BodySlice[] = [];
+    const slices = new Float64Array(bodies.length * bodySliceFields);
     let offset = 0;
-    for (const body of bodies) {
+    for (let index = 0; index < bodies.length; index++) {
+      const body = bodies[index];
       view.set(body.bytes, offset);
-      slices.push({ offset, length: body.bytes.length, gzip: body.gzip, receivedAtMs: body.receivedAtMs });
+      const at = index * bodySliceFields;
+      slices[at] = offset;
+      slices[at + 1] = body.bytes.length;
+      slices[at + 2] = body.gzip ? 1 : 0;
+      slices[at + 3] = body.receivedAtMs;
       offset += body.bytes.length;
     }
     const taskBack = () => {
@@ -143,17 +151,21 @@ export class IngestService {
       // What gathered while the workers were busy leaves now, and is parsed while this task commits.
       if (!this.gatherScheduled && this.gathered.length > 0) this.dispatchGathered();
     };
+    const failAll = (error: unknown) => {
+      const reply: IngestReply = error instanceof PoolSaturatedError ? { ok: false, error: overloaded } : { ok: false, error: { code: "internal_error", message: "internal error" } };
+      if (!(error instanceof PoolSaturatedError)) console.error(error);
+      for (const body of bodies) body.onReply(reply);
+    };
     this.pool.ingest({ kind: "ingest", shape: "single", bodies: buffer, slices }).then(
-      async (result) => {
+      (result) => {
         taskBack();
-        const replies = await this.finish(result, "single");
-        bodies.forEach((body, index) => body.resolve(replies[index]));
+        this.finish(result, "single").then((replies) => {
+          for (let index = 0; index < bodies.length; index++) bodies[index].onReply(replies[index]);
+        }, failAll);
       },
-      (error) => {
+      (error: unknown) => {
         taskBack();
-        const reply: IngestReply = error instanceof PoolSaturatedError ? { ok: false, error: overloaded } : { ok: false, error: { code: "internal_error", message: "internal error" } };
-        if (!(error instanceof PoolSaturatedError)) console.error(error);
-        for (const body of bodies) body.resolve(reply);
+        failAll(error);
       },
     );
   }
@@ -179,7 +191,9 @@ export class IngestService {
     return result.results.map((body) => this.reply(body, shape, chunkOutcome));
   }
 
-  private reply(body: IngestBodyResult, shape: IngestShape, chunkOutcome: Array<ServiceError | undefined>): IngestReply {
+  private reply(body: IngestBodyResult | StoredSingleEvent, shape: IngestShape, chunkOutcome: Array<ServiceError | undefined>): IngestReply {
+    // Its chunk's key was checked right before the commit (finish).
+    if (typeof body === "number") return chunkOutcome[body] === undefined ? singleStored : { ok: false, error: chunkOutcome[body] };
     if (body.kind === "rejected") return { ok: false, error: body.error };
     if (body.apiKey === undefined) return { ok: false, error: unauthorized };
     // A body with committed rows had its key checked right before the commit (finish, via chunkOutcome).
@@ -190,7 +204,7 @@ export class IngestService {
       const failure = chunkOutcome[body.chunkIndex];
       if (failure) return { ok: false, error: failure };
     }
-    if (shape === "single") return { ok: true, body: `{"ok":true}` };
+    if (shape === "single") return singleStored;
     const answer: { ok: true; accepted: number; errors?: IngestBodyResult extends never ? never : unknown[] } = { ok: true, accepted: body.acceptedCount };
     if (body.errors.length > 0) answer.errors = body.errors;
     return { ok: true, body: JSON.stringify(answer) };

@@ -59,7 +59,7 @@ export class WorkerPool {
 
   ingest(task: IngestTask): Promise<IngestTaskResult> {
     if (this.saturated) return Promise.reject(new PoolSaturatedError("worker queue is full"));
-    return this.run(task, [task.bodies]);
+    return this.run(task, [task.bodies, task.slices.buffer]);
   }
 
   seal(task: SealTask): Promise<LoadSegmentResult> {

@@ -4,27 +4,34 @@
  * hold no state of their own except caches of decoded sealed segments.
  */
 import { Piscina } from "piscina";
-import { validateBodies } from "../ingest/event-validation.js";
+import { validateBodies, type BodyInput, type IngestBodyResult, type KeyedChunk } from "../ingest/event-validation.js";
 import { runQueryTask } from "../query/query-worker.js";
 import { loadSegment, sealSegment } from "../storage/segment-format.js";
 import { mergeSegments } from "../storage/segment-merge.js";
 import { unpackPropertyEntries } from "../storage/property-transfer.js";
 import { parseQueryBody } from "../query/schemas.js";
-import { assertNever, type IngestTask, type SealTask, type Task, type TaskResult } from "./protocol.js";
+import { assertNever, bodySliceFields, type IngestTask, type SealTask, type StoredSingleEvent, type Task, type TaskResult } from "./protocol.js";
 
 function runIngest(task: IngestTask): TaskResult {
   const bytes = new Uint8Array(task.bodies);
-  const bodies = task.slices.map((slice) => ({
-    bytes: bytes.subarray(slice.offset, slice.offset + slice.length),
-    gzip: slice.gzip,
-    receivedAtMs: slice.receivedAtMs,
-  }));
+  const slices = task.slices;
+  const bodies: BodyInput[] = [];
+  for (let at = 0; at < slices.length; at += bodySliceFields) {
+    bodies.push({ bytes: bytes.subarray(slices[at], slices[at] + slices[at + 1]), gzip: slices[at + 2] === 1, receivedAtMs: slices[at + 3] });
+  }
   const { results, chunks } = validateBodies(bodies, task.shape);
+  const compact = task.shape === "single" ? results.map((result) => storedSingleEvent(result, chunks) ?? result) : results;
   // Chunks are transferred, not cloned: the main thread writes them to the WAL as they are.
-  const result: TaskResult = { kind: "ingest", results, chunks };
+  const result: TaskResult = { kind: "ingest", results: compact, chunks };
   const transferList = chunks.map((keyed) => keyed.chunk);
   // Piscina's transferable wrapper: the value is posted with its chunks moved, not cloned.
   return Piscina.move({ [Piscina.transferableSymbol]: transferList, [Piscina.valueSymbol]: result } as never) as unknown as TaskResult;
+}
+
+/** The chunk index when `result` says exactly what a StoredSingleEvent says; undefined otherwise. */
+function storedSingleEvent(result: IngestBodyResult, chunks: readonly KeyedChunk[]): StoredSingleEvent | undefined {
+  if (result.kind !== "parsed" || result.error !== undefined || result.errors.length > 0 || result.acceptedCount !== 1 || result.chunkIndex < 0) return undefined;
+  return result.apiKey === chunks[result.chunkIndex].apiKey ? result.chunkIndex : undefined;
 }
 
 function runSeal(task: SealTask) {

@@ -115,6 +115,22 @@ describe("workspaces", () => {
     expect(await countEvents(server, other.token, event, day)).toBe(3);
   });
 
+  it("keep single events apart when requests of several keys, one of them unknown, are gathered into the same pool tasks", async () => {
+    const event = uniqueName("gathered-keys");
+    const unknownKey = "ek_unknown000000000000000000000000000000";
+    const keys = [server.apiKey, unknownKey, other.apiKey, other.apiKey];
+    // Sent together, so that bodies of every key share tasks: each answer must come from its own key's chunk.
+    const answers = await Promise.all(
+      Array.from({ length: 120 }, (_, index) => ingestOne(server, keys[index % keys.length], { event, distinctId: `u${index}`, timestamp: at })),
+    );
+    answers.forEach((answer, index) => {
+      if (keys[index % keys.length] === unknownKey) expectError(answer, 401, "unauthorized");
+      else expectOk(answer);
+    });
+    expect(await countEvents(server, server.token, event, day)).toBe(30);
+    expect(await countEvents(server, other.token, event, day)).toBe(60);
+  });
+
   it("scope uuid idempotency to the workspace: the same uuid is stored once in each", async () => {
     const event = uniqueName("uuid-workspaces");
     const uuid = crypto.randomUUID();
