@@ -77,10 +77,30 @@ const enum Byte {
 }
 
 /** Top-level and event field names, as their bytes. */
-const fieldNames = ["apiKey", "events", "event", "distinctId", "timestamp", "uuid", "properties"] as const;
-type FieldName = (typeof fieldNames)[number];
-const fieldNameBytes = fieldNames.map((name) => Buffer.from(name, "latin1"));
-const fieldBit: Record<FieldName, number> = { apiKey: 1, events: 2, event: 4, distinctId: 8, timestamp: 16, uuid: 32, properties: 64 };
+/**
+ * Top-level and event fields, one bit each. A const enum, so that `switch`
+ * compares small integer constants; a lookup by field name in an object went
+ * megamorphic in the event loop and showed in worker profiles.
+ */
+const enum Field {
+  ApiKey = 1,
+  Events = 2,
+  Event = 4,
+  DistinctId = 8,
+  Timestamp = 16,
+  Uuid = 32,
+  Properties = 64,
+}
+
+/** A field name's bytes: Uint8Arrays like the scanned bodies, so that comparing them stays monomorphic. */
+const latin1 = (name: string) => new Uint8Array(Buffer.from(name, "latin1"));
+const apiKeyBytes = latin1("apiKey");
+const eventsBytes = latin1("events");
+const eventBytes = latin1("event");
+const distinctIdBytes = latin1("distinctId");
+const timestampBytes = latin1("timestamp");
+const uuidBytes = latin1("uuid");
+const propertiesBytes = latin1("properties");
 
 const emptyBytes = new Uint8Array(0);
 const emptyBuffer = Buffer.alloc(0);
@@ -136,7 +156,8 @@ class EventScanner implements ScannedBody {
   private keyStamp = 0;
 
   scan(source: Uint8Array, shape: "batch" | "single", receivedAtMs: number): ScannedBody | undefined {
-    this.source = source;
+    // A Buffer (an inflated body) is read through a plain Uint8Array view: one element kind keeps the scanner's loads monomorphic.
+    this.source = source instanceof Buffer ? new Uint8Array(source.buffer, source.byteOffset, source.byteLength) : source;
     this.sourceText = Buffer.from(source.buffer, source.byteOffset, source.byteLength);
     this.at = 0;
     this.end = source.length;
@@ -189,17 +210,17 @@ class EventScanner implements ScannedBody {
       const field = this.fieldName();
       if (field === 0 || (seen & field) !== 0) return false;
       seen |= field;
-      if (field === fieldBit.apiKey) {
+      if (field === Field.ApiKey) {
         if (!this.stringValue()) return false;
         apiKeyStart = this.stringStart;
         apiKeyEnd = this.stringEnd;
-      } else if (field === fieldBit.events) {
+      } else if (field === Field.Events) {
         if (!this.events(receivedAtMs)) return false;
       } else {
         return false;
       }
     }
-    if (this.failed || seen !== (fieldBit.apiKey | fieldBit.events)) return false;
+    if (this.failed || seen !== (Field.ApiKey | Field.Events)) return false;
     this.apiKey = this.sourceText.toString("utf8", apiKeyStart, apiKeyEnd);
     return true;
   }
@@ -250,14 +271,14 @@ class EventScanner implements ScannedBody {
       if (field === 0 || (seen & field) !== 0) return undefined;
       seen |= field;
       switch (field) {
-        case fieldBit.event: {
+        case Field.Event: {
           if (!this.stringValue() || !this.lengthWithin(limits.eventNameLengthMax)) return undefined;
           this.nameStart[event] = this.stringStart;
           this.nameEnd[event] = this.stringEnd;
           this.nameHash[event] = this.stringHash;
           break;
         }
-        case fieldBit.distinctId: {
+        case Field.DistinctId: {
           if (this.source[this.at] === Byte.Quote) {
             if (!this.stringValue() || !this.lengthWithin(limits.distinctIdLengthMax)) return undefined;
             this.idStart[event] = this.stringStart;
@@ -277,7 +298,7 @@ class EventScanner implements ScannedBody {
           }
           break;
         }
-        case fieldBit.timestamp: {
+        case Field.Timestamp: {
           if (this.literal("null")) break;
           if (!this.stringValue()) return undefined;
           const parsed = parseTimestampBytes(this.source, this.stringStart, this.stringEnd);
@@ -285,18 +306,18 @@ class EventScanner implements ScannedBody {
           timeMs = parsed;
           break;
         }
-        case fieldBit.uuid: {
+        case Field.Uuid: {
           if (this.literal("null")) break;
           if (!this.stringValue() || !parseUuidBytes(this.source, this.stringStart, this.stringEnd, this.uuids, event * 16)) return undefined;
           this.hasUuid[event] = 1;
           break;
         }
-        case fieldBit.properties: {
+        case Field.Properties: {
           if (this.literal("null")) break;
           if (!this.properties()) return undefined;
           break;
         }
-        case fieldBit.apiKey: {
+        case Field.ApiKey: {
           if (!withApiKey || !this.stringValue()) return undefined;
           apiKey = this.sourceText.toString("utf8", this.stringStart, this.stringEnd);
           break;
@@ -305,7 +326,7 @@ class EventScanner implements ScannedBody {
           return undefined;
       }
     }
-    const required = fieldBit.event | fieldBit.distinctId | (withApiKey ? fieldBit.apiKey : 0);
+    const required = Field.Event | Field.DistinctId | (withApiKey ? Field.ApiKey : 0);
     if (this.failed || (seen & required) !== required) return undefined;
     this.timeMs[event] = timeMs;
     this.eventCount = event + 1;
@@ -481,12 +502,36 @@ class EventScanner implements ScannedBody {
   /** The field bit of the member key just entered; 0 for any other key. */
   private fieldName(): number {
     const start = this.memberKeyStart;
-    const length = this.memberKeyEnd - start;
-    for (let index = 0; index < fieldNames.length; index++) {
-      const name = fieldNameBytes[index];
-      if (name.length === length && bytesEqual(name, 0, this.source, start, length)) return fieldBit[fieldNames[index]];
+    const source = this.source;
+    // The length and the first byte leave one candidate, whose bytes are then compared.
+    const first = source[start];
+    let field: number;
+    let name: Uint8Array;
+    switch (this.memberKeyEnd - start) {
+      case 4:
+        field = Field.Uuid;
+        name = uuidBytes;
+        break;
+      case 5:
+        field = Field.Event;
+        name = eventBytes;
+        break;
+      case 6:
+        field = first === 0x61 /* a */ ? Field.ApiKey : Field.Events;
+        name = first === 0x61 ? apiKeyBytes : eventsBytes;
+        break;
+      case 9:
+        field = Field.Timestamp;
+        name = timestampBytes;
+        break;
+      case 10:
+        field = first === 0x64 /* d */ ? Field.DistinctId : Field.Properties;
+        name = first === 0x64 ? distinctIdBytes : propertiesBytes;
+        break;
+      default:
+        return 0;
     }
-    return 0;
+    return bytesEqual(name, 0, source, start, name.length) ? field : 0;
   }
 
   /**
