@@ -206,12 +206,12 @@ class EventScanner implements ScannedBody {
     let seen = 0;
     let apiKeyStart = -1;
     let apiKeyEnd = -1;
-    for (let more = this.firstMember(); more; more = this.nextMember()) {
+    for (let more = this.firstMember(false); more; more = this.nextMember(false)) {
       const field = this.fieldName();
       if (field === 0 || (seen & field) !== 0) return false;
       seen |= field;
       if (field === Field.ApiKey) {
-        if (!this.stringValue()) return false;
+        if (!this.stringSpan()) return false;
         apiKeyStart = this.stringStart;
         apiKeyEnd = this.stringEnd;
       } else if (field === Field.Events) {
@@ -266,7 +266,7 @@ class EventScanner implements ScannedBody {
     let apiKey = "";
     let timeMs = receivedAtMs;
     this.hasUuid[event] = 0;
-    for (let more = this.firstMember(); more; more = this.nextMember()) {
+    for (let more = this.firstMember(false); more; more = this.nextMember(false)) {
       const field = this.fieldName();
       if (field === 0 || (seen & field) !== 0) return undefined;
       seen |= field;
@@ -300,7 +300,7 @@ class EventScanner implements ScannedBody {
         }
         case Field.Timestamp: {
           if (this.literal("null")) break;
-          if (!this.stringValue()) return undefined;
+          if (!this.stringSpan()) return undefined;
           const parsed = parseTimestampBytes(this.source, this.stringStart, this.stringEnd);
           if (parsed === undefined) return undefined;
           timeMs = parsed;
@@ -308,7 +308,7 @@ class EventScanner implements ScannedBody {
         }
         case Field.Uuid: {
           if (this.literal("null")) break;
-          if (!this.stringValue() || !parseUuidBytes(this.source, this.stringStart, this.stringEnd, this.uuids, event * 16)) return undefined;
+          if (!this.stringSpan() || !parseUuidBytes(this.source, this.stringStart, this.stringEnd, this.uuids, event * 16)) return undefined;
           this.hasUuid[event] = 1;
           break;
         }
@@ -318,7 +318,7 @@ class EventScanner implements ScannedBody {
           break;
         }
         case Field.ApiKey: {
-          if (!withApiKey || !this.stringValue()) return undefined;
+          if (!withApiKey || !this.stringSpan()) return undefined;
           apiKey = this.sourceText.toString("utf8", this.stringStart, this.stringEnd);
           break;
         }
@@ -341,7 +341,7 @@ class EventScanner implements ScannedBody {
     const stamp = ++this.keyStamp;
     // JSON.stringify(properties): braces, commas, and per member `"key":value`.
     let compactBytes = 2;
-    for (let more = this.firstMember(); more; more = this.nextMember()) {
+    for (let more = this.firstMember(true); more; more = this.nextMember(true)) {
       const property = this.propertyCount;
       if (property - first === propertiesScannedMax) return false;
       if (property === this.keyStart.length) this.growProperties();
@@ -456,20 +456,21 @@ class EventScanner implements ScannedBody {
 
   /**
    * Enters the first member of the object just opened: true with its key in
-   * memberKeyStart..memberKeyEnd and `at` on its value, false at `}` (or on
-   * a syntax this scanner does not take, with `failed` set).
+   * memberKeyStart..memberKeyEnd (and its hash in memberKeyHash when
+   * `hashKey`) and `at` on its value, false at `}` (or on a syntax this
+   * scanner does not take, with `failed` set).
    */
-  private firstMember(): boolean {
+  private firstMember(hashKey: boolean): boolean {
     this.skipWhitespace();
     if (this.source[this.at] === Byte.CloseBrace) {
       this.at++;
       return false;
     }
-    return this.memberKey();
+    return this.memberKey(hashKey);
   }
 
   /** After a member's value: enters the next member, or leaves the object at `}`. */
-  private nextMember(): boolean {
+  private nextMember(hashKey: boolean): boolean {
     this.skipWhitespace();
     const byte = this.source[this.at++];
     if (byte === Byte.CloseBrace) return false;
@@ -478,11 +479,12 @@ class EventScanner implements ScannedBody {
       return false;
     }
     this.skipWhitespace();
-    return this.memberKey();
+    return this.memberKey(hashKey);
   }
 
-  private memberKey(): boolean {
-    if (!this.stringValue()) {
+  /** Field names are only compared, never interned: only property keys need their hash. */
+  private memberKey(hashKey: boolean): boolean {
+    if (!(hashKey ? this.stringValue() : this.stringSpan())) {
       this.failed = true;
       return false;
     }
@@ -558,6 +560,30 @@ class EventScanner implements ScannedBody {
     this.stringStart = start;
     this.stringEnd = at;
     this.stringHash = finishHash(hash);
+    this.at = at + 1;
+    return true;
+  }
+
+  /**
+   * stringValue without the hash, for strings that are parsed or compared but
+   * never interned (field names, timestamps, uuids, the apiKey): about half of
+   * an SDK event's string bytes. stringHash is left as it was.
+   */
+  private stringSpan(): boolean {
+    const source = this.source;
+    let at = this.at;
+    if (source[at] !== Byte.Quote) return false;
+    const start = ++at;
+    const end = this.end;
+    for (;;) {
+      if (at >= end) return false;
+      const byte = source[at];
+      if (byte === Byte.Quote) break;
+      if (byte === Byte.Backslash || byte < Byte.Space) return false;
+      at++;
+    }
+    this.stringStart = start;
+    this.stringEnd = at;
     this.at = at + 1;
     return true;
   }
