@@ -113,7 +113,13 @@ class UuidTable {
       // Known absent from the new table: the first empty slot of its chain.
       let slot = hashOf(s0, s1, s2, s3) & mask;
       while ((slots[slot * slotWords] | slots[slot * slotWords + 1] | slots[slot * slotWords + 2] | slots[slot * slotWords + 3]) !== 0) slot = (slot + 1) & mask;
-      slots.set(old.subarray(from, from + slotWords), slot * slotWords);
+      // Word by word: a subarray view per uuid made rehashing a table of millions allocate millions of views.
+      const base = slot * slotWords;
+      slots[base] = s0;
+      slots[base + 1] = s1;
+      slots[base + 2] = s2;
+      slots[base + 3] = s3;
+      slots[base + 4] = old[from + 4];
     }
   }
 }
