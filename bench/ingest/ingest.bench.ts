@@ -28,6 +28,7 @@ import { createInterface } from "node:readline";
 import { parseArgs } from "node:util";
 import { buildBatchBodies, buildSingleBodies, type BodySet } from "../fixtures/events.js";
 import { spawnLoad, type LoadReport } from "../load/http-load.js";
+import { serverNodeFlags } from "../../src/config/node-flags.js";
 
 const repositoryRoot = resolve(import.meta.dirname, "..", "..", "..");
 const eventideMain = join(repositoryRoot, "dist", "src", "main.js");
@@ -135,9 +136,9 @@ process.on("exit", () => {
   for (const child of startedChildren) if (child.exitCode === null && child.signalCode === null) child.kill("SIGKILL");
 });
 
-function startProcess(script: string, env: Record<string, string>, nice: number): ServerProcess {
+function startProcess(script: string, env: Record<string, string>, nice: number, nodeFlags: readonly string[] = []): ServerProcess {
   // `nice` sets the priority before exec, so every thread of the server (workers included) inherits it.
-  const [command, args] = nice === 0 ? [process.execPath, [script]] : ["nice", ["-n", String(nice), process.execPath, script]];
+  const [command, args] = nice === 0 ? [process.execPath, [...nodeFlags, script]] : ["nice", ["-n", String(nice), process.execPath, ...nodeFlags, script]];
   const child = spawn(command, args, { cwd: repositoryRoot, env: { ...process.env, ...env }, stdio: ["ignore", "pipe", "pipe"] });
   startedChildren.add(child);
   let stderrText = "";
@@ -335,6 +336,7 @@ async function main(): Promise<void> {
       EVENTIDE_DATA_DIR: dataDirectory,
       },
       options.nice,
+      serverNodeFlags,
     );
     const lines = await waitForEvent(eventide, "listening", 30_000, "eventide");
     const created = lines.find((line) => line.event === "workspace-created");

@@ -11,6 +11,7 @@
 import { spawn, type ChildProcess } from "node:child_process";
 import { readFileSync } from "node:fs";
 import { createInterface } from "node:readline";
+import { serverNodeFlags } from "../../src/config/node-flags.js";
 
 export interface EventideProcess {
   child: ChildProcess;
@@ -40,7 +41,7 @@ export async function startEventide(
   known?: { apiKey: string; token: string },
   extraEnvironment: Record<string, string> = {},
 ): Promise<EventideProcess> {
-  const child = spawn(process.execPath, [mainScript], {
+  const child = spawn(process.execPath, [...serverNodeFlags, mainScript], {
     cwd,
     env: { ...process.env, EVENTIDE_QUERY_PORT: "0", EVENTIDE_INGEST_PORT: "0", EVENTIDE_HOST: "127.0.0.1", EVENTIDE_DATA_DIR: dataDirectory, ...extraEnvironment },
     stdio: ["ignore", "pipe", "pipe"],

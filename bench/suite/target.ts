@@ -14,6 +14,7 @@ import { existsSync, mkdirSync, mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { createInterface } from "node:readline";
+import { serverNodeFlags } from "../../src/config/node-flags.js";
 
 export interface Target {
   kind: "self-started" | "external";
@@ -52,12 +53,12 @@ interface Child {
   exited: Promise<number | null>;
 }
 
-function startChild(script: string, cwd: string, environment: Record<string, string>): Child {
+function startChild(script: string, cwd: string, environment: Record<string, string>, nodeFlags: readonly string[] = []): Child {
   if (!exitHookInstalled) {
     exitHookInstalled = true;
     process.on("exit", killStartedServers);
   }
-  const child = spawn(process.execPath, [script], { cwd, env: { ...process.env, ...environment }, stdio: ["ignore", "pipe", "pipe"] });
+  const child = spawn(process.execPath, [...nodeFlags, script], { cwd, env: { ...process.env, ...environment }, stdio: ["ignore", "pipe", "pipe"] });
   startedChildren.add(child);
   let stderrText = "";
   child.stderr!.setEncoding("utf8");
@@ -122,7 +123,7 @@ export async function startEventide(options: { repositoryRoot: string; workers: 
   if (options.workers !== undefined) environment.EVENTIDE_WORKERS = String(options.workers);
   // A fresh store creates the default workspace and prints its credentials; a restart prints none.
   const launch = async (known: { apiKey: string; token: string } | undefined) => {
-    const started = startChild(mainScript, options.repositoryRoot, environment);
+    const started = startChild(mainScript, options.repositoryRoot, environment, serverNodeFlags);
     const listening = await waitForLine(started, "listening", 60_000, "eventide");
     const created = started.jsonLines.find((line) => line.event === "workspace-created") ?? known;
     if (created === undefined || typeof created.apiKey !== "string" || typeof created.token !== "string") {

@@ -10,6 +10,7 @@ import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join, resolve } from "node:path";
 import { createInterface } from "node:readline";
+import { serverNodeFlags } from "../../src/config/node-flags.js";
 
 export const repoRoot = resolve(import.meta.dirname, "..", "..");
 export const mainScript = join(repoRoot, "dist", "src", "main.js");
@@ -53,7 +54,7 @@ export function removeDataDir(dir: string): void {
 
 export async function startServer(options: StartOptions = {}): Promise<ServerHandle> {
   const dataDir = options.dataDir ?? makeDataDir();
-  const child = spawn(process.execPath, [mainScript], {
+  const child = spawn(process.execPath, [...serverNodeFlags, mainScript], {
     cwd: repoRoot,
     env: {
       ...process.env,
