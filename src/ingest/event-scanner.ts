@@ -76,7 +76,6 @@ const enum Byte {
   CloseBrace = 0x7d,
 }
 
-/** Top-level and event field names, as their bytes. */
 /**
  * Top-level and event fields, one bit each. A const enum, so that `switch`
  * compares small integer constants; a lookup by field name in an object went
