@@ -91,15 +91,23 @@ const enum Field {
   Properties = 64,
 }
 
-/** A field name's bytes: Uint8Arrays like the scanned bodies, so that comparing them stays monomorphic. */
-const latin1 = (name: string) => new Uint8Array(Buffer.from(name, "latin1"));
-const apiKeyBytes = latin1("apiKey");
-const eventsBytes = latin1("events");
-const eventBytes = latin1("event");
-const distinctIdBytes = latin1("distinctId");
-const timestampBytes = latin1("timestamp");
-const uuidBytes = latin1("uuid");
-const propertiesBytes = latin1("properties");
+/**
+ * A field name's bytes with its closing quote, so that one compare both
+ * matches the name and finds its end. Uint8Arrays like the scanned bodies, so
+ * that comparing them stays monomorphic.
+ */
+const quotedName = (name: string) => new Uint8Array(Buffer.from(`${name}"`, "latin1"));
+const apiKeyName = quotedName("apiKey");
+const eventsName = quotedName("events");
+const eventName = quotedName("event");
+const distinctIdName = quotedName("distinctId");
+const timestampName = quotedName("timestamp");
+const uuidName = quotedName("uuid");
+const propertiesName = quotedName("properties");
+
+/** Bytes of a timestamp as SDKs send it, `2024-05-01T12:00:00.000Z`. */
+const isoTimestampLength = 24;
+const uuidLength = 36;
 
 const emptyBytes = new Uint8Array(0);
 const emptyBuffer = Buffer.alloc(0);
@@ -206,7 +214,7 @@ class EventScanner implements ScannedBody {
     let apiKeyStart = -1;
     let apiKeyEnd = -1;
     for (let more = this.firstMember(false); more; more = this.nextMember(false)) {
-      const field = this.fieldName();
+      const field = this.memberField;
       if (field === 0 || (seen & field) !== 0) return false;
       seen |= field;
       if (field === Field.ApiKey) {
@@ -266,7 +274,7 @@ class EventScanner implements ScannedBody {
     let timeMs = receivedAtMs;
     this.hasUuid[event] = 0;
     for (let more = this.firstMember(false); more; more = this.nextMember(false)) {
-      const field = this.fieldName();
+      const field = this.memberField;
       if (field === 0 || (seen & field) !== 0) return undefined;
       seen |= field;
       switch (field) {
@@ -299,15 +307,18 @@ class EventScanner implements ScannedBody {
         }
         case Field.Timestamp: {
           if (this.literal("null")) break;
-          if (!this.stringSpan()) return undefined;
-          const parsed = parseTimestampBytes(this.source, this.stringStart, this.stringEnd);
+          const parsed = this.timestampValue();
           if (parsed === undefined) return undefined;
           timeMs = parsed;
           break;
         }
         case Field.Uuid: {
           if (this.literal("null")) break;
-          if (!this.stringSpan() || !parseUuidBytes(this.source, this.stringStart, this.stringEnd, this.uuids, event * 16)) return undefined;
+          // A uuid is 36 bytes, each one parsed: the closing quote is where it must be, or the uuid is invalid.
+          const at = this.at;
+          if (this.source[at] !== Byte.Quote || this.source[at + 1 + uuidLength] !== Byte.Quote) return undefined;
+          if (!parseUuidBytes(this.source, at + 1, at + 1 + uuidLength, this.uuids, event * 16)) return undefined;
+          this.at = at + uuidLength + 2;
           this.hasUuid[event] = 1;
           break;
         }
@@ -331,6 +342,26 @@ class EventScanner implements ScannedBody {
     this.eventCount = event + 1;
     this.firstProperty[event + 1] = this.propertyCount;
     return apiKey;
+  }
+
+  /**
+   * A timestamp string at `at`, parsed; undefined when it is not one. The
+   * common form is parsed in place, its closing quote where it must be:
+   * parseTimestampBytes checks every byte, so no quote, escape or control
+   * byte can hide inside, and the string need not be scanned for its end.
+   */
+  private timestampValue(): number | undefined {
+    const at = this.at;
+    const source = this.source;
+    if (source[at] === Byte.Quote && source[at + 1 + isoTimestampLength] === Byte.Quote) {
+      const parsed = parseTimestampBytes(source, at + 1, at + 1 + isoTimestampLength);
+      if (parsed !== undefined) {
+        this.at = at + isoTimestampLength + 2;
+        return parsed;
+      }
+    }
+    if (!this.stringSpan()) return undefined;
+    return parseTimestampBytes(source, this.stringStart, this.stringEnd);
   }
 
   /** Scans a flat properties object, checking keys distinct and its compact JSON within the limit. */
@@ -429,7 +460,8 @@ class EventScanner implements ScannedBody {
   private stringStart = 0;
   private stringEnd = 0;
   private stringHash = 0;
-  /** The key of the member just entered by firstMember/nextMember. */
+  /** The key of the member just entered by firstMember/nextMember: a property's key, or a field's bit. */
+  private memberField = 0;
   private memberKeyStart = 0;
   private memberKeyEnd = 0;
   private memberKeyHash = 0;
@@ -454,22 +486,22 @@ class EventScanner implements ScannedBody {
   }
 
   /**
-   * Enters the first member of the object just opened: true with its key in
-   * memberKeyStart..memberKeyEnd (and its hash in memberKeyHash when
-   * `hashKey`) and `at` on its value, false at `}` (or on a syntax this
-   * scanner does not take, with `failed` set).
+   * Enters the first member of the object just opened: true with `at` on its
+   * value and its key in memberKeyStart..memberKeyEnd and memberKeyHash (a
+   * property) or memberField (a field), false at `}` (or on a syntax or a
+   * field name this scanner does not take, with `failed` set).
    */
-  private firstMember(hashKey: boolean): boolean {
+  private firstMember(isProperty: boolean): boolean {
     this.skipWhitespace();
     if (this.source[this.at] === Byte.CloseBrace) {
       this.at++;
       return false;
     }
-    return this.memberKey(hashKey);
+    return this.memberKey(isProperty);
   }
 
   /** After a member's value: enters the next member, or leaves the object at `}`. */
-  private nextMember(hashKey: boolean): boolean {
+  private nextMember(isProperty: boolean): boolean {
     this.skipWhitespace();
     const byte = this.source[this.at++];
     if (byte === Byte.CloseBrace) return false;
@@ -478,18 +510,30 @@ class EventScanner implements ScannedBody {
       return false;
     }
     this.skipWhitespace();
-    return this.memberKey(hashKey);
+    return this.memberKey(isProperty);
   }
 
-  /** Field names are only compared, never interned: only property keys need their hash. */
-  private memberKey(hashKey: boolean): boolean {
-    if (!(hashKey ? this.stringValue() : this.stringSpan())) {
-      this.failed = true;
-      return false;
+  /**
+   * Property keys are scanned with their hash, for the duplicate-key check and
+   * the intern; field names are only matched, never interned.
+   */
+  private memberKey(isProperty: boolean): boolean {
+    if (isProperty) {
+      if (!this.stringValue()) {
+        this.failed = true;
+        return false;
+      }
+      this.memberKeyStart = this.stringStart;
+      this.memberKeyEnd = this.stringEnd;
+      this.memberKeyHash = this.stringHash;
+    } else {
+      this.memberField = this.fieldName();
+      // Any other name, even one spelled with escapes, is left to the JSON.parse path.
+      if (this.memberField === 0) {
+        this.failed = true;
+        return false;
+      }
     }
-    this.memberKeyStart = this.stringStart;
-    this.memberKeyEnd = this.stringEnd;
-    this.memberKeyHash = this.stringHash;
     this.skipWhitespace();
     if (this.source[this.at] !== Byte.Colon) {
       this.failed = true;
@@ -500,39 +544,50 @@ class EventScanner implements ScannedBody {
     return true;
   }
 
-  /** The field bit of the member key just entered; 0 for any other key. */
+  /**
+   * Consumes a field name at `at` and returns its bit; 0 for any other key.
+   * The first byte leaves one candidate (two for `e`), whose bytes and closing
+   * quote are compared in place: the name is never scanned for its end.
+   */
   private fieldName(): number {
-    const start = this.memberKeyStart;
     const source = this.source;
-    // The length and the first byte leave one candidate, whose bytes are then compared.
-    const first = source[start];
+    const at = this.at;
+    if (source[at] !== Byte.Quote) return 0;
     let field: number;
     let name: Uint8Array;
-    switch (this.memberKeyEnd - start) {
-      case 4:
-        field = Field.Uuid;
-        name = uuidBytes;
+    switch (source[at + 1]) {
+      case 0x61 /* a */:
+        field = Field.ApiKey;
+        name = apiKeyName;
         break;
-      case 5:
-        field = Field.Event;
-        name = eventBytes;
+      case 0x64 /* d */:
+        field = Field.DistinctId;
+        name = distinctIdName;
         break;
-      case 6:
-        field = first === 0x61 /* a */ ? Field.ApiKey : Field.Events;
-        name = first === 0x61 ? apiKeyBytes : eventsBytes;
+      case 0x65 /* e */: {
+        const plural = source[at + 6] === 0x73; /* s */
+        field = plural ? Field.Events : Field.Event;
+        name = plural ? eventsName : eventName;
         break;
-      case 9:
+      }
+      case 0x70 /* p */:
+        field = Field.Properties;
+        name = propertiesName;
+        break;
+      case 0x74 /* t */:
         field = Field.Timestamp;
-        name = timestampBytes;
+        name = timestampName;
         break;
-      case 10:
-        field = first === 0x64 /* d */ ? Field.DistinctId : Field.Properties;
-        name = first === 0x64 ? distinctIdBytes : propertiesBytes;
+      case 0x75 /* u */:
+        field = Field.Uuid;
+        name = uuidName;
         break;
       default:
         return 0;
     }
-    return bytesEqual(name, 0, source, start, name.length) ? field : 0;
+    if (!bytesEqual(name, 0, source, at + 1, name.length)) return 0;
+    this.at = at + 1 + name.length;
+    return field;
   }
 
   /**
@@ -564,9 +619,9 @@ class EventScanner implements ScannedBody {
   }
 
   /**
-   * stringValue without the hash, for strings that are parsed or compared but
-   * never interned (field names, timestamps, uuids, the apiKey): about half of
-   * an SDK event's string bytes. stringHash is left as it was.
+   * stringValue without the hash, for strings that are parsed but never
+   * interned (the apiKey, timestamps of an uncommon length). stringHash is
+   * left as it was.
    */
   private stringSpan(): boolean {
     const source = this.source;
