@@ -471,7 +471,8 @@ class EventScanner implements ScannedBody {
     let at = this.at;
     for (;;) {
       const byte = source[at];
-      if (byte !== Byte.Space && byte !== Byte.LineFeed && byte !== Byte.CarriageReturn && byte !== Byte.Tab) break;
+      // Compact JSON has no whitespace: every other byte is above the space, one compare.
+      if (byte > Byte.Space || (byte !== Byte.Space && byte !== Byte.LineFeed && byte !== Byte.CarriageReturn && byte !== Byte.Tab)) break;
       at++;
     }
     this.at = at;
