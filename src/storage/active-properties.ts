@@ -68,7 +68,12 @@ export class ActiveProperties {
   /** A slot's text with id 1; "" until its first entry. A dense array of references, not an object per key. */
   private readonly firstTextOf: string[] = [];
   private readonly dictionaryOf = new Map<number, TextDictionary>();
-  private readonly ownBuffersOf = new Map<number, OwnBuffers>();
+  /**
+   * A slot's own buffers once its entries outgrow the arena, else undefined.
+   * Dense by slot like firstTextOf: append() reads it for every entry of a
+   * large key, and a Map lookup there showed in profiles of batch ingest.
+   */
+  private readonly ownBuffersOf: Array<OwnBuffers | undefined> = [];
   private readonly arena: Uint32Array<SharedArrayBuffer>[] = [];
   private arenaSlotsFree = 0;
   /**
@@ -106,6 +111,7 @@ export class ActiveProperties {
     this.keyIdOf[slot] = keyId;
     this.takeArenaSlot(slot);
     this.firstTextOf.push("");
+    this.ownBuffersOf.push(undefined);
     this.place(slot);
     if (this.slotCount * 2 > this.positions.length) this.growPositions();
     return slot;
@@ -158,7 +164,7 @@ export class ActiveProperties {
       words[word + entry] = row;
       words[word + arenaEntriesPerSlot + entry] = valueId;
     } else {
-      let own = this.ownBuffersOf.get(slot);
+      let own = this.ownBuffersOf[slot];
       if (own === undefined || entry === own.rows.length) own = this.growOwnBuffers(slot, own);
       own.rows[entry] = row;
       own.valueIds[entry] = valueId;
@@ -170,7 +176,7 @@ export class ActiveProperties {
   entries(slot: number): ActivePropertyEntries {
     const entryCount = this.entryCountOf[slot];
     const texts = this.texts(slot);
-    const own = this.ownBuffersOf.get(slot);
+    const own = this.ownBuffersOf[slot];
     if (own !== undefined) {
       return { keyId: this.keyIdOf[slot], entryCount, rows: own.rows.buffer, rowsOffset: 0, valueIds: own.valueIds.buffer, valueIdsOffset: 0, texts };
     }
@@ -244,7 +250,7 @@ export class ActiveProperties {
         message.textCounts[slot] = dictionary.texts.length - 1;
         for (let id = 1; id < dictionary.texts.length; id++) addText(dictionary.texts[id]);
       }
-      const own = this.ownBuffersOf.get(slot);
+      const own = this.ownBuffersOf[slot];
       if (own !== undefined && entryCount >= sharedEntriesMin) {
         message.shared.push({ slot, rows: own.rows.buffer, valueIds: own.valueIds.buffer });
         continue;
@@ -343,7 +349,7 @@ export class ActiveProperties {
       valueIds.set(words.subarray(word + arenaEntriesPerSlot, word + arenaEntriesPerSlot + entryCount));
     }
     const grownBuffers = { rows, valueIds };
-    this.ownBuffersOf.set(slot, grownBuffers);
+    this.ownBuffersOf[slot] = grownBuffers;
     return grownBuffers;
   }
 }
