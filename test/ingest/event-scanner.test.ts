@@ -162,6 +162,31 @@ describe("the byte scanner of flat events", () => {
     );
   });
 
+  it("answers batches whose events repeat the keys of the event before, with changes, exactly as the JSON.parse path does", () => {
+    // As SDKs send them: each event mostly the keys of the one before, in its order, now and
+    // then one key dropped or added — which may repeat a key already there, be integer-like,
+    // or take the place of a null value — so that one chunk interns each key once.
+    const poolKey = fc.oneof(
+      { weight: 20, arbitrary: fc.constantFrom('"country"', '"plan"', '"$os"', '"path"', '"plant"', '"pla"', '"é"', '"a"', '"b"', '"c"', '"d"') },
+      { weight: 1, arbitrary: fc.constantFrom('"0"', '"count\\u0072y"') },
+    );
+    const keyList = fc.array(poolKey, { minLength: 1, maxLength: 6 });
+    const value = fc.oneof({ weight: 6, arbitrary: plainText.map((text) => JSON.stringify(text)) }, { weight: 2, arbitrary: fc.constantFrom("null", "1", "true", "1e2") });
+    const edit = fc.record({ keep: fc.nat(7), insert: fc.option(poolKey, { freq: 3 }), at: fc.nat(7), values: fc.array(value, { minLength: 8, maxLength: 8 }), spaces: space, withProperties: fc.nat(9) });
+    const repeatingBatch = fc.tuple(keyList, fc.array(edit, { minLength: 2, maxLength: 8 })).map(([base, edits]) => {
+      let keys = base;
+      const events = edits.map(({ keep, insert, at, values, spaces, withProperties }) => {
+        keys = keys.slice(0, Math.max(1, keys.length - (keep % 2 === 0 ? 0 : keep % keys.length)));
+        if (insert !== null) keys = [...keys.slice(0, at % (keys.length + 1)), insert, ...keys.slice(at % (keys.length + 1))];
+        const properties = withProperties === 0 ? "" : `,${spaces}"properties":{${keys.map((key, index) => `${key}:${spaces}${values[index % 8]}`).join(",")}}`;
+        return `{"event":"e","distinctId":"u"${properties}}`;
+      });
+      return `{"apiKey":"key","events":[${events.join(",")}]}`;
+    });
+    fc.assert(fc.property(repeatingBatch, (text) => expectSameAnswer(text, "batch")), { numRuns: 3000 });
+    expectScannedShare(0.2);
+  });
+
   it("takes properties up to exactly the size limit and leaves the first byte past it to the JSON.parse path", () => {
     // `{"k":"…"}` is 8 bytes around the value.
     const atLimit = "x".repeat(limits.propertiesBytesMax - 8);
