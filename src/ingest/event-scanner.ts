@@ -165,12 +165,13 @@ class EventScanner implements ScannedBody {
   scan(source: Uint8Array, shape: "batch" | "single", receivedAtMs: number): ScannedBody | undefined {
     // A Buffer (an inflated body) is read through a plain Uint8Array view: one element kind keeps the scanner's loads monomorphic.
     this.source = source instanceof Buffer ? new Uint8Array(source.buffer, source.byteOffset, source.byteLength) : source;
-    this.sourceText = Buffer.from(source.buffer, source.byteOffset, source.byteLength);
+    // Made when a text is decoded (textOf): most single events need none.
+    this.sourceText = emptyBuffer;
     this.at = 0;
     this.end = source.length;
     this.eventCount = 0;
     this.propertyCount = 0;
-    this.printedTexts.length = 0;
+    if (this.printedTexts.length !== 0) this.printedTexts.length = 0;
     this.firstProperty[0] = 0;
     const scanned = shape === "batch" ? this.scanBatch(receivedAtMs) : this.scanSingle(receivedAtMs);
     if (scanned) this.skipWhitespace();
@@ -178,6 +179,34 @@ class EventScanner implements ScannedBody {
     this.release();
     return undefined;
   }
+
+  /** The text of source[start, end) in `encoding`. */
+  private textOf(start: number, end: number, encoding: "utf8" | "latin1"): string {
+    if (this.sourceText === emptyBuffer) this.sourceText = Buffer.from(this.source.buffer, this.source.byteOffset, this.source.byteLength);
+    return this.sourceText.toString(encoding, start, end);
+  }
+
+  /**
+   * The apiKey at source[start, end). A task's single events mostly share one
+   * key: when its bytes are those of the last key, that string is returned
+   * again rather than decoded, and finding the key's chunk builder reuses its
+   * hash.
+   */
+  private apiKeyOf(start: number, end: number): string {
+    const length = end - start;
+    if (length === this.lastApiKeyLength && bytesEqual(this.lastApiKeyBytes, 0, this.source, start, length)) return this.lastApiKey;
+    const apiKey = this.textOf(start, end, "utf8");
+    if (length <= this.lastApiKeyBytes.length) {
+      this.lastApiKeyBytes.set(this.source.subarray(start, end));
+      this.lastApiKeyLength = length;
+      this.lastApiKey = apiKey;
+    }
+    return apiKey;
+  }
+
+  private readonly lastApiKeyBytes = new Uint8Array(128);
+  private lastApiKeyLength = -1;
+  private lastApiKey = "";
 
   /** Drops the body, which may be 20 MiB, rather than hold it until the next one. */
   private release(): void {
@@ -228,7 +257,7 @@ class EventScanner implements ScannedBody {
       }
     }
     if (this.failed || seen !== (Field.ApiKey | Field.Events)) return false;
-    this.apiKey = this.sourceText.toString("utf8", apiKeyStart, apiKeyEnd);
+    this.apiKey = this.apiKeyOf(apiKeyStart, apiKeyEnd);
     return true;
   }
 
@@ -329,7 +358,7 @@ class EventScanner implements ScannedBody {
         }
         case Field.ApiKey: {
           if (!withApiKey || !this.stringSpan()) return undefined;
-          apiKey = this.sourceText.toString("utf8", this.stringStart, this.stringEnd);
+          apiKey = this.apiKeyOf(this.stringStart, this.stringEnd);
           break;
         }
         default:
@@ -710,7 +739,7 @@ class EventScanner implements ScannedBody {
     this.stringEnd = at;
     // Integers below 2^53 print as written, except -0 (String(-0) is "0").
     if (plainInteger && integerDigits <= 15 && !(source[start] === Byte.Minus && source[integerStart] === Byte.Zero)) return valueBytes;
-    const text = this.sourceText.toString("latin1", start, at);
+    const text = this.textOf(start, at, "latin1");
     const value = Number(text);
     if (!Number.isFinite(value)) return -1;
     const printed = String(value);
