@@ -66,6 +66,26 @@ describe("routing", () => {
     });
   }
 
+  it("takes each route with a trailing slash and with a query string, and no other spelling of it", async () => {
+    const day = "2024-01-03";
+    const event = uniqueName("spelling");
+    const single = { apiKey: server.apiKey, event, distinctId: "u", timestamp: `${day}T00:00:00Z` };
+    for (const path of ["/ingest/", "/ingest?source=web", "/ingest/?a=1"]) expectOk(await sendJson(`${server.ingestUrl}${path}`, single));
+    for (const path of ["/ingest/batch/", "/ingest/batch?x=y"]) {
+      expect(expectOk(await sendJson(`${server.ingestUrl}${path}`, { apiKey: server.apiKey, events: [single] })).accepted).toBe(1);
+    }
+    const trend = { event, dateFrom: day, dateTo: day, groupBy: "day" };
+    for (const path of ["/api/v1/query/trend/", "/api/v1/query/trend?cache=no"]) {
+      expect(expectOk(await sendJson(`${server.queryUrl}${path}`, trend, { token: server.token })).data).toEqual([{ date: day, count: 5 }]);
+    }
+    for (const path of ["/Ingest", "/ingest//", "/INGEST/BATCH"]) expectError(await sendJson(`${server.ingestUrl}${path}`, single), 404, "not_found");
+    expectError(await sendJson(`${server.queryUrl}/api/v1/Query/trend`, trend, { token: server.token }), 404, "not_found");
+    expect((await send(`${server.ingestUrl}/ingest/batch/`, { method: "OPTIONS" })).status).toBe(204);
+    expectError(await send(`${server.ingestUrl}/ingest/`, { method: "GET" }), 405, "method_not_allowed");
+    expectError(await send(`${server.queryUrl}/api/v1/query/funnel/`, { method: "OPTIONS" }), 405, "method_not_allowed");
+    expect(await countEvents(server, server.token, event, day)).toBe(5);
+  });
+
   it("stores nothing from a PUT to an ingest path", async () => {
     const event = uniqueName("put");
     const body = JSON.stringify({ apiKey: server.apiKey, events: [{ event, distinctId: "u", timestamp: "2024-01-01T00:00:00Z" }] });
