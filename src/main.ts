@@ -1,15 +1,18 @@
 /**
- * Eventide's process: config → store recovery → credentials → worker pool →
+ * Eventide's process: config → the data directory's lock → store recovery → credentials → worker pool →
  * listeners. Prints one JSON line per milestone on stdout (SPEC §0) and shuts
  * down cleanly on SIGTERM/SIGINT: stop accepting, answer what is in flight,
  * seal and fsync, exit 0.
  */
+import { mkdirSync } from "node:fs";
 import { CredentialStore } from "./auth/credential-store.js";
+import { holdLockFile } from "./auth/registry-lock.js";
 import { loadConfig } from "./config/config.js";
 import { limits } from "./config/limits.js";
 import { startHttp } from "./http/server.js";
 import { IngestService } from "./ingest/ingest-service.js";
 import { QueryService } from "./query/query-service.js";
+import { serverLockPath } from "./storage/paths.js";
 import { Store } from "./storage/store.js";
 import { WorkerPool } from "./workers/pool.js";
 
@@ -33,6 +36,11 @@ for (const signal of ["SIGTERM", "SIGINT"] as const) {
 async function main(): Promise<void> {
   const config = loadConfig();
   const startedAtMs = Date.now();
+  mkdirSync(config.dataDir, { recursive: true });
+  const releaseDataDir = await holdLockFile(
+    serverLockPath(config.dataDir),
+    (holder) => new Error(`the data directory ${config.dataDir} is in use by ${holder}; stop that server first (if none is running, delete ${serverLockPath(config.dataDir)})`),
+  );
   const store = Store.open(config.dataDir, config.fsync);
   const credentials = await CredentialStore.open(config.dataDir);
   const created = await credentials.ensureDefaultWorkspace();
@@ -77,6 +85,7 @@ async function main(): Promise<void> {
       await store.close(Date.now() + limits.shutdownTimeoutMs / 3);
       credentials.close();
       await pool.close();
+      await releaseDataDir();
       console.error(`eventide: stopped on ${signal}`);
       process.exit(0);
     } catch (error) {

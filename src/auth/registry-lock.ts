@@ -1,5 +1,6 @@
 /**
- * The registry's writer lock. Every change to `_registry.json` is a
+ * Lock files: the registry's writer lock, and (holdLockFile) the lock a
+ * server holds on its data directory for its whole life. Every change to `_registry.json` is a
  * read-modify-write, and writers live in different processes (the server
  * creating the `default` workspace, any number of `eventide` CLIs), so they are
  * serialized by an exclusive lock file created with `open(…, "wx")`: the kernel
@@ -84,7 +85,22 @@ async function inProcessTurn<T>(key: string, work: () => Promise<T>): Promise<T>
   }
 }
 
-async function acquire(lockPath: string, waitMs: number): Promise<LockOwner> {
+/**
+ * Takes the lock file at `lockPath` now, breaking it when its owner is gone,
+ * and keeps it until the returned release is called. Throws `lockedError`'s
+ * error when a live process holds it.
+ */
+export async function holdLockFile(lockPath: string, lockedError: (holder: string) => Error): Promise<() => Promise<void>> {
+  const owner = await acquire(lockPath, 0, lockedError);
+  return () => release(lockPath, owner);
+}
+
+function registryLocked(lockPath: string, waitMs: number) {
+  return (holder: string) =>
+    new RegistryError("registry_locked", `the registry is locked by ${holder} (waited ${waitMs} ms); if no eventide process is running, delete ${lockPath}`);
+}
+
+async function acquire(lockPath: string, waitMs: number, lockedError: (holder: string) => Error = registryLocked(lockPath, waitMs)): Promise<LockOwner> {
   const owner: LockOwner = {
     pid: process.pid,
     host: hostname(),
@@ -108,11 +124,7 @@ async function acquire(lockPath: string, waitMs: number): Promise<LockOwner> {
     if (await breakIfStale(lockPath)) continue;
     if (Date.now() >= deadlineMs) {
       const holder = await readOwner(lockPath);
-      const holderText = holder ? `process ${holder.pid} on ${holder.host} since ${holder.acquiredAt}` : "another process";
-      throw new RegistryError(
-        "registry_locked",
-        `the registry is locked by ${holderText} (waited ${waitMs} ms); if no eventide process is running, delete ${lockPath}`,
-      );
+      throw lockedError(holder ? `process ${holder.pid} on ${holder.host} since ${holder.acquiredAt}` : "another process");
     }
     const ceilingMs = Math.min(lockRetryDelayMsMax, lockRetryDelayMsMin * 2 ** Math.min(attempt, 6));
     await sleep(lockRetryDelayMsMin + Math.random() * (ceilingMs - lockRetryDelayMsMin));

@@ -31,6 +31,14 @@ const preflightHeaders: Array<[string, string]> = [
   ["Access-Control-Max-Age", "86400"],
 ];
 
+/** uWS takes (host, port, options, callback); its typings declare options only without a host. */
+type ListenWithOptions = (host: string, port: number, options: number, callback: (socket: us_listen_socket | false) => void) => TemplatedApp;
+const listenExclusivePort = 1; // LIBUS_LISTEN_EXCLUSIVE_PORT
+
+function listenExclusive(app: TemplatedApp, host: string, port: number, callback: (socket: us_listen_socket | false) => void): void {
+  (app.listen as unknown as ListenWithOptions).call(app, host, port, listenExclusivePort, callback);
+}
+
 export interface HttpServer {
   queryUrl: string;
   ingestUrl: string;
@@ -222,9 +230,11 @@ export async function startHttp({ config, credentials, ingest, query }: HttpDepe
   const queryApp = uWS.App().any("/*", router(queryRoutes, [], false));
   const ingestApp = uWS.App().any("/*", router(ingestRoutes, corsHeaders, true));
 
+  // Exclusive ports: uSockets otherwise sets SO_REUSEPORT, and a second server started on the
+  // same port would silently share its connections instead of failing to start.
   const listen = (app: TemplatedApp, port: number) =>
     new Promise<us_listen_socket>((resolve, reject) => {
-      app.listen(config.host, port, (socket) => (socket ? resolve(socket) : reject(new Error(`cannot listen on ${config.host}:${port}`))));
+      listenExclusive(app, config.host, port, (socket) => (socket ? resolve(socket) : reject(new Error(`cannot listen on ${config.host}:${port} (in use?)`))));
     });
   const querySocket = await listen(queryApp, config.queryPort);
   const ingestSocket = await listen(ingestApp, config.ingestPort);

@@ -2,6 +2,7 @@
  * The only module that builds paths inside the data directory (STYLE rule 10).
  *
  *   <data>/_registry.json                       workspaces and hashed credentials
+ *   <data>/_server.lock                         held by the one server using this directory
  *   <data>/_checkpoint.json                     last completed checkpoint (WAL position)
  *   <data>/wal/<sequence>.wal                   write-ahead log, group-committed
  *   <data>/ws/<workspaceId>/_events.dict        event-name dictionary (append-only)
@@ -19,6 +20,11 @@ export function registryPath(dataDir: string): string {
 
 export function registryLockPath(dataDir: string): string {
   return join(dataDir, "_registry.lock");
+}
+
+/** Taken by a server for its whole life: two servers on one directory would each replay and write the same WAL. */
+export function serverLockPath(dataDir: string): string {
+  return join(dataDir, "_server.lock");
 }
 
 export function checkpointPath(dataDir: string): string {

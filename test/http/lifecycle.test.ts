@@ -4,6 +4,7 @@
  * answering what is in flight, and events acknowledged before a clean stop or
  * a kill -9 still counted after the restart.
  */
+import { createServer, type AddressInfo } from "node:net";
 import { afterAll, afterEach, beforeAll, describe, expect, it } from "vitest";
 import { makeDataDir, removeDataDir, startServer, type ServerHandle } from "../helpers/server.js";
 import {
@@ -36,6 +37,18 @@ function freshDataDir(): string {
   const dataDir = makeDataDir("eventide-http-lifecycle-");
   dataDirs.push(dataDir);
   return dataDir;
+}
+
+/** A port no socket holds right now. */
+function freePort(): Promise<number> {
+  return new Promise((resolve, reject) => {
+    const probe = createServer();
+    probe.once("error", reject);
+    probe.listen(0, "127.0.0.1", () => {
+      const { port } = probe.address() as AddressInfo;
+      probe.close(() => resolve(port));
+    });
+  });
 }
 
 function credentialsOf(server: ServerHandle) {
@@ -172,6 +185,39 @@ describe("stopping and restarting", () => {
     await first.kill();
     const second = await start({ dataDir, credentials: credentialsOf(first) });
     expect(await countEvents(second, first.token, "crash", day)).toBe(301);
+  });
+
+  it("refuses to start on a data directory a running server uses, and starts once that server is gone, even killed", async () => {
+    const dataDir = freshDataDir();
+    const first = await start({ dataDir });
+    expectOk(await ingestOne(first, first.apiKey, { event: "owned", distinctId: "u", timestamp: at }));
+    const refused = await startServer({ dataDir, credentials: credentialsOf(first) }).then(
+      () => "started",
+      (error: Error) => error.message,
+    );
+    expect(refused).toMatch(/exited with 1 before listening/);
+    expect(refused).toContain(`data directory ${dataDir} is in use by process ${first.process.pid}`);
+    // The refused start changed nothing: the first server goes on, then a kill -9 leaves a stale lock that the next start breaks.
+    expectOk(await ingestOne(first, first.apiKey, { event: "owned", distinctId: "u", timestamp: at }));
+    await first.kill();
+    const second = await start({ dataDir, credentials: credentialsOf(first) });
+    expect(await countEvents(second, first.token, "owned", day)).toBe(2);
+  });
+
+  it("refuses to start on a port another server listens on, rather than share its connections", async () => {
+    // A fixed port: Linux shares a port through SO_REUSEPORT only when the first socket asked for it by number, not for port 0.
+    const ingestPort = String(await freePort());
+    const first = await start({ dataDir: freshDataDir(), env: { EVENTIDE_INGEST_PORT: ingestPort } });
+    expect(first.ingestUrl).toBe(`http://127.0.0.1:${ingestPort}`);
+    const refused = await startServer({ dataDir: freshDataDir(), env: { EVENTIDE_INGEST_PORT: ingestPort } }).then(
+      () => "started",
+      (error: Error) => error.message,
+    );
+    expect(refused).toMatch(/exited with 1 before listening/);
+    expect(refused).toContain(`cannot listen on 127.0.0.1:${ingestPort}`);
+    // Every request still reaches the first server.
+    for (let index = 0; index < 20; index++) expectOk(await ingestOne(first, first.apiKey, { event: "port", distinctId: "u", timestamp: at }));
+    expect(await countEvents(first, first.token, "port", day)).toBe(20);
   });
 
   it("answers or refuses what is in flight at SIGTERM: what was acknowledged is counted after restart, what was refused is not", async () => {
