@@ -6,7 +6,7 @@
  */
 import { mkdirSync } from "node:fs";
 import { CredentialStore } from "./auth/credential-store.js";
-import { holdLockFile } from "./auth/registry-lock.js";
+import { holdLockFile, serverLockWaitMs } from "./auth/registry-lock.js";
 import { loadConfig } from "./config/config.js";
 import { limits } from "./config/limits.js";
 import { startHttp } from "./http/server.js";
@@ -39,6 +39,7 @@ async function main(): Promise<void> {
   mkdirSync(config.dataDir, { recursive: true });
   const releaseDataDir = await holdLockFile(
     serverLockPath(config.dataDir),
+    serverLockWaitMs,
     (holder) => new Error(`the data directory ${config.dataDir} is in use by ${holder}; stop that server first (if none is running, delete ${serverLockPath(config.dataDir)})`),
   );
   const store = Store.open(config.dataDir, config.fsync);

@@ -86,12 +86,20 @@ async function inProcessTurn<T>(key: string, work: () => Promise<T>): Promise<T>
 }
 
 /**
- * Takes the lock file at `lockPath` now, breaking it when its owner is gone,
- * and keeps it until the returned release is called. Throws `lockedError`'s
- * error when a live process holds it.
+ * How long a server waits for its data directory's lock: a lock file is
+ * written just after it is created, so one left empty by a kill at that moment
+ * is broken only once it is this old; a lock whose owner is known dead is
+ * broken at once, and a live owner's makes the start fail after this wait.
  */
-export async function holdLockFile(lockPath: string, lockedError: (holder: string) => Error): Promise<() => Promise<void>> {
-  const owner = await acquire(lockPath, 0, lockedError);
+export const serverLockWaitMs = unreadableLockStaleMs + 1_000;
+
+/**
+ * Takes the lock file at `lockPath`, breaking it when its owner is gone, and
+ * keeps it until the returned release is called. Throws `lockedError`'s error
+ * when a live process still holds it after `waitMs`.
+ */
+export async function holdLockFile(lockPath: string, waitMs: number, lockedError: (holder: string) => Error): Promise<() => Promise<void>> {
+  const owner = await acquire(lockPath, waitMs, lockedError);
   return () => release(lockPath, owner);
 }
 

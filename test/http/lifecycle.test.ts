@@ -4,8 +4,10 @@
  * answering what is in flight, and events acknowledged before a clean stop or
  * a kill -9 still counted after the restart.
  */
+import { utimesSync, writeFileSync } from "node:fs";
 import { createServer, type AddressInfo } from "node:net";
 import { afterAll, afterEach, beforeAll, describe, expect, it } from "vitest";
+import { serverLockPath } from "../../src/storage/paths.js";
 import { makeDataDir, removeDataDir, startServer, type ServerHandle } from "../helpers/server.js";
 import {
   aroundToday,
@@ -202,6 +204,13 @@ describe("stopping and restarting", () => {
     await first.kill();
     const second = await start({ dataDir, credentials: credentialsOf(first) });
     expect(await countEvents(second, first.token, "owned", day)).toBe(2);
+    await second.kill();
+    // A kill between creating the lock file and writing its owner leaves it empty: broken once it is old enough.
+    const lockPath = serverLockPath(dataDir);
+    writeFileSync(lockPath, "");
+    utimesSync(lockPath, new Date(Date.now() - 60_000), new Date(Date.now() - 60_000));
+    const third = await start({ dataDir, credentials: credentialsOf(first) });
+    expect(await countEvents(third, first.token, "owned", day)).toBe(2);
   });
 
   it("refuses to start on a port another server listens on, rather than share its connections", async () => {
