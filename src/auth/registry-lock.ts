@@ -1,10 +1,10 @@
 /**
  * Lock files: the registry's writer lock, and (holdLockFile) the lock a
- * server holds on its data directory for its whole life. Every change to `_registry.json` is a
- * read-modify-write, and writers live in different processes (the server
- * creating the `default` workspace, any number of `eventide` CLIs), so they are
- * serialized by an exclusive lock file created with `open(…, "wx")`: the kernel
- * lets exactly one creator win. Readers never take the lock; they rely on the
+ * server holds on its data directory for its whole life. Every change to
+ * `_registry.json` is a read-modify-write, and writers live in different
+ * processes (the server creating the `default` workspace, any number of
+ * `eventide` CLIs), so they are serialized by an exclusive lock file created
+ * with `open(…, "wx")`: the kernel lets exactly one creator win. Readers never take the lock; they rely on the
  * atomic rename in registry.ts. Within one process, writers also queue in
  * memory first, so they never poll the file against each other.
  *

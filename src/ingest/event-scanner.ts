@@ -244,7 +244,7 @@ class EventScanner implements ScannedBody {
     let apiKeyEnd = -1;
     for (let more = this.firstMember(false); more; more = this.nextMember(false)) {
       const field = this.memberField;
-      if (field === 0 || (seen & field) !== 0) return false;
+      if ((seen & field) !== 0) return false;
       seen |= field;
       if (field === Field.ApiKey) {
         if (!this.stringSpan()) return false;
@@ -304,7 +304,7 @@ class EventScanner implements ScannedBody {
     this.hasUuid[event] = 0;
     for (let more = this.firstMember(false); more; more = this.nextMember(false)) {
       const field = this.memberField;
-      if (field === 0 || (seen & field) !== 0) return undefined;
+      if ((seen & field) !== 0) return undefined;
       seen |= field;
       switch (field) {
         case Field.Event: {
