@@ -1,6 +1,6 @@
 /**
- * Eventide's process: config → the data directory's lock → store recovery → credentials → worker pool →
- * listeners. Prints one JSON line per milestone on stdout (SPEC §0) and shuts
+ * Eventide's process: config → the data directory's lock → store recovery →
+ * credentials → worker pool → listeners. Prints one JSON line per milestone on stdout (SPEC §0) and shuts
  * down cleanly on SIGTERM/SIGINT: stop accepting, answer what is in flight,
  * seal and fsync, exit 0.
  */
@@ -37,10 +37,11 @@ async function main(): Promise<void> {
   const config = loadConfig();
   const startedAtMs = Date.now();
   mkdirSync(config.dataDir, { recursive: true });
+  const lockPath = serverLockPath(config.dataDir);
   const releaseDataDir = await holdLockFile(
-    serverLockPath(config.dataDir),
+    lockPath,
     serverLockWaitMs,
-    (holder) => new Error(`the data directory ${config.dataDir} is in use by ${holder}; stop that server first (if none is running, delete ${serverLockPath(config.dataDir)})`),
+    (holder) => new Error(`the data directory ${config.dataDir} is in use by ${holder}; stop that server first (if none is running, delete ${lockPath})`),
   );
   const store = Store.open(config.dataDir, config.fsync);
   const credentials = await CredentialStore.open(config.dataDir);
