@@ -86,8 +86,11 @@ async function main(): Promise<void> {
       // Sealing may take what is left but a margin for closing the WAL and the pool.
       await store.close(Date.now() + limits.shutdownTimeoutMs / 3);
       credentials.close();
-      await pool.close();
+      // Released before the pool closes, so that exit follows the pool's close at once: a worker
+      // still starting when the process lingered after it aborted the process (SIGABRT while
+      // loading roaring's native addon in a terminating worker).
       await releaseDataDir();
+      await pool.close();
       console.error(`eventide: stopped on ${signal}`);
       process.exit(0);
     } catch (error) {

@@ -139,7 +139,7 @@ describe("stopping and restarting", () => {
     ]))).toEqual({ ok: true, accepted: 2 });
     const testEvent = expectOk(await send(`${first.queryUrl}/api/v1/internal/test-event`, { token: first.token }));
     const stoppedAtMs = Date.now();
-    expect(await first.stop()).toBe(0);
+    expect(await first.stop(), first.exitReport()).toBe(0);
     expect(Date.now() - stoppedAtMs).toBeLessThan(10_000);
 
     const second = await start({ dataDir, credentials: credentialsOf(first) });
@@ -154,7 +154,7 @@ describe("stopping and restarting", () => {
     // The uuid survives the restart: a retry is still acknowledged and not stored again.
     expect(expectOk(await ingestBatch(second, first.apiKey, [{ event: "kept", distinctId: "b", timestamp: at, uuid: uuid.toUpperCase() }]))).toEqual({ ok: true, accepted: 1 });
     expect(await countEvents(second, first.token, "kept", day)).toBe(2);
-    expect(await second.stop()).toBe(0);
+    expect(await second.stop(), second.exitReport()).toBe(0);
   });
 
   it("exits 0 on a SIGTERM sent as soon as it prints listening (four starts)", async () => {
