@@ -372,6 +372,27 @@ describe("sealing", () => {
     ]);
   });
 
+  it("sorts by (event, user, time) when each key needs several radix digits, and keeps every row's uuid", () => {
+    // Event ids past 2^11 and user ids past 2^22 take two and three digits; times of one
+    // hour share their top digit, which is skipped rather than sorted.
+    const random = new Random(77);
+    const rows: InputRow[] = Array.from({ length: 3000 }, () => ({
+      event: random.chance(0.5) ? random.integer(0, 5000) : random.integer(0, 3),
+      user: random.chance(0.3) ? random.integer(0, 2 ** 32 - 1) : random.integer(0, 50),
+      time: 3_600_000 + random.integer(0, 3_599_999),
+      uuid: random.chance(0.7) ? random.uuid() : undefined,
+      properties: new Map([[1, `t-${random.integer(0, 9)}`]]),
+    }));
+    const directory = join(root, "2024-03-06", "seg-000000000009-000001");
+    sealSegment(sealInput(directory, rows, [1]));
+    const loaded = loadSegment(directory);
+    const stored = storedRows(directory, loaded.layout, loaded.memory);
+    expect(stored.map(rowKey).sort()).toEqual(rows.map(rowKey).sort());
+    const order = (row: InputRow) => [row.event, row.user, row.time];
+    const expected = rows.map(order).sort((a, b) => a[0] - b[0] || a[1] - b[1] || a[2] - b[2]);
+    expect(stored.map(order)).toEqual(expected);
+  });
+
   it("replaces a tmp_ directory left by an earlier crash", () => {
     const day = join(root, "2024-03-03");
     const directory = join(day, "seg-000000000005-000001");
