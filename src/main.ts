@@ -16,6 +16,9 @@ import { serverLockPath } from "./storage/paths.js";
 import { Store } from "./storage/store.js";
 import { WorkerPool } from "./workers/pool.js";
 
+/** Workers start in well under a second; this only bounds a start-up that would otherwise hang. */
+const workerStartTimeoutMs = 60_000;
+
 function printLine(value: object): void {
   process.stdout.write(`${JSON.stringify(value)}\n`);
 }
@@ -67,6 +70,8 @@ async function main(): Promise<void> {
     load: (directory) => pool.load({ kind: "load-segment", directory }),
     merge: (directories, target, dayStartMs) => pool.merge({ kind: "merge", directories, target, dayStartMs, fsync: config.fsync }),
   });
+  // Before the server is announced: a worker still loading roaring when the pool closes aborts the process.
+  await pool.ready(workerStartTimeoutMs);
   const ingest = new IngestService(pool, store, credentials);
   const query = new QueryService(pool, store);
   const http = await startHttp({ config, credentials, ingest, query });
@@ -86,9 +91,7 @@ async function main(): Promise<void> {
       // Sealing may take what is left but a margin for closing the WAL and the pool.
       await store.close(Date.now() + limits.shutdownTimeoutMs / 3);
       credentials.close();
-      // Released before the pool closes, so that exit follows the pool's close at once: a worker
-      // still starting when the process lingered after it aborted the process (SIGABRT while
-      // loading roaring's native addon in a terminating worker).
+      // Released before the pool closes, so that exit follows the pool's close at once.
       await releaseDataDir();
       await pool.close();
       console.error(`eventide: stopped on ${signal}`);

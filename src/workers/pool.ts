@@ -5,7 +5,7 @@
  */
 import { Piscina } from "piscina";
 import { limits } from "../config/limits.js";
-import type { IngestTask, IngestTaskResult, LoadSegmentTask, MergeTask, SealTask } from "./protocol.js";
+import type { BarrierTask, BarrierTaskResult, IngestTask, IngestTaskResult, LoadSegmentTask, MergeTask, SealTask } from "./protocol.js";
 import type { ParseQueryTask, ParseQueryTaskResult, QueryTask, QueryTaskResult } from "../query/query-protocol.js";
 import type { LoadSegmentResult } from "../storage/segment-format.js";
 
@@ -55,6 +55,25 @@ export class WorkerPool {
   private async runAlone<T>(task: unknown, transferList?: ArrayBuffer[]): Promise<T> {
     const signal = new AbortController().signal;
     return (await this.piscina.run(task, transferList ? { transferList, signal } : { signal })) as T;
+  }
+
+  /**
+   * Resolves once every worker has started: has loaded its modules, roaring's
+   * native addon among them. A worker terminated while it loads that addon
+   * aborts the whole process (a V8 fatal error inside the addon's
+   * registration), so the server is announced, and the pool closed, only after
+   * this. `threadCount` barrier tasks each hold their worker until all have
+   * started; a task that carries an abort signal is given an idle worker of
+   * its own (see runAlone), so they take every worker. Rejects when not every
+   * worker started within `timeoutMs`.
+   */
+  async ready(timeoutMs: number): Promise<void> {
+    const started = new Int32Array(new SharedArrayBuffer(4));
+    const deadlineMs = Date.now() + timeoutMs;
+    const task: BarrierTask = { kind: "barrier", started, workers: this.threadCount, deadlineMs };
+    const answers = await Promise.all(Array.from({ length: this.threadCount }, () => this.runAlone<BarrierTaskResult>(task)));
+    const fewest = Math.min(...answers.map((answer) => answer.started));
+    if (fewest < this.threadCount) throw new Error(`only ${fewest} of ${this.threadCount} workers started within ${timeoutMs} ms`);
   }
 
   ingest(task: IngestTask): Promise<IngestTaskResult> {

@@ -67,8 +67,25 @@ export interface LoadSegmentTask {
   directory: string;
 }
 
-export type Task = IngestTask | SealTask | MergeTask | LoadSegmentTask | QueryTask | ParseQueryTask;
-export type TaskResult = IngestTaskResult | LoadSegmentResult | QueryTaskResult | ParseQueryTaskResult;
+/**
+ * Holds its worker until `workers` such tasks have started, or `deadlineMs`
+ * (Date.now()) has passed; answers how many had started (WorkerPool.ready).
+ */
+export interface BarrierTask {
+  kind: "barrier";
+  /** One Int32: how many barrier tasks have started. */
+  started: Int32Array;
+  workers: number;
+  deadlineMs: number;
+}
+
+export interface BarrierTaskResult {
+  kind: "barrier";
+  started: number;
+}
+
+export type Task = IngestTask | SealTask | MergeTask | LoadSegmentTask | QueryTask | ParseQueryTask | BarrierTask;
+export type TaskResult = IngestTaskResult | LoadSegmentResult | QueryTaskResult | ParseQueryTaskResult | BarrierTaskResult;
 
 export function assertNever(value: never): never {
   throw new Error(`unhandled variant: ${JSON.stringify(value)}`);

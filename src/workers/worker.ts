@@ -10,7 +10,7 @@ import { loadSegment, sealSegment } from "../storage/segment-format.js";
 import { mergeSegments } from "../storage/segment-merge.js";
 import { unpackPropertyEntries } from "../storage/property-transfer.js";
 import { parseQueryBody } from "../query/schemas.js";
-import { assertNever, bodySliceFields, type IngestTask, type SealTask, type StoredSingleEvent, type Task, type TaskResult } from "./protocol.js";
+import { assertNever, bodySliceFields, type BarrierTask, type IngestTask, type SealTask, type StoredSingleEvent, type Task, type TaskResult } from "./protocol.js";
 
 function runIngest(task: IngestTask): TaskResult {
   const bytes = new Uint8Array(task.bodies);
@@ -50,6 +50,17 @@ function runSeal(task: SealTask) {
   });
 }
 
+function runBarrier({ started, workers, deadlineMs }: BarrierTask): TaskResult {
+  Atomics.add(started, 0, 1);
+  Atomics.notify(started, 0);
+  for (;;) {
+    const count = Atomics.load(started, 0);
+    const remainingMs = deadlineMs - Date.now();
+    if (count >= workers || remainingMs <= 0) return { kind: "barrier", started: count };
+    Atomics.wait(started, 0, count, remainingMs);
+  }
+}
+
 export default function run(task: Task): TaskResult {
   switch (task.kind) {
     case "ingest":
@@ -64,6 +75,8 @@ export default function run(task: Task): TaskResult {
       return runQueryTask(task);
     case "parse-query":
       return { kind: "parse-query", result: parseQueryBody(task.queryKind, new Uint8Array(task.body)) };
+    case "barrier":
+      return runBarrier(task);
     default:
       return assertNever(task);
   }
