@@ -221,6 +221,25 @@ function align8(value: number): number {
   return (value + 7) & ~7;
 }
 
+/**
+ * The counting half of a radix pass: counts[d] becomes where the first key
+ * with digit d = (key >>> shift) & mask goes. Returns false when every key has
+ * the same digit: the pass would move nothing.
+ */
+function digitStarts(key: Uint32Array, shift: number, mask: number, counts: Uint32Array): boolean {
+  const length = key.length;
+  counts.fill(0, 0, mask + 1);
+  for (let index = 0; index < length; index++) counts[(key[index] >>> shift) & mask]++;
+  if (length === 0 || counts[(key[0] >>> shift) & mask] === length) return false;
+  let sum = 0;
+  for (let digit = 0; digit <= mask; digit++) {
+    const count = counts[digit];
+    counts[digit] = sum;
+    sum += count;
+  }
+  return true;
+}
+
 /** Rows being put in sealed order: the input row and its three sort keys, moved together. */
 interface RowColumns {
   row: Uint32Array;
@@ -240,16 +259,8 @@ function rowColumns(rowCount: number): RowColumns {
  */
 function rowRadixPass(source: RowColumns, target: RowColumns, key: Uint32Array, shift: number, bits: number, counts: Uint32Array): boolean {
   const mask = (1 << bits) - 1;
+  if (!digitStarts(key, shift, mask, counts)) return false;
   const length = key.length;
-  counts.fill(0, 0, mask + 1);
-  for (let index = 0; index < length; index++) counts[(key[index] >>> shift) & mask]++;
-  if (length === 0 || counts[(key[0] >>> shift) & mask] === length) return false;
-  let sum = 0;
-  for (let digit = 0; digit <= mask; digit++) {
-    const count = counts[digit];
-    counts[digit] = sum;
-    sum += count;
-  }
   const { row, time, user, event } = source;
   const targetRow = target.row;
   const targetTime = target.time;
@@ -275,19 +286,15 @@ interface EntryColumns {
 /** 2 048 buckets: each pass writes to few enough places at once to stay in cache. */
 const entryDigitBits = 11;
 
-/** One stable counting pass of entries on the digit (row >>> shift) & 2 047, `source` into `target`. */
-function entryRadixPass(source: EntryColumns, target: EntryColumns, shift: number, counts: Uint32Array): void {
-  const mask = (1 << entryDigitBits) - 1;
+/**
+ * One stable counting pass of entries on the digit (row >>> shift) & 2 047,
+ * `source` into `target`; false, and nothing moved, when all share the digit.
+ */
+function entryRadixPass(source: EntryColumns, target: EntryColumns, shift: number, counts: Uint32Array): boolean {
   const { row, key, value } = source;
+  const mask = (1 << entryDigitBits) - 1;
+  if (!digitStarts(row, shift, mask, counts)) return false;
   const length = row.length;
-  counts.fill(0, 0, mask + 1);
-  for (let index = 0; index < length; index++) counts[(row[index] >>> shift) & mask]++;
-  let sum = 0;
-  for (let digit = 0; digit <= mask; digit++) {
-    const count = counts[digit];
-    counts[digit] = sum;
-    sum += count;
-  }
   const targetRow = target.row;
   const targetKey = target.key;
   const targetValue = target.value;
@@ -298,6 +305,7 @@ function entryRadixPass(source: EntryColumns, target: EntryColumns, shift: numbe
     targetKey[at] = key[index];
     targetValue[at] = value[index];
   }
+  return true;
 }
 
 /** Rows in sealed order: `order[index]` is the input row, rows of event e are order[eventStart[e]…eventStart[e+1]). */
@@ -449,9 +457,8 @@ function sealProperties(properties: PropertyEntries[], sealedIndexOf: Uint32Arra
   let spare: EntryColumns = { row: new Uint32Array(entries.row.length), key: new Uint32Array(entries.row.length), value: new Uint32Array(entries.row.length) };
   const rowBits = 32 - Math.clz32(Math.max(1, rowCount - 1));
   const counts = new Uint32Array(1 << entryDigitBits);
-  for (let shift = 0; entries.row.length > 0 && shift < rowBits; shift += entryDigitBits) {
-    entryRadixPass(entries, spare, shift, counts);
-    [entries, spare] = [spare, entries];
+  for (let shift = 0; shift < rowBits; shift += entryDigitBits) {
+    if (entryRadixPass(entries, spare, shift, counts)) [entries, spare] = [spare, entries];
   }
   // The spare columns are free once sorted: they take the result.
   renumberValues(entries, keyEntryStart, keyTextStart, spare, usedOldId, usedTextCount);
