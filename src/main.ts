@@ -52,6 +52,10 @@ async function main(): Promise<void> {
   if (created) printLine({ event: "workspace-created", ...created });
 
   const pool = new WorkerPool(config.workerCount);
+  // Asked first, so its tasks are first in the queue: behind a merge that start-up resumes, the
+  // announcement would wait out the merge. A worker still loading roaring when the pool closes
+  // aborts the process, so the server is announced only once all have started.
+  const workersStarted = pool.ready(workerStartTimeoutMs);
   store.start({
     seal: async (segment, directory) =>
       pool.seal({
@@ -70,8 +74,7 @@ async function main(): Promise<void> {
     load: (directory) => pool.load({ kind: "load-segment", directory }),
     merge: (directories, target, dayStartMs) => pool.merge({ kind: "merge", directories, target, dayStartMs, fsync: config.fsync }),
   });
-  // Before the server is announced: a worker still loading roaring when the pool closes aborts the process.
-  await pool.ready(workerStartTimeoutMs);
+  await workersStarted;
   const ingest = new IngestService(pool, store, credentials);
   const query = new QueryService(pool, store);
   const http = await startHttp({ config, credentials, ingest, query });
