@@ -24,6 +24,9 @@ interface RequestState {
 type Route = { method: "post"; handler: (res: HttpResponse, req: HttpRequest, state: RequestState) => void };
 
 const corsHeaders: Array<[string, string]> = [["Access-Control-Allow-Origin", "*"]];
+
+/** Single-event bodies up to this size are read into Node's shared slab (Buffer.allocUnsafe pools below 4 KiB). */
+const smallBodyBytesMax = 4095;
 const preflightHeaders: Array<[string, string]> = [
   ["Access-Control-Allow-Origin", "*"],
   ["Access-Control-Allow-Methods", "POST, OPTIONS"],
@@ -94,9 +97,12 @@ export async function startHttp({ config, credentials, ingest, query }: HttpDepe
   };
 
   /**
-   * Reads a body of at most `maxBytes` into one ArrayBuffer: refused on
+   * Reads a body of at most `maxBytes` into one buffer: refused on
    * Content-Length before a byte is read, else counted while reading; no
-   * per-chunk concatenation.
+   * per-chunk concatenation. The body arrives as the whole of its own
+   * ArrayBuffer (it can be transferred), or, when `small` and its declared
+   * length is at most smallBodyBytesMax, as a view into a slab Node shares
+   * between small Buffers: no ArrayBuffer is made and freed per request.
    */
   const readBody = (
     res: HttpResponse,
@@ -104,7 +110,8 @@ export async function startHttp({ config, credentials, ingest, query }: HttpDepe
     contentLengthHeader: string,
     maxBytes: number,
     headers: Array<[string, string]>,
-    onBody: (body: ArrayBuffer) => void,
+    onBody: (body: Uint8Array) => void,
+    small = false,
   ) => {
     const tooLarge = () => sendError(res, state, serviceError("payload_too_large", `body is larger than ${maxBytes} bytes`), headers, true);
     let declared = -1;
@@ -116,7 +123,8 @@ export async function startHttp({ config, credentials, ingest, query }: HttpDepe
       }
       if (declared > maxBytes) return tooLarge();
     }
-    let buffer = new Uint8Array(declared >= 0 ? declared : 16 * 1024);
+    // allocUnsafe: every byte of [0, length) is written before the body is used.
+    let buffer = small && declared >= 0 && declared <= smallBodyBytesMax ? Buffer.allocUnsafe(declared) : new Uint8Array(declared >= 0 ? declared : 16 * 1024);
     let length = 0;
     res.onData((chunk, isLast) => {
       if (state.done) return;
@@ -131,7 +139,7 @@ export async function startHttp({ config, credentials, ingest, query }: HttpDepe
       }
       buffer.set(bytes, length);
       length += bytes.length;
-      if (isLast) onBody(length === buffer.length ? buffer.buffer : buffer.buffer.slice(0, length));
+      if (isLast) onBody(buffer.byteOffset === 0 && length === buffer.buffer.byteLength ? buffer : buffer.slice(0, length));
     });
   };
 
@@ -158,10 +166,18 @@ export async function startHttp({ config, credentials, ingest, query }: HttpDepe
     // Compressed bodies are capped a little above the plain limit (incompressible data grows slightly);
     // the exact limit is applied after inflation, in the worker.
     const rawMax = gzip ? plainMax + (plainMax >> 10) + 1024 : plainMax;
-    readBody(res, state, contentLength, rawMax, corsHeaders, (body) => {
-      if (shape === "single") return ingest.single(new Uint8Array(body), gzip, receivedAtMs, (reply) => sendReply(res, state, reply, corsHeaders));
-      ingest.batch(body, gzip, receivedAtMs).then((reply) => sendReply(res, state, reply, corsHeaders), internalError(res, state, corsHeaders));
-    });
+    readBody(
+      res,
+      state,
+      contentLength,
+      rawMax,
+      corsHeaders,
+      (body) => {
+        if (shape === "single") return ingest.single(body, gzip, receivedAtMs, (reply) => sendReply(res, state, reply, corsHeaders));
+        ingest.batch(body.buffer as ArrayBuffer, gzip, receivedAtMs).then((reply) => sendReply(res, state, reply, corsHeaders), internalError(res, state, corsHeaders));
+      },
+      shape === "single",
+    );
   };
 
   const ingestRoutes = new Map<string, Route>([
@@ -171,7 +187,7 @@ export async function startHttp({ config, credentials, ingest, query }: HttpDepe
 
   // ---- query listener ----
   const authorizedQuery = (
-    handle: (res: HttpResponse, state: RequestState, workspaceId: string, body: ArrayBuffer) => void,
+    handle: (res: HttpResponse, state: RequestState, workspaceId: string, body: Uint8Array) => void,
   ): Route["handler"] => (res, req, state) => {
     const authorization = req.getHeader("authorization");
     const contentLength = req.getHeader("content-length");
@@ -185,7 +201,7 @@ export async function startHttp({ config, credentials, ingest, query }: HttpDepe
 
   const queryRoute = (kind: QueryKind) =>
     authorizedQuery((res, state, workspaceId, body) => {
-      query.run(kind, workspaceId, new Uint8Array(body)).then((reply) => sendReply(res, state, reply, []), internalError(res, state, []));
+      query.run(kind, workspaceId, body).then((reply) => sendReply(res, state, reply, []), internalError(res, state, []));
     });
 
   const queryRoutes = new Map<string, Route>([

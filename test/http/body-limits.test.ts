@@ -5,10 +5,11 @@
  * reading (chunked), and for gzip after decompression, without inflating a
  * bomb.
  */
+import { connect, type Socket } from "node:net";
 import { gzipSync } from "node:zlib";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { removeDataDir, startServer, type ServerHandle } from "../helpers/server.js";
-import { countEvents, expectError, expectOk, mebibyte, paddedJson, send, uniqueName } from "../helpers/http.js";
+import { countEvents, expectError, expectOk, mebibyte, paddedJson, send, trendData, uniqueName } from "../helpers/http.js";
 
 let server: ServerHandle;
 
@@ -89,6 +90,67 @@ describe.each(framings)("query bodies %s", (_, chunkBytes) => {
       expectError(answer, 413, "payload_too_large");
     },
   );
+});
+
+describe("/ingest bodies that arrive in pieces", () => {
+  /** The bodies of the complete HTTP answers in `text` (each with a Content-Length, as uWS sends them). */
+  function answerBodies(text: string): string[] {
+    const bodies: string[] = [];
+    let at = 0;
+    for (;;) {
+      const headerEnd = text.indexOf("\r\n\r\n", at);
+      if (headerEnd < 0) return bodies;
+      const length = Number(/content-length: *(\d+)/i.exec(text.slice(at, headerEnd))?.[1] ?? 0);
+      const body = text.slice(headerEnd + 4, headerEnd + 4 + length);
+      if (Buffer.byteLength(body) < length) return bodies;
+      bodies.push(body);
+      at = headerEnd + 4 + length;
+    }
+  }
+
+  /** Writes each connection's requests a few bytes at a time, connections taking turns; returns each one's answer bodies. */
+  async function trickle(connections: Buffer[][], pieceBytes: number): Promise<string[][]> {
+    const port = Number(new URL(server.ingestUrl).port);
+    const sockets = await Promise.all(
+      connections.map(
+        () =>
+          new Promise<Socket>((resolve, reject) => {
+            const socket = connect(port, "127.0.0.1", () => resolve(socket));
+            socket.on("error", reject);
+          }),
+      ),
+    );
+    const received = sockets.map((socket) => {
+      const text = { value: "" };
+      socket.on("data", (data: Buffer) => (text.value += data.toString("utf8")));
+      return text;
+    });
+    const streams = connections.map((requests) => Buffer.concat(requests));
+    for (let offset = 0; streams.some((stream) => offset < stream.length); offset += pieceBytes) {
+      for (const [index, stream] of streams.entries()) if (offset < stream.length) sockets[index].write(stream.subarray(offset, offset + pieceBytes));
+      await new Promise((resolve) => setTimeout(resolve, 1));
+    }
+    const complete = () => connections.every((requests, index) => answerBodies(received[index].value).length >= requests.length);
+    for (let waitedMs = 0; waitedMs < 5000 && !complete(); waitedMs += 20) await new Promise((resolve) => setTimeout(resolve, 20));
+    for (const socket of sockets) socket.destroy();
+    return received.map((text) => answerBodies(text.value));
+  }
+
+  it("stores each event byte for byte, several on one connection, interleaved with other connections", async () => {
+    const event = uniqueName("trickled");
+    const value = (index: number) => `wert-${index}-ü🚀-${"x".repeat(200 + index * 37)}`;
+    const request = (index: number) => {
+      const body = Buffer.from(JSON.stringify({ apiKey: server.apiKey, event, distinctId: `u-${index}`, timestamp: at, properties: { note: value(index) } }));
+      return Buffer.concat([Buffer.from(`POST /ingest HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: ${body.length}\r\n\r\n`), body]);
+    };
+    const answers = await trickle([[request(0), request(1), request(2)], [request(3)], [request(4), request(5)]], 7);
+    expect(answers.map((lines) => lines.length)).toEqual([3, 1, 2]);
+    for (const line of answers.flat()) expect(JSON.parse(line)).toEqual({ ok: true });
+    for (let index = 0; index < 6; index++) {
+      const data = await trendData(server, server.token, { event, dateFrom: day, dateTo: day, filters: [{ property: "note", op: "eq", value: value(index) }] });
+      expect(data.reduce((sum, bucket) => sum + bucket.count, 0), `event ${index}`).toBe(1);
+    }
+  });
 });
 
 describe("gzip", () => {
