@@ -24,15 +24,15 @@ interface RequestState {
 type Route = { method: "post"; handler: (res: HttpResponse, req: HttpRequest, state: RequestState) => void };
 
 const corsHeaders: Array<[string, string]> = [["Access-Control-Allow-Origin", "*"]];
-
-/** Single-event bodies up to this size are read into Node's shared slab (Buffer.allocUnsafe pools below 4 KiB). */
-const smallBodyBytesMax = 4095;
 const preflightHeaders: Array<[string, string]> = [
   ["Access-Control-Allow-Origin", "*"],
   ["Access-Control-Allow-Methods", "POST, OPTIONS"],
   ["Access-Control-Allow-Headers", "content-type, content-encoding"],
   ["Access-Control-Max-Age", "86400"],
 ];
+
+/** Single-event bodies up to this size are read into Node's shared slab (Buffer.allocUnsafe pools below 4 KiB). */
+const smallBodyBytesMax = 4095;
 
 /** uWS takes (host, port, options, callback); its typings declare options only without a host. */
 type ListenWithOptions = (host: string, port: number, options: number, callback: (socket: us_listen_socket | false) => void) => TemplatedApp;
@@ -139,6 +139,7 @@ export async function startHttp({ config, credentials, ingest, query }: HttpDepe
       }
       buffer.set(bytes, length);
       length += bytes.length;
+      // A short body is cut to its length: a slab slice by a view (Buffer's slice), an ArrayBuffer of its own by a copy.
       if (isLast) onBody(buffer.byteOffset === 0 && length === buffer.buffer.byteLength ? buffer : buffer.slice(0, length));
     });
   };

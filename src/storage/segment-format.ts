@@ -340,8 +340,9 @@ function sortRows(rowCount: number, timeOffsetMs: Uint32Array, userIds: Uint32Ar
   let target = rowColumns(rowCount);
   let spare: RowColumns | undefined;
   const counts = new Uint32Array(1 << rowDigitBitsMax);
+  const largest = { time: maxOf(timeOffsetMs), user: maxOf(userIds), event: eventCount - 1 };
   for (const column of ["time", "user", "event"] as const) {
-    const keyBits = rowCount === 0 ? 0 : 32 - Math.clz32(maxOf(input[column]));
+    const keyBits = rowCount === 0 ? 0 : 32 - Math.clz32(largest[column]);
     if (keyBits === 0) continue;
     const digitBits = Math.ceil(keyBits / Math.ceil(keyBits / rowDigitBitsMax));
     for (let shift = 0; shift < keyBits; shift += digitBits) {
