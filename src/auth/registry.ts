@@ -162,8 +162,10 @@ function checkWorkspaceName(name: string): void {
 function addWorkspace(registry: RegistryDocument, name: string): CreatedWorkspace {
   checkWorkspaceName(name);
   // A name equal to another workspace's id would make `key create WORKSPACE` ambiguous, so ids and names share one namespace.
-  if (registry.workspaces.some((workspace) => workspace.name === name || workspace.workspaceId === name)) {
-    throw new RegistryError("name_taken", `a workspace named ${JSON.stringify(name)} already exists`);
+  const clash = registry.workspaces.find((workspace) => workspace.name === name || workspace.workspaceId === name);
+  if (clash !== undefined) {
+    const message = clash.name === name ? `a workspace named ${JSON.stringify(name)} already exists` : `${JSON.stringify(name)} is the id of workspace ${JSON.stringify(clash.name)}; names and ids must differ`;
+    throw new RegistryError("name_taken", message);
   }
   let workspaceId: string;
   do {

@@ -7,11 +7,13 @@
  */
 import { strict as assert } from "node:assert";
 
-function integerFromEnvironment(name: string, fallback: number): number {
+/** `minimum` is 1 for every bound; 0 only where it means "off". */
+function integerFromEnvironment(name: string, fallback: number, minimum = 1): number {
   const raw = process.env[name];
   if (raw === undefined || raw === "") return fallback;
   const value = Number(raw);
-  assert(Number.isSafeInteger(value) && value > 0, `${name} must be a positive integer, got ${JSON.stringify(raw)}`);
+  const wanted = minimum === 0 ? "a non-negative integer (0: off)" : "a positive integer";
+  assert(Number.isSafeInteger(value) && value >= minimum, `${name} must be ${wanted}, got ${JSON.stringify(raw)}`);
   return value;
 }
 
@@ -46,7 +48,7 @@ export const limits = Object.freeze({
    * before a chunk is committed); 0 turns it off, which is the default. Over the
    * limit, ingest answers 429 rate_limited with Retry-After and stores nothing.
    */
-  rateLimitEventsPerSecond: integerFromEnvironment("EVENTIDE_RATE_LIMIT_EVENTS_PER_SECOND", 0),
+  rateLimitEventsPerSecond: integerFromEnvironment("EVENTIDE_RATE_LIMIT_EVENTS_PER_SECOND", 0, 0),
 
   // Store: a checkpoint seals every active segment once the WAL holds this many rows or bytes.
   checkpointRowsMax: integerFromEnvironment("EVENTIDE_CHECKPOINT_ROWS_MAX", 2_000_000),

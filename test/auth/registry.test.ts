@@ -76,7 +76,8 @@ describe("registry", () => {
     const first = await createWorkspace(dataDir, "acme");
     const taken = await expectRegistryError(createWorkspace(dataDir, "acme"), "name_taken");
     expect(taken.message).toContain("acme");
-    await expectRegistryError(createWorkspace(dataDir, first.workspaceId), "name_taken");
+    const idTaken = await expectRegistryError(createWorkspace(dataDir, first.workspaceId), "name_taken");
+    expect(idTaken.message).toBe(`"${first.workspaceId}" is the id of workspace "acme"; names and ids must differ`);
     expect(await listWorkspaces(dataDir)).toHaveLength(1);
   });
 

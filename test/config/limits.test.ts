@@ -1,0 +1,43 @@
+/**
+ * Settings read from the environment when src/config/limits.ts loads: a bad
+ * value stops the start-up with the variable's name, and only the rate limit
+ * takes 0, which turns it off (the default).
+ */
+import { afterEach, expect, it, vi } from "vitest";
+
+const rateLimit = "EVENTIDE_RATE_LIMIT_EVENTS_PER_SECOND";
+const batchEvents = "EVENTIDE_BATCH_EVENTS_MAX";
+
+afterEach(() => {
+  delete process.env[rateLimit];
+  delete process.env[batchEvents];
+  vi.resetModules();
+});
+
+/** The limits as a fresh start-up would read them from the current environment. */
+async function loadLimits() {
+  vi.resetModules();
+  return (await import("../../src/config/limits.js")).limits;
+}
+
+it("reads the rate limit as off when unset or 0, and as events per second otherwise", async () => {
+  expect((await loadLimits()).rateLimitEventsPerSecond).toBe(0);
+  process.env[rateLimit] = "0";
+  expect((await loadLimits()).rateLimitEventsPerSecond).toBe(0);
+  process.env[rateLimit] = "2500";
+  expect((await loadLimits()).rateLimitEventsPerSecond).toBe(2500);
+});
+
+it("refuses a negative or fractional rate limit, naming the variable", async () => {
+  for (const raw of ["-1", "1.5", "fast"]) {
+    process.env[rateLimit] = raw;
+    await expect(loadLimits()).rejects.toThrow(`${rateLimit} must be a non-negative integer (0: off), got "${raw}"`);
+  }
+});
+
+it("refuses 0 for a bound, where it would mean nothing fits", async () => {
+  process.env[batchEvents] = "0";
+  await expect(loadLimits()).rejects.toThrow(`${batchEvents} must be a positive integer, got "0"`);
+  process.env[batchEvents] = "2000";
+  expect((await loadLimits()).batchEventsMax).toBe(2000);
+});
