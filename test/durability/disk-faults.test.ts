@@ -252,7 +252,7 @@ describe("injected disk faults (ENOSPC, EIO) in writes, fsyncs and renames", () 
     }
   }
 
-  it("a single fdatasync EIO fails only the requests of its group, and the next group is stored", async () => {
+  it("a single fdatasync EIO fails the requests of its group (and of a group already in flight behind it), and the next group is stored", async () => {
     arm({ "wal.fsync": { errno: "EIO", count: 1 } });
     const name = "one failed group";
     const answers = await Promise.all(Array.from({ length: 6 }, () => ingestBatch(server, server.apiKey, makeEvents(name, 20, false))));
