@@ -80,9 +80,8 @@ export const limits = Object.freeze({
  */
 export const rateLimitBurstEvents = Math.max(limits.rateLimitEventsPerSecond, limits.batchEventsMax);
 
-assert(limits.ingestBodyBytesMax <= limits.batchBodyBytesMax);
-assert(limits.propertiesBytesMax < limits.ingestBodyBytesMax);
-assert(limits.groupCommitBytesMax <= limits.writeQueueBytesMax);
-assert(limits.batchErrorsReportedMax <= limits.batchEventsMax);
+assert(limits.ingestBodyBytesMax <= limits.batchBodyBytesMax, "EVENTIDE_INGEST_BODY_BYTES_MAX must not exceed EVENTIDE_BATCH_BODY_BYTES_MAX");
+assert(limits.propertiesBytesMax < limits.ingestBodyBytesMax, "EVENTIDE_PROPERTIES_BYTES_MAX must be below EVENTIDE_INGEST_BODY_BYTES_MAX");
+assert(limits.groupCommitBytesMax <= limits.writeQueueBytesMax, `EVENTIDE_WRITE_QUEUE_BYTES_MAX must be at least ${limits.groupCommitBytesMax} (one WAL group)`);
 assert(limits.registryPollIntervalMs * 2 < 1000, "credential changes must reach the server within 1 s");
 assert(limits.shutdownTimeoutMs < 10_000, "SPEC: exit within 10 s of SIGTERM");

@@ -8,7 +8,7 @@
  * answers are written inside `res.cork` and only if the client is still there.
  */
 import uWS from "uWebSockets.js";
-import type { HttpResponse, HttpRequest, TemplatedApp, us_listen_socket } from "uWebSockets.js";
+import type { HttpResponse, HttpRequest, RecognizedString, TemplatedApp, us_listen_socket } from "uWebSockets.js";
 import { limits } from "../config/limits.js";
 import type { Config } from "../config/config.js";
 import type { CredentialStore } from "../auth/credential-store.js";
@@ -23,13 +23,30 @@ interface RequestState {
 
 type Route = { method: "post"; handler: (res: HttpResponse, req: HttpRequest, state: RequestState) => void };
 
-const corsHeaders: Array<[string, string]> = [["Access-Control-Allow-Origin", "*"]];
-const preflightHeaders: Array<[string, string]> = [
-  ["Access-Control-Allow-Origin", "*"],
-  ["Access-Control-Allow-Methods", "POST, OPTIONS"],
-  ["Access-Control-Allow-Headers", "content-type, content-encoding"],
-  ["Access-Control-Max-Age", "86400"],
+/**
+ * A header or status line as uWS takes it. The constant ones are encoded once:
+ * uWS reads a Uint8Array in place but converts a JS string to UTF-8 on every
+ * call, several times per answer on the single-event path.
+ */
+type Header = [RecognizedString, RecognizedString];
+const utf8 = (text: string): Uint8Array => new Uint8Array(Buffer.from(text, "utf8"));
+const utf8Header = (name: string, value: string): Header => [utf8(name), utf8(value)];
+
+const contentTypeJson = utf8Header("Content-Type", "application/json");
+const corsHeaders: Header[] = [utf8Header("Access-Control-Allow-Origin", "*")];
+const preflightHeaders: Header[] = [
+  utf8Header("Access-Control-Allow-Origin", "*"),
+  utf8Header("Access-Control-Allow-Methods", "POST, OPTIONS"),
+  utf8Header("Access-Control-Allow-Headers", "content-type, content-encoding"),
+  utf8Header("Access-Control-Max-Age", "86400"),
 ];
+/** Status lines, encoded when first sent (a handful: those of the error catalog). */
+const statusLines = new Map<string, Uint8Array>();
+function statusLine(status: string): Uint8Array {
+  let line = statusLines.get(status);
+  if (line === undefined) statusLines.set(status, (line = utf8(status)));
+  return line;
+}
 
 /** Single-event bodies up to this size are read into Node's shared slab (Buffer.allocUnsafe pools below 4 KiB). */
 const smallBodyBytesMax = 4095;
@@ -69,29 +86,29 @@ export async function startHttp({ config, credentials, ingest, query }: HttpDepe
     return true;
   };
 
-  const send = (res: HttpResponse, state: RequestState, status: string, body: string, headers: Array<[string, string]>, closeConnection = false) => {
+  const send = (res: HttpResponse, state: RequestState, status: string, body: RecognizedString, headers: Header[], closeConnection = false) => {
     if (!finishRequest(state) || state.aborted) return;
     res.cork(() => {
-      res.writeStatus(status);
-      res.writeHeader("Content-Type", "application/json");
+      res.writeStatus(statusLine(status));
+      res.writeHeader(contentTypeJson[0], contentTypeJson[1]);
       for (const [name, value] of headers) res.writeHeader(name, value);
       res.end(body, closeConnection || closing);
     });
   };
 
-  const sendError = (res: HttpResponse, state: RequestState, error: ServiceError, headers: Array<[string, string]>, closeConnection = false) => {
+  const sendError = (res: HttpResponse, state: RequestState, error: ServiceError, headers: Header[], closeConnection = false) => {
     const extra = [...headers];
     if (error.code === "overloaded" || error.code === "unavailable" || error.code === "rate_limited") extra.push(["Retry-After", String(limits.retryAfterSeconds)]);
     if (error.code === "unauthorized" && headers !== corsHeaders) extra.push(["WWW-Authenticate", "Bearer"]);
     send(res, state, errorStatus[error.code], errorBody(error), extra, closeConnection);
   };
 
-  const sendReply = (res: HttpResponse, state: RequestState, reply: IngestReply, headers: Array<[string, string]>) => {
+  const sendReply = (res: HttpResponse, state: RequestState, reply: IngestReply, headers: Header[]) => {
     if (reply.ok) send(res, state, "200 OK", reply.body, headers);
     else sendError(res, state, reply.error, headers);
   };
 
-  const internalError = (res: HttpResponse, state: RequestState, headers: Array<[string, string]>) => (error: unknown) => {
+  const internalError = (res: HttpResponse, state: RequestState, headers: Header[]) => (error: unknown) => {
     console.error(error);
     sendError(res, state, serviceError("internal_error", "internal error"), headers);
   };
@@ -109,7 +126,7 @@ export async function startHttp({ config, credentials, ingest, query }: HttpDepe
     state: RequestState,
     contentLengthHeader: string,
     maxBytes: number,
-    headers: Array<[string, string]>,
+    headers: Header[],
     onBody: (body: Uint8Array) => void,
     small = false,
   ) => {
@@ -220,7 +237,7 @@ export async function startHttp({ config, credentials, ingest, query }: HttpDepe
     ["/api/v1/query/retention", { method: "post", handler: queryRoute("retention") }],
   ]);
 
-  const router = (routes: Map<string, Route>, headers: Array<[string, string]>, preflight: boolean) => (res: HttpResponse, req: HttpRequest) => {
+  const router = (routes: Map<string, Route>, headers: Header[], preflight: boolean) => (res: HttpResponse, req: HttpRequest) => {
     const state = begin(res);
     const method = req.getMethod().toLowerCase();
     // A trailing slash names the same resource; query strings are ignored.

@@ -14,9 +14,12 @@ import { bodySliceFields, type IngestTaskResult, type StoredSingleEvent } from "
 import type { IngestBodyResult, IngestShape } from "./event-validation.js";
 import { ChunkBuilder } from "./chunk-codec.js";
 
-export type IngestReply = { ok: true; body: string } | { ok: false; error: ServiceError };
+/** An answer: JSON text, or the error it is. */
+export type ServiceReply<Body = string> = { ok: true; body: Body } | { ok: false; error: ServiceError };
+/** Ingest's constant answer comes encoded: uWS sends a Uint8Array's bytes as they are, where it would convert a string on every call. */
+export type IngestReply = ServiceReply<string | Uint8Array>;
 
-const singleStored: IngestReply = { ok: true, body: `{"ok":true}` };
+const singleStored: IngestReply = { ok: true, body: new Uint8Array(Buffer.from(`{"ok":true}`)) };
 const overloaded: ServiceError = { code: "overloaded", message: "server is saturated, retry later" };
 const unauthorized: ServiceError = { code: "unauthorized", message: "apiKey: missing or unknown" };
 const rateLimited: ServiceError = {

@@ -6,7 +6,7 @@
  * are cached 60 s per workspace and request (SPEC §4).
  */
 import { limits } from "../config/limits.js";
-import type { IngestReply } from "../ingest/ingest-service.js";
+import type { ServiceReply } from "../ingest/ingest-service.js";
 import type { Store, WorkspaceStore } from "../storage/store.js";
 import type { WorkerPool } from "../workers/pool.js";
 import { dayMs, retentionLayout, retentionPeriodLabels, trendBucketLabels, trendLayout } from "./buckets.js";
@@ -62,7 +62,7 @@ export class QueryService {
     private readonly store: Store,
   ) {}
 
-  async run(kind: QueryKind, workspaceId: string, bytes: Uint8Array): Promise<IngestReply> {
+  async run(kind: QueryKind, workspaceId: string, bytes: Uint8Array): Promise<ServiceReply> {
     const parsed = await this.parse(kind, bytes);
     if (!parsed.ok) return parsed;
     const query = parsed.query;
@@ -125,7 +125,7 @@ export class QueryService {
     return total;
   }
 
-  private async trend(workspaceId: string, request: TrendRequest): Promise<IngestReply> {
+  private async trend(workspaceId: string, request: TrendRequest): Promise<ServiceReply> {
     const workspace = this.store.workspaces.get(workspaceId);
     const layout = trendLayout(request.dateFrom, request.dateTo, request.groupBy);
     const filters: FilterPlan[] = request.filters.map((filter) => ({ keyId: workspace?.keys.idOf(filter.property), op: filter.op, value: filter.value }));
@@ -148,7 +148,7 @@ export class QueryService {
     return { ok: true, body: JSON.stringify({ data }) };
   }
 
-  private async funnel(workspaceId: string, request: FunnelRequest): Promise<IngestReply> {
+  private async funnel(workspaceId: string, request: FunnelRequest): Promise<ServiceReply> {
     const workspace = this.store.workspaces.get(workspaceId);
     const entryFromMs = Date.parse(`${request.dateFrom}T00:00:00Z`);
     const entryToMsExclusive = Date.parse(`${request.dateTo}T00:00:00Z`) + dayMs;
@@ -171,7 +171,7 @@ export class QueryService {
     return { ok: true, body: JSON.stringify({ steps }) };
   }
 
-  private async retention(workspaceId: string, request: RetentionRequest): Promise<IngestReply> {
+  private async retention(workspaceId: string, request: RetentionRequest): Promise<ServiceReply> {
     const workspace = this.store.workspaces.get(workspaceId);
     const layout = retentionLayout(request.dateFrom, request.dateTo, request.windowDays);
     const periods = layout.periodCount;

@@ -35,9 +35,19 @@ it("refuses a negative or fractional rate limit, naming the variable", async () 
   }
 });
 
-it("refuses 0 for a bound, where it would mean nothing fits", async () => {
+it("refuses 0 for a bound, where it would mean nothing fits, and takes a small one", async () => {
   process.env[batchEvents] = "0";
   await expect(loadLimits()).rejects.toThrow(`${batchEvents} must be a positive integer, got "0"`);
-  process.env[batchEvents] = "2000";
-  expect((await loadLimits()).batchEventsMax).toBe(2000);
+  // Fewer events than the 100 errors a batch answer lists at most: fine, it lists them all.
+  process.env[batchEvents] = "5";
+  expect((await loadLimits()).batchEventsMax).toBe(5);
+});
+
+it("names both variables when two settings contradict each other", async () => {
+  process.env.EVENTIDE_INGEST_BODY_BYTES_MAX = String(64 * 1024 * 1024);
+  try {
+    await expect(loadLimits()).rejects.toThrow("EVENTIDE_INGEST_BODY_BYTES_MAX must not exceed EVENTIDE_BATCH_BODY_BYTES_MAX");
+  } finally {
+    delete process.env.EVENTIDE_INGEST_BODY_BYTES_MAX;
+  }
 });
