@@ -38,6 +38,8 @@ export const limits = Object.freeze({
   // Write path: how much may wait for the disk before ingest answers 503.
   writeQueueBytesMax: integerFromEnvironment("EVENTIDE_WRITE_QUEUE_BYTES_MAX", 256 * mebibyte),
   workerQueueTasksMax: integerFromEnvironment("EVENTIDE_WORKER_QUEUE_TASKS_MAX", 256),
+  /** How much lower than the main thread worker threads run (nice steps, Linux); 0 keeps them equal. See worker.ts. */
+  workerNiceSteps: integerFromEnvironment("EVENTIDE_WORKER_NICE", 10, 0),
   /** Single events gathered into one pool task (a task costs ~80 µs, an event ~2 µs). */
   singleEventsPerTaskMax: 512,
   /** One WAL write + fdatasync carries at most this much. */
@@ -83,5 +85,6 @@ export const rateLimitBurstEvents = Math.max(limits.rateLimitEventsPerSecond, li
 assert(limits.ingestBodyBytesMax <= limits.batchBodyBytesMax, "EVENTIDE_INGEST_BODY_BYTES_MAX must not exceed EVENTIDE_BATCH_BODY_BYTES_MAX");
 assert(limits.propertiesBytesMax < limits.ingestBodyBytesMax, "EVENTIDE_PROPERTIES_BYTES_MAX must be below EVENTIDE_INGEST_BODY_BYTES_MAX");
 assert(limits.groupCommitBytesMax <= limits.writeQueueBytesMax, `EVENTIDE_WRITE_QUEUE_BYTES_MAX must be at least ${limits.groupCommitBytesMax} (one WAL group)`);
+assert(limits.workerNiceSteps <= 19, "EVENTIDE_WORKER_NICE must be 0–19");
 assert(limits.registryPollIntervalMs * 2 < 1000, "credential changes must reach the server within 1 s");
 assert(limits.shutdownTimeoutMs < 10_000, "SPEC: exit within 10 s of SIGTERM");
