@@ -24,6 +24,9 @@ export interface ServiceError {
   message: string;
 }
 
+/** A service's answer: JSON text (the body of a 200), or the error it is. */
+export type ServiceReply<Body = string> = { ok: true; body: Body } | { ok: false; error: ServiceError };
+
 export function serviceError(code: ErrorCode, message: string): ServiceError {
   return { code, message };
 }

@@ -7,15 +7,13 @@
  */
 import { limits, rateLimitBurstEvents } from "../config/limits.js";
 import type { CredentialStore } from "../auth/credential-store.js";
-import type { ServiceError } from "../http/errors.js";
+import type { ServiceError, ServiceReply } from "../http/errors.js";
 import type { Store } from "../storage/store.js";
 import { PoolSaturatedError, type WorkerPool } from "../workers/pool.js";
 import { bodySliceFields, type IngestTaskResult, type StoredSingleEvent } from "../workers/protocol.js";
 import type { IngestBodyResult, IngestShape } from "./event-validation.js";
 import { ChunkBuilder } from "./chunk-codec.js";
 
-/** An answer: JSON text, or the error it is. */
-export type ServiceReply<Body = string> = { ok: true; body: Body } | { ok: false; error: ServiceError };
 /** Ingest's constant answer comes encoded: uWS sends a Uint8Array's bytes as they are, where it would convert a string on every call. */
 export type IngestReply = ServiceReply<string | Uint8Array>;
 

@@ -16,7 +16,7 @@ const scratch = mkdtempSync(join(tmpdir(), "eventide-wal-overlap-"));
 const faultsFile = join(scratch, "faults.json");
 process.env.EVENTIDE_FAULTS_FILE = faultsFile;
 
-const { ChunkBuilder } = await import("../../src/ingest/chunk-codec.js");
+const { ChunkBuilder, decodeChunk } = await import("../../src/ingest/chunk-codec.js");
 const { walFilePath } = await import("../../src/storage/paths.js");
 const { encodeRecord, readWalFile, WriteAheadLog } = await import("../../src/storage/wal.js");
 
@@ -31,11 +31,11 @@ async function outcomes(appends: Array<Promise<void>>): Promise<string[]> {
   return Promise.all(appends.map((append) => append.then(() => "durable", (error: Error) => error.message)));
 }
 
+/** The label of each record in the WAL file, in file order (every test record is one row named by its label). */
 function labelsOnDisk(dataDir: string, sequence: number): string[] {
   return readWalFile(walFilePath(dataDir, sequence)).records.map((walRecord) => {
-    const bytes = Buffer.from(walRecord.payload);
-    // The label is the chunk's first string (the event name); find it by search rather than decoding the layout again.
-    return ["first", "second", "third", "fourth"].find((label) => bytes.includes(label)) ?? "?";
+    const chunk = decodeChunk(walRecord.payload);
+    return chunk.string(chunk.eventNameString[0]);
   });
 }
 
