@@ -17,12 +17,13 @@ import { assertNever, bodySliceFields, type BarrierTask, type IngestTask, type S
 
 /**
  * Runs this worker thread `steps` nice steps below the main thread (Linux
- * gives each thread its own nice value). The main thread is ingest's one serial
- * stage, and every task it posts wakes a sleeping worker: at equal priority the
- * scheduler often ran the woken worker at once on the main thread's core, so
- * posting a task held the main thread 120–180 µs instead of ~10 (measured at
- * 256 single-event connections; 30–130 µs at fewer). Lower, a worker takes the
- * core when the main thread waits, not the moment it is woken.
+ * gives each thread its own nice value). The main thread is ingest's one
+ * serial stage, and every task it posts wakes a sleeping worker: at equal
+ * priority the scheduler often ran the woken worker at once on the main
+ * thread's core, so posting a task held the main thread 120–180 µs at 256
+ * single-event connections (30–130 µs under other loads); lowered, 7–35 µs.
+ * Lower, a worker takes the core when the main thread waits, not the moment
+ * it is woken.
  */
 function lowerThreadPriority(steps: number): void {
   if (steps === 0 || process.platform !== "linux") return;
