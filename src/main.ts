@@ -1,8 +1,8 @@
 /**
  * Eventide's process: config → the data directory's lock → store recovery →
- * credentials → worker pool → listeners. Prints one JSON line per milestone on stdout (SPEC §0) and shuts
- * down cleanly on SIGTERM/SIGINT: stop accepting, answer what is in flight,
- * seal and fsync, exit 0.
+ * credentials → worker pool → listeners. Prints one JSON line per milestone on
+ * stdout (SPEC §0) and shuts down cleanly on SIGTERM/SIGINT: stop accepting,
+ * answer what is in flight, seal and fsync, exit 0.
  */
 import { mkdirSync } from "node:fs";
 import { CredentialStore } from "./auth/credential-store.js";

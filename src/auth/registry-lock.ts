@@ -4,9 +4,10 @@
  * `_registry.json` is a read-modify-write, and writers live in different
  * processes (the server creating the `default` workspace, any number of
  * `eventide` CLIs), so they are serialized by an exclusive lock file created
- * with `open(…, "wx")`: the kernel lets exactly one creator win. Readers never take the lock; they rely on the
- * atomic rename in registry.ts. Within one process, writers also queue in
- * memory first, so they never poll the file against each other.
+ * with `open(…, "wx")`: the kernel lets exactly one creator win. Readers never
+ * take the lock; they rely on the atomic rename in registry.ts. Within one
+ * process, writers also queue in memory first, so they never poll the file
+ * against each other.
  *
  * A writer that dies holding the lock leaves the file behind, so the lock
  * records its owner's pid, host and start time: a lock whose owner is gone is
