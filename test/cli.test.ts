@@ -81,10 +81,17 @@ function filesUnder(directory: string): { path: string; content: Buffer }[] {
   return files;
 }
 
-async function msUntil(condition: () => boolean, limitMs: number): Promise<number> {
+/**
+ * Milliseconds until `condition` holds, checked every 5 ms from now (called
+ * right after the CLI answered, so its write is done). The check is a lookup
+ * in the store this process opened: no request, so nothing but the store's own
+ * reload stands between the change and the check. Gives up only after 10 s, so
+ * that a change seen late fails the caller's 1 s assertion with its real delay.
+ */
+async function msUntil(condition: () => boolean): Promise<number> {
   const startedMs = performance.now();
   while (!condition()) {
-    if (performance.now() - startedMs > limitMs) throw new Error(`condition not met within ${limitMs} ms`);
+    if (performance.now() - startedMs > 10_000) throw new Error("condition not met within 10 s");
     await new Promise((resolve) => setTimeout(resolve, 5));
   }
   return performance.now() - startedMs;
@@ -288,23 +295,21 @@ describe("eventide with other writers", () => {
       expect(store.workspaceIdForApiKey(acme.apiKey)).toBe(acme.workspaceId);
 
       const { apiKey } = expectSuccess(await runEventide(["key", "create", "acme"], { dataDir }));
-      const seenMs = await msUntil(() => store.workspaceIdForApiKey(apiKey) === acme.workspaceId, 1_000);
-      expect(seenMs).toBeLessThan(1_000);
+      expect(await msUntil(() => store.workspaceIdForApiKey(apiKey) === acme.workspaceId), "new apiKey seen after (ms)").toBeLessThanOrEqual(1_000);
       expect(store.workspaceIdForToken(apiKey)).toBeUndefined();
 
       const { token } = expectSuccess(await runEventide(["token", "create", "acme"], { dataDir }));
-      await msUntil(() => store.workspaceIdForToken(token) === acme.workspaceId, 1_000);
+      expect(await msUntil(() => store.workspaceIdForToken(token) === acme.workspaceId), "new token seen after (ms)").toBeLessThanOrEqual(1_000);
       expect(store.workspaceIdForApiKey(token)).toBeUndefined();
 
       expectSuccess(await runEventide(["key", "revoke", apiKey], { dataDir }));
-      const revokedMs = await msUntil(() => store.workspaceIdForApiKey(apiKey) === undefined, 1_000);
-      expect(revokedMs).toBeLessThan(1_000);
+      expect(await msUntil(() => store.workspaceIdForApiKey(apiKey) === undefined), "apiKey revoke seen after (ms)").toBeLessThanOrEqual(1_000);
       expectSuccess(await runEventide(["token", "revoke", token], { dataDir }));
-      await msUntil(() => store.workspaceIdForToken(token) === undefined, 1_000);
+      expect(await msUntil(() => store.workspaceIdForToken(token) === undefined), "token revoke seen after (ms)").toBeLessThanOrEqual(1_000);
       expect(store.workspaceIdForApiKey(acme.apiKey)).toBe(acme.workspaceId);
 
       const globex = expectSuccess(await runEventide(["workspace", "create", "globex"], { dataDir }));
-      await msUntil(() => store.workspaceIds().includes(globex.workspaceId), 1_000);
+      expect(await msUntil(() => store.workspaceIds().includes(globex.workspaceId)), "new workspace seen after (ms)").toBeLessThanOrEqual(1_000);
     } finally {
       store.close();
     }

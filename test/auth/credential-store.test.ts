@@ -27,15 +27,24 @@ afterEach(() => {
   removeDataDir(dataDir);
 });
 
-/** Resolves with the milliseconds it took `condition` to hold; fails after `limitMs`. */
-async function msUntil(condition: () => boolean, limitMs: number): Promise<number> {
+/**
+ * Resolves with the milliseconds it took `condition` to hold, checked every
+ * 5 ms from now (called right after the registry write resolved). The check is
+ * a lookup in the store itself, so nothing but its own reload stands between
+ * the change and the check. Gives up only after 10 s, so that a change seen
+ * late fails the caller's 1 s assertion with its real delay.
+ */
+async function msUntil(condition: () => boolean): Promise<number> {
   const startedMs = performance.now();
   while (!condition()) {
-    if (performance.now() - startedMs > limitMs) throw new Error(`condition not met within ${limitMs} ms`);
+    if (performance.now() - startedMs > 10_000) throw new Error("condition not met within 10 s");
     await new Promise((resolve) => setTimeout(resolve, 5));
   }
   return performance.now() - startedMs;
 }
+
+/** SPEC §0: the running server sees registry changes within 1 s. */
+const secondMs = 1_000;
 
 /** Swaps the registry's content in one step, so a poll never sees an in-between file. */
 function replaceRegistry(text: string): void {
@@ -80,14 +89,14 @@ describe("credential store", () => {
     const opened = store;
 
     const { apiKey } = await createApiKey(dataDir, "acme");
-    expect(await msUntil(() => opened.workspaceIdForApiKey(apiKey) === acme.workspaceId, 1_000)).toBeLessThan(1_000);
+    expect(await msUntil(() => opened.workspaceIdForApiKey(apiKey) === acme.workspaceId), "new apiKey seen after (ms)").toBeLessThanOrEqual(secondMs);
     const { token } = await createToken(dataDir, "acme");
-    expect(await msUntil(() => opened.workspaceIdForToken(token) === acme.workspaceId, 1_000)).toBeLessThan(1_000);
+    expect(await msUntil(() => opened.workspaceIdForToken(token) === acme.workspaceId), "new token seen after (ms)").toBeLessThanOrEqual(secondMs);
 
     await revokeApiKey(dataDir, apiKey);
-    expect(await msUntil(() => opened.workspaceIdForApiKey(apiKey) === undefined, 1_000)).toBeLessThan(1_000);
+    expect(await msUntil(() => opened.workspaceIdForApiKey(apiKey) === undefined), "apiKey revoke seen after (ms)").toBeLessThanOrEqual(secondMs);
     await revokeToken(dataDir, token);
-    expect(await msUntil(() => opened.workspaceIdForToken(token) === undefined, 1_000)).toBeLessThan(1_000);
+    expect(await msUntil(() => opened.workspaceIdForToken(token) === undefined), "token revoke seen after (ms)").toBeLessThanOrEqual(secondMs);
     // The other credentials of the workspace are untouched.
     expect(opened.workspaceIdForApiKey(acme.apiKey)).toBe(acme.workspaceId);
     expect(opened.workspaceIdForToken(acme.token)).toBe(acme.workspaceId);
@@ -97,7 +106,7 @@ describe("credential store", () => {
     store = await CredentialStore.open(dataDir);
     const opened = store;
     const acme = await createWorkspace(dataDir, "acme");
-    await msUntil(() => opened.workspaceIdForApiKey(acme.apiKey) === acme.workspaceId, 1_000);
+    expect(await msUntil(() => opened.workspaceIdForApiKey(acme.apiKey) === acme.workspaceId), "new registry seen after (ms)").toBeLessThanOrEqual(secondMs);
     expect(opened.workspaceIds()).toEqual([acme.workspaceId]);
   });
 
@@ -109,7 +118,7 @@ describe("credential store", () => {
     const opened = store;
 
     replaceRegistry(goodText.slice(0, goodText.length / 2));
-    await msUntil(() => reloadErrors.length > 0, 1_000);
+    expect(await msUntil(() => reloadErrors.length > 0), "invalid registry reported after (ms)").toBeLessThanOrEqual(secondMs);
     await new Promise((resolve) => setTimeout(resolve, 600));
     expect(reloadErrors).toHaveLength(1);
     expect(reloadErrors[0]).toBeInstanceOf(RegistryError);
@@ -118,7 +127,7 @@ describe("credential store", () => {
 
     replaceRegistry(goodText);
     const { apiKey } = await createApiKey(dataDir, "acme");
-    await msUntil(() => opened.workspaceIdForApiKey(apiKey) === acme.workspaceId, 1_000);
+    expect(await msUntil(() => opened.workspaceIdForApiKey(apiKey) === acme.workspaceId), "new apiKey seen after recovery (ms)").toBeLessThanOrEqual(secondMs);
   });
 
   it("refuses to open on an invalid registry rather than serve without its credentials", async () => {

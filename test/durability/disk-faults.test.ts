@@ -170,6 +170,13 @@ function expectFilesIntact(moment: string): void {
   }
 }
 
+/**
+ * An episode may wait 15 s for two failed checkpoints and 15 s for a clean one, then stops (up to 10 s) and
+ * starts (up to 20 s) a server: past vitest's 60 s default on a slow machine, where the bare timeout would hide
+ * which wait ran long. Each wait reports its own failure well within this.
+ */
+const episodeTimeoutMs = 120_000;
+
 describe("injected disk faults (ENOSPC, EIO) in writes, fsyncs and renames", () => {
   let server: ServerHandle;
   let episode = 0;
@@ -248,7 +255,7 @@ describe("injected disk faults (ENOSPC, EIO) in writes, fsyncs and renames", () 
         server = await startServer({ dataDir, env: environment, credentials });
         servers.push(server);
         await expectCounts(server, `after the ${label} episode and a ${restart}`);
-      });
+      }, episodeTimeoutMs);
     }
   }
 
@@ -274,5 +281,5 @@ describe("injected disk faults (ENOSPC, EIO) in writes, fsyncs and renames", () 
     arm({});
     expect(await server.stop()).toBe(0);
     expectFilesIntact("at the end");
-  });
+  }, episodeTimeoutMs);
 });

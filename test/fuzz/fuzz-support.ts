@@ -30,6 +30,17 @@ export const requestDurationMaxMs = 1000;
  */
 export const longRun = fuzzRuns >= 10_000;
 
+/**
+ * The bound checkAnswer holds every answer to. In the long run, the issue's
+ * 1 s. Under `npm test` thousands of requests each meet whatever the other
+ * file running beside this one (servers of their own, crash loops, fsyncs)
+ * does to two shared cores, and one of them answered past 1 s would fail the
+ * suite on the load rather than on the server: there 5 s still catches a
+ * request that hangs, loops or waits for a timeout, while the timing itself is
+ * judged by the long run.
+ */
+export const answerDurationMaxMs = longRun ? requestDurationMaxMs : 5000;
+
 function positiveIntegerFromEnvironment(name: string, fallback: number): number {
   const raw = process.env[name];
   if (raw === undefined || raw === "") return fallback;
@@ -139,7 +150,7 @@ function describeAnswer(answer: Answer): string {
  */
 export function checkAnswer(answer: Answer, context: string): void {
   const where = () => `${context}\n  answer: ${describeAnswer(answer)}`;
-  check(answer.durationMs < requestDurationMaxMs, () => `slower than ${requestDurationMaxMs} ms — ${where()}`);
+  check(answer.durationMs < answerDurationMaxMs, () => `slower than ${answerDurationMaxMs} ms — ${where()}`);
   check(answer.status === 200 || (answer.status >= 400 && answer.status < 500) || answer.status === 503, () => `unexpected status — ${where()}`);
   check(/^application\/json\b/.test(String(answer.headers["content-type"] ?? "")), () => `not JSON — ${where()}`);
   check(typeof answer.body === "object" && answer.body !== null, () => `body is not a JSON object — ${where()}`);

@@ -10,7 +10,8 @@
  * that each stored event comes back exactly as sent (its name, day, user and
  * every property text, unicode, NUL bytes and emoji included), while a refused
  * request stores nothing. No answer may be a 5xx, a dropped connection, or
- * slower than 1 s.
+ * slower than 1 s (5 s under `npm test`, where other suites share the cores:
+ * answerDurationMaxMs in fuzz-support.ts).
  */
 import fc from "fast-check";
 import { randomUUID } from "node:crypto";
@@ -20,6 +21,7 @@ import { costlyBodies } from "../../bench/fixtures/costly-bodies.js";
 import type { ServerHandle } from "../helpers/server.js";
 import { dayOf, expectIngest, judgeEvent, propertyText, type EventVerdict, type IngestExpectation } from "./event-model.js";
 import {
+  answerDurationMaxMs,
   check,
   checkAnswer,
   checkStatus,
@@ -765,7 +767,7 @@ const deepRuns = Math.max(25, Math.ceil(fuzzRuns / 20));
 
 describe("deep nesting", () => {
   it(
-    `up to the 1 MiB /ingest limit is answered within 1 s: stored exactly when under the properties limit, else 400 (${deepRuns} bodies)`,
+    `up to the 1 MiB /ingest limit is answered within ${answerDurationMaxMs / 1000} s: stored exactly when under the properties limit, else 400 (${deepRuns} bodies)`,
     async () => {
       const day = "2024-07-01";
       await fc.assert(

@@ -263,3 +263,71 @@ export async function elapsedUntil(condition: () => Promise<boolean>, deadlineMs
     await new Promise((resolve) => setTimeout(resolve, intervalMs));
   }
 }
+
+export interface SeenTiming {
+  /** From `sinceMs` to when the earliest probe that saw the change was sent (negative: sent before `sinceMs`). */
+  sentAfterMs: number;
+  /** From `sinceMs` to that probe's answer. */
+  answeredAfterMs: number;
+  /** Probes sent in all. */
+  probes: number;
+}
+
+/** One line for assertion messages and logs. */
+export function describeSeen(timing: SeenTiming): string {
+  return `first probe that saw it was sent ${Math.round(timing.sentAfterMs)} ms and answered ${Math.round(timing.answeredAfterMs)} ms after the change (${timing.probes} probes)`;
+}
+
+/**
+ * How soon after `sinceMs` (a `performance.now()` reading) the server shows a
+ * change, measured so that a slow machine does not count against it. `probe`
+ * resolves true once the change shows, false while it does not; it throws on
+ * any other answer. A probe goes out every `intervalMs` whether or not the
+ * earlier ones have been answered (at most `inFlightMax` at once: 50 × 20 ms
+ * keep probes going out through answers up to a second slow), and what
+ * counts is when the earliest probe that saw the change was *sent*: a probe
+ * sent at 900 ms that is answered at 1 100 ms shows the server had the change
+ * once it took that request in, and how long its answer then took on a loaded
+ * machine says nothing about the change. Waiting for each answer before
+ * sending the next probe would instead add a whole round trip of lag, and
+ * answers that wait for an fsync can take most of a second there. Probes that
+ * are cheap for the server (no write, no worker) keep send and check close.
+ *
+ * Gives up `giveUpAfterMs` after `sinceMs` (well past any bound a caller
+ * asserts, so a late change is reported with its real delay).
+ */
+export async function timeUntilSeen(
+  probe: () => Promise<boolean>,
+  options: { sinceMs: number; giveUpAfterMs?: number; intervalMs?: number; inFlightMax?: number },
+): Promise<SeenTiming> {
+  const { sinceMs, giveUpAfterMs = 10_000, intervalMs = 20, inFlightMax = 50 } = options;
+  let seen: { sentMs: number; answeredMs: number } | undefined;
+  let failure: { error: unknown } | undefined;
+  let probes = 0;
+  const inFlight = new Set<Promise<void>>();
+  while (seen === undefined && failure === undefined && performance.now() - sinceMs <= giveUpAfterMs) {
+    if (inFlight.size >= inFlightMax) {
+      await Promise.race(inFlight);
+      continue;
+    }
+    const sentMs = performance.now();
+    probes++;
+    const running: Promise<void> = probe().then(
+      (shows) => {
+        if (shows && (seen === undefined || sentMs < seen.sentMs)) seen = { sentMs, answeredMs: performance.now() };
+      },
+      (error: unknown) => {
+        failure ??= { error };
+      },
+    );
+    inFlight.add(running);
+    void running.finally(() => inFlight.delete(running));
+    await new Promise((resolve) => setTimeout(resolve, intervalMs));
+  }
+  // Probes sent earlier may still be on their way and may have seen it too.
+  await Promise.all(inFlight);
+  if (failure !== undefined) throw failure.error;
+  if (seen === undefined) throw new Error(`the change did not show within ${giveUpAfterMs} ms (${probes} probes)`);
+  const { sentMs, answeredMs } = seen;
+  return { sentAfterMs: sentMs - sinceMs, answeredAfterMs: answeredMs - sinceMs, probes };
+}

@@ -37,7 +37,8 @@ export interface ServerHandle {
 
 export interface StartOptions {
   dataDir?: string;
-  env?: Record<string, string>;
+  /** Extra environment for the server; `undefined` removes a variable (so the server's own default applies). */
+  env?: Record<string, string | undefined>;
   workers?: number;
   /** Credentials to report when the store already has a workspace (restart). */
   credentials?: { apiKey: string; token: string; workspaceId: string };
@@ -52,19 +53,37 @@ export function removeDataDir(dir: string): void {
   rmSync(dir, { recursive: true, force: true });
 }
 
+/**
+ * Worker threads run at the main thread's priority in tests unless a test (or
+ * the environment vitest runs in) says otherwise. The server's default lowers
+ * them 10 nice steps (src/workers/worker.ts) so that they yield to their own
+ * main thread; but nice values weigh against every process on the machine, and
+ * under `npm test` those are the other test file's servers and vitest itself
+ * (two files run at once on a 2-core CI box): at +10 a worker gets about a
+ * tenth of the CPU share of each of them, and a batch that parses in 5 ms
+ * answers in hundreds. That measures the test harness, not the server. The
+ * default itself is checked by test/resilience/worker-priority.test.ts, which
+ * starts its server without this override; `EVENTIDE_WORKER_NICE=10 npm test`
+ * runs everything at the production priority.
+ */
+const testDefaults: Record<string, string> = { EVENTIDE_WORKER_NICE: "0" };
+
 export async function startServer(options: StartOptions = {}): Promise<ServerHandle> {
   const dataDir = options.dataDir ?? makeDataDir();
+  const env: Record<string, string | undefined> = {
+    ...testDefaults,
+    ...process.env,
+    EVENTIDE_QUERY_PORT: "0",
+    EVENTIDE_INGEST_PORT: "0",
+    EVENTIDE_HOST: "127.0.0.1",
+    EVENTIDE_DATA_DIR: dataDir,
+    EVENTIDE_WORKERS: String(options.workers ?? 2),
+    ...options.env,
+  };
+  for (const [name, value] of Object.entries(env)) if (value === undefined) delete env[name];
   const child = spawn(process.execPath, [...serverNodeFlags, mainScript], {
     cwd: repoRoot,
-    env: {
-      ...process.env,
-      EVENTIDE_QUERY_PORT: "0",
-      EVENTIDE_INGEST_PORT: "0",
-      EVENTIDE_HOST: "127.0.0.1",
-      EVENTIDE_DATA_DIR: dataDir,
-      EVENTIDE_WORKERS: String(options.workers ?? 2),
-      ...options.env,
-    },
+    env,
     stdio: ["ignore", "pipe", "pipe"],
   });
   const stdoutLines: string[] = [];

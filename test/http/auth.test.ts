@@ -9,6 +9,7 @@ import { removeDataDir, startServer, type ServerHandle } from "../helpers/server
 import {
   aroundToday,
   countEvents,
+  describeSeen,
   elapsedUntil,
   eventideOk,
   expectError,
@@ -17,6 +18,7 @@ import {
   ingestOne,
   send,
   sendJson,
+  timeUntilSeen,
   uniqueName,
 } from "../helpers/http.js";
 
@@ -173,27 +175,56 @@ describe("workspaces", () => {
 });
 
 describe("credentials changed by the CLI while the server runs", () => {
+  // SPEC §0: the running server sees a change within 1 s. The clock starts when the CLI has answered (its
+  // write is done by then) and stops at the send of the first probe that sees the change (timeUntilSeen):
+  // probes go out every 20 ms without waiting for each other, and are cheap for the server — an empty batch
+  // (the key is checked, nothing is written, no fsync) or a trend of an event no one sends (the token is
+  // checked and the answer built on the main thread) — so the bound measures the server, not the machine.
+  // What the credential then does (events stored, in which workspace) is checked right after.
+  const neverIngested = "never-ingested";
+
+  /** True once `apiKey` is accepted, false while it is refused with 401; fails on any other answer. */
+  async function apiKeyAccepted(apiKey: string): Promise<boolean> {
+    const answer = await ingestBatch(server, apiKey, []);
+    if (answer.status === 200) return true;
+    expectError(answer, 401, "unauthorized");
+    return false;
+  }
+
+  async function tokenAccepted(token: string): Promise<boolean> {
+    const answer = await trend(neverIngested, token);
+    if (answer.status === 200) return true;
+    expectError(answer, 401, "unauthorized");
+    return false;
+  }
+
+  async function expectSeenWithinDeadline(probe: () => Promise<boolean>, sinceMs: number, what: string): Promise<void> {
+    const seen = await timeUntilSeen(probe, { sinceMs });
+    expect(seen.sentAfterMs, `${what}: ${describeSeen(seen)}`).toBeLessThanOrEqual(credentialDeadlineMs);
+  }
+
   it("accept a workspace created by the CLI within 1 s, under the name given", async () => {
     const created = await eventideOk(server.dataDir, "workspace", "create", "created-while-running");
+    const sinceMs = performance.now();
     expect(created.name).toBe("created-while-running");
+    await expectSeenWithinDeadline(() => apiKeyAccepted(created.apiKey), sinceMs, "the new workspace's apiKey");
     const event = uniqueName("fresh-workspace");
-    const elapsedMs = await elapsedUntil(async () => (await ingestOne(server, created.apiKey, { event, distinctId: "u", timestamp: at })).status === 200, credentialDeadlineMs);
-    expect(elapsedMs).toBeLessThanOrEqual(credentialDeadlineMs);
+    expectOk(await ingestOne(server, created.apiKey, { event, distinctId: "u", timestamp: at }));
     expect(await countEvents(server, created.token, event, day)).toBe(1);
   });
 
   it("accept a new apiKey within 1 s and store its events in its workspace", async () => {
     const { apiKey } = await eventideOk(server.dataDir, "key", "create", "other");
+    await expectSeenWithinDeadline(() => apiKeyAccepted(apiKey), performance.now(), "the new apiKey");
     const event = uniqueName("new-key");
-    const batch = [{ event, distinctId: "u", timestamp: at, uuid: crypto.randomUUID() }];
-    await elapsedUntil(async () => (await ingestBatch(server, apiKey, batch)).status === 200, credentialDeadlineMs);
+    expectOk(await ingestBatch(server, apiKey, [{ event, distinctId: "u", timestamp: at, uuid: crypto.randomUUID() }]));
     expect(await countEvents(server, other.token, event, day)).toBe(1);
     expect(await countEvents(server, server.token, event, day)).toBe(0);
   });
 
   it("accept a new token within 1 s, reading its workspace (named by id)", async () => {
     const { token } = await eventideOk(server.dataDir, "token", "create", other.workspaceId);
-    await elapsedUntil(async () => (await trend("anything", token)).status === 200, credentialDeadlineMs);
+    await expectSeenWithinDeadline(() => tokenAccepted(token), performance.now(), "the new token");
     const event = uniqueName("new-token");
     expectOk(await ingestBatch(server, other.apiKey, [{ event, distinctId: "u", timestamp: at }]));
     expect(await countEvents(server, token, event, day)).toBe(1);
@@ -201,9 +232,9 @@ describe("credentials changed by the CLI while the server runs", () => {
 
   it("refuse a revoked apiKey within 1 s, while the workspace's other keys keep working", async () => {
     const { apiKey } = await eventideOk(server.dataDir, "key", "create", "other");
-    await elapsedUntil(async () => (await ingestBatch(server, apiKey, [])).status === 200, credentialDeadlineMs);
+    await expectSeenWithinDeadline(() => apiKeyAccepted(apiKey), performance.now(), "the new apiKey");
     expect(await eventideOk(server.dataDir, "key", "revoke", apiKey)).toEqual({ revoked: true });
-    await elapsedUntil(async () => (await ingestBatch(server, apiKey, [])).status === 401, credentialDeadlineMs);
+    await expectSeenWithinDeadline(async () => !(await apiKeyAccepted(apiKey)), performance.now(), "the revoke");
     const event = uniqueName("after-revoke");
     expectError(await ingestOne(server, apiKey, { event, distinctId: "u", timestamp: at }), 401, "unauthorized");
     expectOk(await ingestOne(server, other.apiKey, { event, distinctId: "u", timestamp: at }));
@@ -212,9 +243,9 @@ describe("credentials changed by the CLI while the server runs", () => {
 
   it("refuse a revoked token within 1 s, while the workspace's other tokens keep working", async () => {
     const { token } = await eventideOk(server.dataDir, "token", "create", "other");
-    await elapsedUntil(async () => (await trend("anything", token)).status === 200, credentialDeadlineMs);
+    await expectSeenWithinDeadline(() => tokenAccepted(token), performance.now(), "the new token");
     expect(await eventideOk(server.dataDir, "token", "revoke", token)).toEqual({ revoked: true });
-    await elapsedUntil(async () => (await trend("anything", token)).status === 401, credentialDeadlineMs);
+    await expectSeenWithinDeadline(async () => !(await tokenAccepted(token)), performance.now(), "the revoke");
     const answer = await trend("anything", token);
     expectError(answer, 401, "unauthorized");
     expect(answer.headers["www-authenticate"]).toMatch(/^Bearer\b/);

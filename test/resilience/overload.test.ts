@@ -30,8 +30,30 @@ const day = "2024-11-05";
 
 let server: ServerHandle;
 
+/**
+ * No checkpoint runs while this file measures. About two million rows are
+ * stored here (more on a faster machine), and the default 2 M-row bound would
+ * start one mid-measurement at a point that depends on the machine's speed:
+ * its seal holds the only worker for a second or more (acknowledged batches,
+ * the query and the recovery batch wait behind it) and briefly doubles the
+ * memory of the rows it packs, so the bounds below would measure a checkpoint
+ * rather than overload. Every trigger is pushed out: rows, WAL bytes, property
+ * values and texts, the interval, and the idle pause (the slow-client test
+ * pauses ingest for seconds at a time). Checkpoints under load are covered in
+ * test/durability; the rows stay in memory, which the growth bound allows for.
+ * Worker threads run at the main thread's priority (test/helpers/server.ts).
+ */
+const noCheckpoints = {
+  EVENTIDE_CHECKPOINT_ROWS_MAX: String(1_000_000_000),
+  EVENTIDE_CHECKPOINT_WAL_BYTES_MAX: String(64 * 1024 ** 3),
+  EVENTIDE_CHECKPOINT_PROPERTY_ENTRIES_MAX: String(1_000_000_000),
+  EVENTIDE_CHECKPOINT_PROPERTY_TEXTS_MAX: String(1_000_000_000),
+  EVENTIDE_CHECKPOINT_INTERVAL_MS: String(24 * 3_600_000),
+  EVENTIDE_CHECKPOINT_IDLE_MS: String(24 * 3_600_000),
+};
+
 beforeAll(async () => {
-  server = await startServer({ workers: 1, env: { EVENTIDE_WORKER_QUEUE_TASKS_MAX: String(workerQueueTasksMax) } });
+  server = await startServer({ workers: 1, env: { EVENTIDE_WORKER_QUEUE_TASKS_MAX: String(workerQueueTasksMax), ...noCheckpoints } });
 });
 
 afterAll(async () => {
@@ -81,17 +103,29 @@ interface LoadResult {
 /**
  * `clients` connections in a closed loop for `durationMs`, each sending its
  * batch again as soon as the previous one is answered (a refusal comes back
- * fast, so the offered rate far exceeds what is stored).
+ * fast, so the offered rate far exceeds what is stored); past `durationMs`,
+ * for as long as `moreWanted` says (at most `durationMaxMs` in all).
  */
-async function drive(eventName: string, clients: number, durationMs: number): Promise<LoadResult> {
+async function drive(
+  eventName: string,
+  clients: number,
+  durationMs: number,
+  moreWanted: (result: LoadResult) => boolean = () => false,
+  durationMaxMs = durationMs,
+): Promise<LoadResult> {
   const agent = new Agent({ keepAlive: true, maxSockets: clients });
   const url = `${server.ingestUrl}/ingest/batch`;
   const result: LoadResult = { accepted: 0, refused: 0, unexpected: [], requests: 0, bodyBytes: 0, durationMs: 0, slowest200Ms: 0, slowest503Ms: 0 };
   const startedMs = performance.now();
   const endMs = startedMs + durationMs;
+  const endMaxMs = startedMs + durationMaxMs;
+  const goingOn = () => {
+    const nowMs = performance.now();
+    return nowMs < endMs || (nowMs < endMaxMs && moreWanted(result));
+  };
   const client = async (index: number) => {
     const body = batchBody(eventName, index);
-    while (performance.now() < endMs) {
+    while (goingOn()) {
       const sentMs = performance.now();
       const answer = await new Promise<{ status: number; text: string; retryAfter?: string; cors?: string } | { error: string }>((resolve) => {
         const outgoing = httpRequest(url, { method: "POST", agent, headers: { "content-type": "application/json", "content-length": String(body.length) } }, (response) => {
@@ -156,7 +190,10 @@ describe("ingest far beyond the sustainable rate", () => {
       const answer = await sendJson(`${server.queryUrl}/api/v1/query/trend`, { event: "sustained", dateFrom: day, dateTo: day }, { token: server.token });
       return { status: answer.status, tookMs: performance.now() - startedMs };
     })();
-    const overload = await drive("overload", 64, 4000);
+    // At least 4 s; on a loaded machine, where this process offers less, until enough was refused for the memory
+    // check below to mean something (see allowedGrowthMebibytes).
+    const allowedGrowth = (load: LoadResult) => allowedGrowthMebibytes((sustained.accepted + load.accepted) * 1000);
+    const overload = await drive("overload", 64, 4000, (load) => refusedMebibytes(load) < 2.5 * allowedGrowth(load), 15_000);
     clearInterval(sampler);
     const query = await midQuery;
 
@@ -168,12 +205,11 @@ describe("ingest far beyond the sustainable rate", () => {
     const peakMebibytes = memoryMebibytes("VmHWM");
     const offeredEventsPerSecond = (overload.requests * 1000 * 1000) / overload.durationMs;
     const storedEventsPerSecond = (overload.accepted * 1000 * 1000) / overload.durationMs;
-    const refusedMebibytes = (overload.refused * overload.bodyBytes) / overload.requests / mebibyte;
     console.log(
       [
         `sustainable: ${Math.round(sustainableEventsPerSecond)} events/s (${sustained.accepted} batches in ${Math.round(sustained.durationMs)} ms), peak RSS after it ${peakString(warmPeakMebibytes)}`,
         `overload: offered ${Math.round(offeredEventsPerSecond)} events/s = ${(offeredEventsPerSecond / sustainableEventsPerSecond).toFixed(1)}× sustainable; stored ${Math.round(storedEventsPerSecond)} events/s;`,
-        `  ${overload.accepted} batches accepted (slowest ${Math.round(overload.slowest200Ms)} ms), ${overload.refused} refused with 503 (slowest ${Math.round(overload.slowest503Ms)} ms), ${refusedMebibytes.toFixed(0)} MiB of refused bodies`,
+        `  ${overload.accepted} batches accepted (slowest ${Math.round(overload.slowest200Ms)} ms), ${overload.refused} refused with 503 (slowest ${Math.round(overload.slowest503Ms)} ms), ${refusedMebibytes(overload).toFixed(0)} MiB of refused bodies in ${Math.round(overload.durationMs)} ms`,
         `  peak RSS ${peakString(peakMebibytes)} (sampled VmRSS max ${peakString(rssPeakMebibytes)}), growth ${peakString(peakMebibytes - warmPeakMebibytes)} over the warm peak`,
         `  trend query during overload: ${query.status} in ${Math.round(query.tookMs)} ms; first request after: ${recovery.status} in ${Math.round(recoveryMs)} ms`,
       ].join("\n"),
@@ -183,8 +219,13 @@ describe("ingest far beyond the sustainable rate", () => {
     expect(overload.unexpected).toEqual([]);
     expect(overload.refused).toBeGreaterThan(0);
     expect(overload.accepted).toBeGreaterThan(0);
-    // Well beyond the sustainable rate (10× on an idle machine; 5× leaves room for a busy CI box).
-    expect(offeredEventsPerSecond).toBeGreaterThan(5 * sustainableEventsPerSecond);
+    // Well beyond what the server can store: 10–14× both what it stored meanwhile and the rate measured first, on an
+    // idle machine. The offered rate is this process's own (64 clients on cores it shares with the server), so on a
+    // busy box it falls with the load; the load can also change between the two phases, 2 s apart (5.2× the first
+    // phase's rate was seen beside two CPU burners). What was stored in the same seconds is the fair comparison,
+    // held to 5×; the first phase's rate to 3×.
+    expect(offeredEventsPerSecond).toBeGreaterThan(5 * storedEventsPerSecond);
+    expect(offeredEventsPerSecond).toBeGreaterThan(3 * sustainableEventsPerSecond);
     // Refusing is cheap and the queue is short, so nobody waits long for either answer.
     expect(overload.slowest503Ms).toBeLessThan(2000);
     expect(overload.slowest200Ms).toBeLessThan(2000);
@@ -196,16 +237,11 @@ describe("ingest far beyond the sustainable rate", () => {
     expect(recoveryMs).toBeLessThan(1000);
 
     // Memory: what the server may hold beyond its warm state is bounded by its queues and by what it stored,
-    // not by the offered load. Queues and buffers: 64 request bodies being read (64 × 73 KB ≈ 5 MiB), 4 queued
-    // + 1 running task with its parsed events (≈ 5 × 2 MiB), and garbage of refused bodies awaiting collection:
-    // 64 MiB covers them. Stored rows live in active segments until a checkpoint: ≈ 45 B/row of columns
-    // (time, user, event, uuid flag, three property value ids), doubled by capacity growth, plus dictionary
-    // texts: 128 B/row. Queueing the refused bodies instead would have needed their full size, checked below to
-    // be well past the bound.
-    const allowedGrowthMebibytes = 64 + (overload.accepted * 1000 * 128) / mebibyte;
-    console.log(`  allowed growth ${peakString(allowedGrowthMebibytes)} (64 MiB + 128 B × ${overload.accepted * 1000} stored rows)`);
-    expect(peakMebibytes - warmPeakMebibytes).toBeLessThan(allowedGrowthMebibytes);
-    expect(refusedMebibytes).toBeGreaterThan(2 * allowedGrowthMebibytes);
+    // not by the offered load (see allowedGrowthMebibytes). Queueing the refused bodies instead would have needed
+    // their full size, checked to be well past the bound.
+    console.log(`  allowed growth ${peakString(allowedGrowth(overload))} (64 MiB + 128 B × ${(sustained.accepted + overload.accepted) * 1000} stored rows)`);
+    expect(peakMebibytes - warmPeakMebibytes).toBeLessThan(allowedGrowth(overload));
+    expect(refusedMebibytes(overload)).toBeGreaterThan(2 * allowedGrowth(overload));
 
     // Every acknowledged batch is counted, and only those.
     expect(await countEvents(server, server.token, "sustained", day)).toBe(sustained.accepted * 1000);
@@ -213,6 +249,25 @@ describe("ingest far beyond the sustainable rate", () => {
     expect(await countEvents(server, server.token, "after-overload", day)).toBe(1);
   }, 60_000);
 });
+
+/**
+ * What the server may hold beyond its warm state once it stores `rowsStored` rows in all. Queues and buffers:
+ * 64 request bodies being read (64 × 73 KB ≈ 5 MiB), 4 queued + 1 running task with its parsed events
+ * (≈ 5 × 2 MiB), and garbage of refused bodies awaiting collection: 64 MiB covers them. Stored rows live in
+ * active segments (no checkpoint runs here): ≈ 45 B/row of columns (time, user, event, uuid flag, three
+ * property value ids), doubled by capacity growth, plus dictionary texts: 128 B/row. Every stored row counts,
+ * not only those stored under overload: the columns grow by doubling, and a doubling during the overload
+ * re-allocates (and for a moment copies) the arrays holding the rows stored before it. Counting only the
+ * overload's rows left ~15 % of margin when the total crossed a power of two (1.05 M rows: 126 MiB of 146).
+ */
+function allowedGrowthMebibytes(rowsStored: number): number {
+  return 64 + (rowsStored * 128) / mebibyte;
+}
+
+/** The bodies the server refused, in MiB: what it would have had to hold had it queued them. */
+function refusedMebibytes(load: LoadResult): number {
+  return load.requests === 0 ? 0 : (load.refused * load.bodyBytes) / load.requests / mebibyte;
+}
 
 function peakString(mebibytes: number): string {
   return `${mebibytes.toFixed(0)} MiB`;

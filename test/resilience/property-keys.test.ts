@@ -61,6 +61,13 @@ afterAll(async () => {
   if (server) removeDataDir(server.dataDir);
 });
 
+/**
+ * The second test may wait 30 s for the idle seal, then stops (up to 10 s) and starts (up to 20 s) the server,
+ * with 81 queries before and after: past vitest's 60 s default on a slow machine, where a bare timeout would hide
+ * which step ran long. Both tests get this much.
+ */
+const testTimeoutMs = 120_000;
+
 describe("many distinct property keys", () => {
   let baselineMebibytes = 0;
 
@@ -88,7 +95,7 @@ describe("many distinct property keys", () => {
     const growth = mebibytes("VmHWM") - baselineMebibytes;
     // Dense columns would need > 2 GB; entries need ~240 000 × 16 bytes plus dictionaries.
     expect(growth, `peak RSS grew ${growth.toFixed(0)} MiB`).toBeLessThan(400);
-  });
+  }, testTimeoutMs);
 
   it("are sealed into a handful of files, and answer the same sealed and after a restart", async () => {
     // Idle sealing: the checkpoint runs 0.5 s after the last ingest.
@@ -100,9 +107,9 @@ describe("many distinct property keys", () => {
     await expectCountsAgree("sealed rows");
     expect(filesUnder(server.dataDir)).toBeLessThan(200);
     const credentials = { apiKey: server.apiKey, token: server.token, workspaceId: server.workspaceId };
-    expect(await server.stop()).toBe(0);
+    expect(await server.stop(), server.exitReport()).toBe(0);
     server = await startServer({ dataDir: server.dataDir, credentials, env });
     await expectCountsAgree("after a restart");
     expect(mebibytes("VmHWM"), "peak RSS after the restart").toBeLessThan(baselineMebibytes + 400);
-  });
+  }, testTimeoutMs);
 });

@@ -30,6 +30,33 @@ function batch(event: string, size = 1000): object[] {
   return Array.from({ length: size }, (_, index) => ({ event, distinctId: `u${index}`, timestamp: `${day}T08:00:00Z` }));
 }
 
+/**
+ * Sends rounds of `batchesPerRound` 1 000-event batches at once until a round
+ * holds a refusal; each answer must be 200 (all accepted) or 429.
+ * Concurrent, because one batch at a time may never drain the bucket: it
+ * refills 2 000 events a second, so on a machine where a round trip takes
+ * half a second (parse, fsync) sequential batches get a full refill each and
+ * are all accepted. Eight at once need 8 000 events within one round, four
+ * times the bucket.
+ */
+async function sendUntilRefused(event: string, batchesPerRound = 8, roundsMax = 10): Promise<{ accepted: number; refusal: HttpAnswer | undefined }> {
+  let accepted = 0;
+  let refusal: HttpAnswer | undefined;
+  for (let round = 0; round < roundsMax && refusal === undefined; round++) {
+    const answers = await Promise.all(Array.from({ length: batchesPerRound }, () => ingestBatch(server, server.apiKey, batch(event))));
+    for (const answer of answers) {
+      if (answer.status === 200) {
+        expect(answer.body).toEqual({ ok: true, accepted: 1000 });
+        accepted += 1000;
+      } else {
+        expect(answer.status, answer.text).toBe(429);
+        refusal ??= answer;
+      }
+    }
+  }
+  return { accepted, refusal };
+}
+
 function expectRateLimited(answer: HttpAnswer): void {
   expectError(answer, 429, "rate_limited");
   expect(answer.headers["retry-after"]).toMatch(/^[1-9]\d*$/);
@@ -42,17 +69,12 @@ it("refuses a workspace over its rate with 429 rate_limited and Retry-After, sto
   await elapsedUntil(async () => (await ingestBatch(server, other.apiKey, [])).status === 200, 5000);
 
   const startedMs = performance.now();
-  let accepted = 0;
-  let refusal: HttpAnswer | undefined;
-  for (let attempt = 0; attempt < 20 && refusal === undefined; attempt++) {
-    const answer = await ingestBatch(server, server.apiKey, batch("limited"));
-    if (answer.status === 200) accepted += 1000;
-    else refusal = answer;
-  }
+  const { accepted, refusal } = await sendUntilRefused("limited");
   const elapsedSeconds = (performance.now() - startedMs) / 1000;
   expect(refusal, "no batch was refused").toBeDefined();
   expectRateLimited(refusal!);
-  // A token bucket never lets more through than its burst plus what it refilled meanwhile.
+  // A token bucket never lets more through than its burst plus what it refilled meanwhile (the bucket is
+  // checked between the first batch's send and the last one's answer, so that span bounds the refill).
   expect(accepted).toBeGreaterThanOrEqual(burstEvents);
   expect(accepted).toBeLessThanOrEqual(burstEvents + eventsPerSecond * elapsedSeconds);
 
@@ -64,12 +86,9 @@ it("refuses a workspace over its rate with 429 rate_limited and Retry-After, sto
 });
 
 it("accepts the workspace again once the bucket has refilled (after Retry-After)", async () => {
-  // Drain, then wait as the answer says.
-  let refusal: HttpAnswer | undefined;
-  for (let attempt = 0; attempt < 20 && refusal === undefined; attempt++) {
-    const answer = await ingestBatch(server, server.apiKey, batch("drain"));
-    if (answer.status !== 200) refusal = answer;
-  }
+  // Drain, then wait as the answer says (from when every batch of the round was answered: none takes tokens later).
+  const { refusal } = await sendUntilRefused("drain");
+  expect(refusal, "no batch was refused").toBeDefined();
   expectRateLimited(refusal!);
   const retryAfterSeconds = Number(refusal!.headers["retry-after"]);
   await new Promise((resolve) => setTimeout(resolve, retryAfterSeconds * 1000));

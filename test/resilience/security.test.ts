@@ -59,12 +59,34 @@ interface FileContent {
   content: Buffer;
 }
 
+/**
+ * `read(path)`, or undefined when the entry vanished since its directory was
+ * listed: while the server runs, checkpoints and merges delete WAL files and
+ * segments and rename `tmp_` directories into place. A vanished entry was
+ * transient; whatever it became is read where it now is (or, after the stop,
+ * by the check on the settled directory).
+ */
+function unlessVanished<T>(read: () => T): T | undefined {
+  try {
+    return read();
+  } catch (error) {
+    if ((error as NodeJS.ErrnoException).code === "ENOENT") return undefined;
+    throw error;
+  }
+}
+
 function filesUnder(directory: string): FileContent[] {
   const files: FileContent[] = [];
-  for (const name of readdirSync(directory)) {
+  for (const name of unlessVanished(() => readdirSync(directory)) ?? []) {
     const path = join(directory, name);
-    if (statSync(path).isDirectory()) files.push(...filesUnder(path));
-    else files.push({ path, content: readFileSync(path) });
+    const stats = unlessVanished(() => statSync(path));
+    if (stats === undefined) continue;
+    if (stats.isDirectory()) {
+      files.push(...filesUnder(path));
+      continue;
+    }
+    const content = unlessVanished(() => readFileSync(path));
+    if (content !== undefined) files.push({ path, content });
   }
   return files;
 }
@@ -152,9 +174,18 @@ describe("secrets", () => {
     for (const form of leakForms(acme.token)) expect(wrongRevoke.stdout + wrongRevoke.stderr).not.toContain(form.toString());
 
     // While running (WAL, active segments), and after a stop (checkpoint: sealed segments, dictionaries, _checkpoint.json).
+    // A checkpoint writes under ws/<id> (dictionaries, segments): one is due every 500 rows, or 5 s after ingest
+    // pauses, but runs in the background, and on a loaded machine may not have published yet.
+    const acmeDirectory = join(dataDir, "ws", acme.workspaceId);
+    const acmeFilesWritten = () => filesUnder(acmeDirectory).length > 0;
+    const deadline = Date.now() + 30_000;
+    while (!acmeFilesWritten()) {
+      expect(Date.now(), "a checkpoint wrote files under ws/<acme id> (none within 30 s)").toBeLessThan(deadline);
+      await new Promise((resolve) => setTimeout(resolve, 50));
+    }
     const checkFiles = (moment: string) => {
       const files = filesUnder(dataDir);
-      expect(files.some((file) => file.path.includes(`${join("ws", acme.workspaceId)}`))).toBe(true);
+      expect(files.some((file) => file.path.startsWith(acmeDirectory)), `${moment}: files under ws/<acme id>`).toBe(true);
       for (const file of files) {
         for (const secret of secrets) {
           for (const form of leakForms(secret)) {
@@ -194,7 +225,8 @@ describe("secrets", () => {
     // Restart for the tests below (the store already has workspaces, so nothing is printed).
     server = await startServer({ dataDir, env: { EVENTIDE_CHECKPOINT_ROWS_MAX: "500" }, credentials: { apiKey: server.apiKey, token: server.token, workspaceId: server.workspaceId } });
     expect(server.stdoutLines.some((line) => line.includes("workspace-created"))).toBe(false);
-  }, 60_000);
+    // Its parts wait up to 5 + 5 + 30 s, a stop up to 10 s and a start up to 20 s: more than the 60 s default.
+  }, 120_000);
 });
 
 describe("workspace names", () => {
@@ -284,34 +316,85 @@ describe("workspace names", () => {
   }, 60_000);
 });
 
+/**
+ * A client using a credential while the CLI revokes it: requests go out every
+ * 20 ms, each on its own connection and without waiting for the ones before
+ * (at most 50 at once), so a request is sent soon after the server took the
+ * revoke in, however long answers take on a loaded machine (an ingest answer
+ * waits for its fsync). SPEC §0's 1 s is measured from the CLI's answer to the
+ * send of the first refused request (see timeUntilSeen in test/helpers/http.ts).
+ */
+interface Use {
+  sentMs: number;
+  answeredMs: number;
+  status: number;
+}
+
+async function useWhileRevoking(use: () => Promise<number>, revoke: () => Promise<void>): Promise<{ uses: Use[]; revokedAtMs: number }> {
+  const uses: Use[] = [];
+  const inFlight = new Set<Promise<void>>();
+  let failure: { error: unknown } | undefined;
+  let revokedAtMs: number | undefined;
+  const revoking = (async () => {
+    await new Promise((resolve) => setTimeout(resolve, 300));
+    await revoke();
+    revokedAtMs = performance.now();
+  })();
+  /** Requests sent after the first refusal was answered: by then the server had the revoke, so each must be refused too. */
+  const sentAfterFirstRefusal = () => {
+    const refusals = uses.filter((candidate) => candidate.status !== 200);
+    if (refusals.length === 0) return 0;
+    const firstAnsweredMs = Math.min(...refusals.map((refusal) => refusal.answeredMs));
+    return uses.filter((candidate) => candidate.sentMs > firstAnsweredMs).length;
+  };
+  const deadlineMs = performance.now() + 10_000;
+  while (performance.now() < deadlineMs && sentAfterFirstRefusal() < 40 && failure === undefined) {
+    if (inFlight.size >= 50) {
+      await Promise.race(inFlight);
+      continue;
+    }
+    const sentMs = performance.now();
+    const running: Promise<void> = use().then(
+      (status) => void uses.push({ sentMs, answeredMs: performance.now(), status }),
+      (error: unknown) => void (failure ??= { error }),
+    );
+    inFlight.add(running);
+    void running.finally(() => inFlight.delete(running));
+    await new Promise((resolve) => setTimeout(resolve, 20));
+  }
+  await Promise.all(inFlight);
+  await revoking;
+  if (failure !== undefined) throw failure.error;
+  return { uses, revokedAtMs: revokedAtMs! };
+}
+
+/** The 1 s bound, and "never accepted again": each request sent after the first refusal was answered is refused. */
+function expectRefusedWithinOneSecond(uses: Use[], revokedAtMs: number, what: string): void {
+  for (const use of uses) expect([200, 401], `${what}: every answer is 200 or 401`).toContain(use.status);
+  const refusals = uses.filter((use) => use.status === 401);
+  expect(refusals.length, `${what}: no request was refused`).toBeGreaterThan(0);
+  const firstSentMs = Math.min(...refusals.map((refusal) => refusal.sentMs));
+  const firstAnsweredMs = Math.min(...refusals.map((refusal) => refusal.answeredMs));
+  const answeredAfterMs = Math.round(refusals.find((refusal) => refusal.sentMs === firstSentMs)!.answeredMs - revokedAtMs);
+  const message = `${what}: first refused request sent ${Math.round(firstSentMs - revokedAtMs)} ms and answered ${answeredAfterMs} ms after the CLI answered (${uses.length} requests)`;
+  console.log(message);
+  expect(firstSentMs - revokedAtMs, message).toBeLessThanOrEqual(1000);
+  const later = uses.filter((use) => use.sentMs > firstAnsweredMs);
+  expect(later.length, `${what}: requests sent after the first refusal was answered`).toBeGreaterThanOrEqual(40);
+  expect(later.filter((use) => use.status !== 401), `${what}: accepted again after a refusal`).toEqual([]);
+}
+
 describe("revocation while the credential is in use", () => {
   it("refuses a revoked apiKey within 1 s of the CLI's answer and never accepts it again; what it stored before stays", async () => {
     const workspace = await eventideOk(dataDir, "workspace", "create", "revoke-key-in-use");
     await waitUntil(async () => (await ingestStatus(workspace.apiKey, "in-use")) === 200, 5000);
-    let acknowledged = 1;
-    let revokedAtMs: number | undefined;
-    let firstRefusalMs: number | undefined;
-    const statusesAfterRefusal: number[] = [];
-    const revoking = (async () => {
-      await new Promise((resolve) => setTimeout(resolve, 300));
-      await eventideOk(dataDir, "key", "revoke", workspace.apiKey);
-      revokedAtMs = Date.now();
-    })();
-    const deadlineMs = Date.now() + 10_000;
-    while (Date.now() < deadlineMs && statusesAfterRefusal.length < 40) {
-      const status = await ingestStatus(workspace.apiKey, "in-use");
-      if (firstRefusalMs !== undefined) statusesAfterRefusal.push(status);
-      else if (status === 200) acknowledged++;
-      else {
-        expect(status).toBe(401);
-        firstRefusalMs = Date.now();
-      }
-    }
-    await revoking;
-    expect(firstRefusalMs).toBeDefined();
-    console.log(`revoked apiKey refused ${firstRefusalMs! - revokedAtMs!} ms after the CLI answered`);
-    expect(firstRefusalMs! - revokedAtMs!).toBeLessThanOrEqual(1000);
-    expect(statusesAfterRefusal.every((status) => status === 401)).toBe(true);
+    // Every use stores one event when accepted.
+    const { uses, revokedAtMs } = await useWhileRevoking(
+      () => ingestStatus(workspace.apiKey, "in-use"),
+      async () => void (await eventideOk(dataDir, "key", "revoke", workspace.apiKey)),
+    );
+    expectRefusedWithinOneSecond(uses, revokedAtMs, "revoked apiKey");
+    const acknowledged = 1 + uses.filter((use) => use.status === 200).length;
     const count = await sendJson(`${server.queryUrl}/api/v1/query/trend`, { event: "in-use", dateFrom: day, dateTo: day }, { token: workspace.token });
     expect(count.body.data[0].count).toBe(acknowledged);
   }, 30_000);
@@ -320,28 +403,11 @@ describe("revocation while the credential is in use", () => {
     const workspace = await eventideOk(dataDir, "workspace", "create", "revoke-token-in-use");
     const otherToken = (await eventideOk(dataDir, "token", "create", workspace.workspaceId)).token as string;
     await waitUntil(async () => (await trendStatus(workspace.token)) === 200 && (await trendStatus(otherToken)) === 200, 5000);
-    let revokedAtMs: number | undefined;
-    let firstRefusalMs: number | undefined;
-    const statusesAfterRefusal: number[] = [];
-    const revoking = (async () => {
-      await new Promise((resolve) => setTimeout(resolve, 300));
-      await eventideOk(dataDir, "token", "revoke", workspace.token);
-      revokedAtMs = Date.now();
-    })();
-    const deadlineMs = Date.now() + 10_000;
-    while (Date.now() < deadlineMs && statusesAfterRefusal.length < 40) {
-      const status = await trendStatus(workspace.token);
-      if (firstRefusalMs !== undefined) statusesAfterRefusal.push(status);
-      else if (status !== 200) {
-        expect(status).toBe(401);
-        firstRefusalMs = Date.now();
-      }
-    }
-    await revoking;
-    expect(firstRefusalMs).toBeDefined();
-    console.log(`revoked token refused ${firstRefusalMs! - revokedAtMs!} ms after the CLI answered`);
-    expect(firstRefusalMs! - revokedAtMs!).toBeLessThanOrEqual(1000);
-    expect(statusesAfterRefusal.every((status) => status === 401)).toBe(true);
+    const { uses, revokedAtMs } = await useWhileRevoking(
+      () => trendStatus(workspace.token),
+      async () => void (await eventideOk(dataDir, "token", "revoke", workspace.token)),
+    );
+    expectRefusedWithinOneSecond(uses, revokedAtMs, "revoked token");
     expect(await trendStatus(otherToken)).toBe(200);
   }, 30_000);
 });

@@ -6,7 +6,11 @@
  * repeats). A forced pass (mergeAll) still merges everything.
  *
  * The idle threshold is shortened for this file, so it is set before the
- * store's modules load.
+ * store's modules load. Not too short: the commits and checkpoints below must
+ * all count as recent, and a starved process can take longer than a short
+ * threshold (this file once used 150 ms) between a commit and the end of the
+ * checkpoint after it, which then merges at once; 2 s leaves room for that
+ * while keeping the test a few seconds long.
  */
 import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
@@ -14,7 +18,8 @@ import { join } from "node:path";
 import { afterEach, expect, it } from "vitest";
 import type { Store as StoreType, StoreTasks } from "../../src/storage/store.js";
 
-process.env.EVENTIDE_CHECKPOINT_IDLE_MS = "150";
+const idleMs = 2000;
+process.env.EVENTIDE_CHECKPOINT_IDLE_MS = String(idleMs);
 const { ChunkBuilder } = await import("../../src/ingest/chunk-codec.js");
 const { loadSegment } = await import("../../src/storage/segment-format.js");
 const { sealInline } = await import("../helpers/seal-inline.js");
@@ -59,9 +64,12 @@ it("a merge pass begun in a pause leaves the other days once ingest resumes, and
   expect(segmentsPerDay()).toEqual(Array(dayCount).fill(2));
   expect(merged, "no merge while commits are recent").toEqual([]);
 
-  // Ingest pauses: the idle timer starts a merge pass; the batch noted in its first merge stops it there.
-  const deadline = Date.now() + 5_000;
+  // Ingest pauses: the idle timer (checking every second) starts a merge pass once the last commit is idleMs old;
+  // the batch noted in its first merge stops it there. Then the pass gets time to go on wrongly.
+  const deadline = Date.now() + idleMs + 15_000;
   while (merged.length === 0 && Date.now() < deadline) await new Promise((resolve) => setTimeout(resolve, 20));
+  expect(merged.length, `no merge pass started within ${idleMs + 15_000} ms of the pause`).toBeGreaterThan(0);
+  while (!segmentsPerDay().includes(1) && Date.now() < deadline) await new Promise((resolve) => setTimeout(resolve, 20));
   await new Promise((resolve) => setTimeout(resolve, 600));
   expect(merged.length, "days merged after ingest resumed").toBe(1);
   expect(segmentsPerDay().sort()).toEqual([1, ...Array(dayCount - 1).fill(2)]);

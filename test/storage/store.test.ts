@@ -180,8 +180,10 @@ describe("the store, reopened after a crash", () => {
     // Swap in stalled tasks: the next checkpoint writes its segments, then hangs before publishing.
     (first as unknown as { tasks: StoreTasks }).tasks = stalledTasks;
     void first.checkpoint();
-    for (let attempt = 0; attempt < 100 && segmentNames(dataDir).length === publishedSegments.length; attempt++) await new Promise((resolve) => setTimeout(resolve, 5));
-    expect(segmentNames(dataDir).length).toBeGreaterThan(publishedSegments.length);
+    // Bounded by the clock, not by a count of polls: a loaded machine may take far longer than 100 × 5 ms to write them.
+    const deadline = Date.now() + 10_000;
+    while (segmentNames(dataDir).length === publishedSegments.length && Date.now() < deadline) await new Promise((resolve) => setTimeout(resolve, 5));
+    expect(segmentNames(dataDir).length, "the stalled checkpoint wrote its segments (none within 10 s)").toBeGreaterThan(publishedSegments.length);
 
     const second = open(dataDir);
     expect(segmentNames(dataDir)).toEqual(publishedSegments);
