@@ -692,6 +692,10 @@ export class Store {
   }
 
   private async runCheckpoint(): Promise<void> {
+    // Past the shutdown deadline nothing more is sealed, and nothing is removed either: start-up drops
+    // the segments of unpublished checkpoints, and removing them here (an fsync each, thousands after
+    // a checkpoint of many days) could outlast the shutdown's own deadline.
+    if (this.pastSealDeadline()) throw new Error("the shutdown deadline passed before every segment was sealed");
     // Before anything else: a failed checkpoint's directories must not survive into a published one.
     this.removeAbandonedSegments();
     // Segments a failed checkpoint froze go first; their rows are in WAL files older than any rotation below.
@@ -731,7 +735,7 @@ export class Store {
           // Past the shutdown deadline the checkpoint gives up like a failed one: its rows stay in the
           // WAL, which the next start replays. (Events spread over thousands of days make thousands of
           // segments, and sealing each costs a few fsyncs.)
-          if (Date.now() > this.sealDeadlineMs) throw new Error("the shutdown deadline passed before every segment was sealed");
+          if (this.pastSealDeadline()) throw new Error("the shutdown deadline passed before every segment was sealed");
           const day = dayLabel(segment.dayStartMs);
           const name = `seg-${String(newSequence).padStart(12, "0")}-${String(++segmentNumber).padStart(6, "0")}`;
           const directory = segmentDirectory(this.dataDir, workspace.id, day, name);
@@ -769,7 +773,8 @@ export class Store {
         this.unsealed = frozen;
         this.abandonedSegments.push(...written);
         try {
-          this.removeAbandonedSegments();
+          // Past the deadline no checkpoint can publish any more (see the top of runCheckpoint).
+          if (!this.pastSealDeadline()) this.removeAbandonedSegments();
         } catch {
           // Retried before the next checkpoint, which cannot start until it succeeds.
         }
@@ -804,6 +809,10 @@ export class Store {
     } catch {
       return 0;
     }
+  }
+
+  private pastSealDeadline(): boolean {
+    return Date.now() > this.sealDeadlineMs;
   }
 
   /** Removes, durably, what failed checkpoints wrote; throws (keeping the rest listed) when the disk refuses. */
