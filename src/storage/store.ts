@@ -57,6 +57,8 @@ const busyMergeSegmentsMin = 8;
  * row threshold, each attempt rotating the WAL into one more file.
  */
 const checkpointRetryDelayMs = 1_000;
+/** Why a checkpoint gives up past the shutdown deadline (its rows stay in the WAL). */
+const sealDeadlinePassed = "the shutdown deadline passed before every segment was sealed";
 
 /** A chunk with more property keys or entries than these is applied in slices (Store.applyDurable). */
 const applyAtOnceKeysMax = 4_096;
@@ -695,7 +697,7 @@ export class Store {
     // Past the shutdown deadline nothing more is sealed, and nothing is removed either: start-up drops
     // the segments of unpublished checkpoints, and removing them here (an fsync each, thousands after
     // a checkpoint of many days) could outlast the shutdown's own deadline.
-    if (this.pastSealDeadline()) throw new Error("the shutdown deadline passed before every segment was sealed");
+    if (this.pastSealDeadline()) throw new Error(sealDeadlinePassed);
     // Before anything else: a failed checkpoint's directories must not survive into a published one.
     this.removeAbandonedSegments();
     // Segments a failed checkpoint froze go first; their rows are in WAL files older than any rotation below.
@@ -735,7 +737,7 @@ export class Store {
           // Past the shutdown deadline the checkpoint gives up like a failed one: its rows stay in the
           // WAL, which the next start replays. (Events spread over thousands of days make thousands of
           // segments, and sealing each costs a few fsyncs.)
-          if (this.pastSealDeadline()) throw new Error("the shutdown deadline passed before every segment was sealed");
+          if (this.pastSealDeadline()) throw new Error(sealDeadlinePassed);
           const day = dayLabel(segment.dayStartMs);
           const name = `seg-${String(newSequence).padStart(12, "0")}-${String(++segmentNumber).padStart(6, "0")}`;
           const directory = segmentDirectory(this.dataDir, workspace.id, day, name);
