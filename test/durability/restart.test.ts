@@ -11,6 +11,7 @@ import { afterAll, describe, expect, it } from "vitest";
 import { dayMs, isoDay, isoTime, trend } from "../helpers/events.js";
 import { Random } from "../helpers/random.js";
 import { type ServerHandle, ingestAll, makeDataDir, removeDataDir, startServer } from "../helpers/server.js";
+import { elapsedUntil } from "../helpers/http.js";
 
 const firstDayMs = Date.UTC(2024, 1, 26); // crosses the leap day and the month end
 const dayCount = 8;
@@ -183,11 +184,7 @@ describe("events survive restarts, counted exactly once", () => {
     // (the first start appends to WAL file 1; each checkpoint moves on by one). Checkpoints run in
     // the background: on a loaded machine the first may still be sealing when the last batch is
     // acknowledged, so wait for one to publish.
-    const deadline = Date.now() + 30_000;
-    while (publishedWalSequence(dataDir) <= 1) {
-      expect(Date.now(), "checkpoints were published while ingesting (none within 30 s)").toBeLessThan(deadline);
-      await new Promise((resolve) => setTimeout(resolve, 50));
-    }
+    await elapsedUntil(async () => publishedWalSequence(dataDir) > 1, 30_000, 50);
     expect(sealedSegmentCount(dataDir), "checkpoints sealed segments").toBeGreaterThan(0);
   }, testTimeoutMs);
 

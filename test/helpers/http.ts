@@ -300,34 +300,49 @@ export async function timeUntilSeen(
   probe: () => Promise<boolean>,
   options: { sinceMs: number; giveUpAfterMs?: number; intervalMs?: number; inFlightMax?: number },
 ): Promise<SeenTiming> {
-  const { sinceMs, giveUpAfterMs = 10_000, intervalMs = 20, inFlightMax = 50 } = options;
+  const { sinceMs, giveUpAfterMs = 10_000, intervalMs, inFlightMax } = options;
   let seen: { sentMs: number; answeredMs: number } | undefined;
-  let failure: { error: unknown } | undefined;
   let probes = 0;
+  // Probes sent earlier may still be on their way when one sees it, and may have seen it too: sendOpenLoop waits for them.
+  await sendOpenLoop(
+    async (sentMs) => {
+      probes++;
+      const shows = await probe();
+      if (shows && (seen === undefined || sentMs < seen.sentMs)) seen = { sentMs, answeredMs: performance.now() };
+    },
+    () => seen === undefined && performance.now() - sinceMs <= giveUpAfterMs,
+    { intervalMs, inFlightMax },
+  );
+  if (seen === undefined) throw new Error(`the change did not show within ${giveUpAfterMs} ms (${probes} probes)`);
+  const { sentMs, answeredMs } = seen as { sentMs: number; answeredMs: number };
+  return { sentAfterMs: sentMs - sinceMs, answeredAfterMs: answeredMs - sinceMs, probes };
+}
+
+/**
+ * Calls `send` every `intervalMs` (with the `performance.now()` of the call)
+ * without waiting for earlier calls to finish, at most `inFlightMax` at once,
+ * while `goOn()` holds; then waits for every call. The first call that throws
+ * stops the sending, and its error is thrown once the rest are done.
+ */
+export async function sendOpenLoop(
+  send: (sentMs: number) => Promise<void>,
+  goOn: () => boolean,
+  { intervalMs = 20, inFlightMax = 50 }: { intervalMs?: number; inFlightMax?: number } = {},
+): Promise<void> {
+  let failure: { error: unknown } | undefined;
   const inFlight = new Set<Promise<void>>();
-  while (seen === undefined && failure === undefined && performance.now() - sinceMs <= giveUpAfterMs) {
+  while (failure === undefined && goOn()) {
     if (inFlight.size >= inFlightMax) {
       await Promise.race(inFlight);
       continue;
     }
-    const sentMs = performance.now();
-    probes++;
-    const running: Promise<void> = probe().then(
-      (shows) => {
-        if (shows && (seen === undefined || sentMs < seen.sentMs)) seen = { sentMs, answeredMs: performance.now() };
-      },
-      (error: unknown) => {
-        failure ??= { error };
-      },
-    );
+    const running: Promise<void> = send(performance.now()).catch((error: unknown) => {
+      failure ??= { error };
+    });
     inFlight.add(running);
     void running.finally(() => inFlight.delete(running));
     await new Promise((resolve) => setTimeout(resolve, intervalMs));
   }
-  // Probes sent earlier may still be on their way and may have seen it too.
   await Promise.all(inFlight);
   if (failure !== undefined) throw failure.error;
-  if (seen === undefined) throw new Error(`the change did not show within ${giveUpAfterMs} ms (${probes} probes)`);
-  const { sentMs, answeredMs } = seen;
-  return { sentAfterMs: sentMs - sinceMs, answeredAfterMs: answeredMs - sinceMs, probes };
 }

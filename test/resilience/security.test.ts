@@ -31,7 +31,7 @@ import { gzipSync } from "node:zlib";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { createWorkspace } from "../../src/auth/registry.js";
 import { makeDataDir, removeDataDir, startServer, type ServerHandle } from "../helpers/server.js";
-import { eventide, eventideOk, ingestBatch, ingestOne, send, sendJson } from "../helpers/http.js";
+import { eventide, eventideOk, ingestBatch, ingestOne, send, sendJson, sendOpenLoop } from "../helpers/http.js";
 
 const day = "2024-09-10";
 const at = `${day}T10:00:00Z`;
@@ -178,11 +178,7 @@ describe("secrets", () => {
     // pauses, but runs in the background, and on a loaded machine may not have published yet.
     const acmeDirectory = join(dataDir, "ws", acme.workspaceId);
     const acmeFilesWritten = () => filesUnder(acmeDirectory).length > 0;
-    const deadline = Date.now() + 30_000;
-    while (!acmeFilesWritten()) {
-      expect(Date.now(), "a checkpoint wrote files under ws/<acme id> (none within 30 s)").toBeLessThan(deadline);
-      await new Promise((resolve) => setTimeout(resolve, 50));
-    }
+    await waitUntil(async () => acmeFilesWritten(), 30_000);
     const checkFiles = (moment: string) => {
       const files = filesUnder(dataDir);
       expect(files.some((file) => file.path.startsWith(acmeDirectory)), `${moment}: files under ws/<acme id>`).toBe(true);
@@ -332,8 +328,6 @@ interface Use {
 
 async function useWhileRevoking(use: () => Promise<number>, revoke: () => Promise<void>): Promise<{ uses: Use[]; revokedAtMs: number }> {
   const uses: Use[] = [];
-  const inFlight = new Set<Promise<void>>();
-  let failure: { error: unknown } | undefined;
   let revokedAtMs: number | undefined;
   const revoking = (async () => {
     await new Promise((resolve) => setTimeout(resolve, 300));
@@ -348,23 +342,17 @@ async function useWhileRevoking(use: () => Promise<number>, revoke: () => Promis
     return uses.filter((candidate) => candidate.sentMs > firstAnsweredMs).length;
   };
   const deadlineMs = performance.now() + 10_000;
-  while (performance.now() < deadlineMs && sentAfterFirstRefusal() < 40 && failure === undefined) {
-    if (inFlight.size >= 50) {
-      await Promise.race(inFlight);
-      continue;
-    }
-    const sentMs = performance.now();
-    const running: Promise<void> = use().then(
-      (status) => void uses.push({ sentMs, answeredMs: performance.now(), status }),
-      (error: unknown) => void (failure ??= { error }),
+  try {
+    await sendOpenLoop(
+      async (sentMs) => {
+        const status = await use();
+        uses.push({ sentMs, answeredMs: performance.now(), status });
+      },
+      () => performance.now() < deadlineMs && sentAfterFirstRefusal() < 40,
     );
-    inFlight.add(running);
-    void running.finally(() => inFlight.delete(running));
-    await new Promise((resolve) => setTimeout(resolve, 20));
+  } finally {
+    await revoking;
   }
-  await Promise.all(inFlight);
-  await revoking;
-  if (failure !== undefined) throw failure.error;
   return { uses, revokedAtMs: revokedAtMs! };
 }
 
