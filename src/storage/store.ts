@@ -447,6 +447,7 @@ export class Store {
     if (chunk.uuidPresent) {
       let keep: Uint8Array | undefined;
       const uuidBytes = chunk.uuidBytes!;
+      workspace.uuids.prefetchHomes(uuidBytes, chunk.uuidPresent, chunk.rowCount);
       for (let row = 0; row < chunk.rowCount; row++) {
         if (!chunk.uuidPresent[row]) continue;
         const owner = workspace.uuids.claim(uuidBytes, row * 16, commitId);

