@@ -43,13 +43,6 @@ export const dayMs = 86_400_000;
 /** Days larger than this are left as several segments rather than rewritten whole. */
 const mergeRowsMax = 20_000_000;
 /**
- * Chunks of at least this many rows read their uuids' home slots ahead of the
- * claims (UuidSet.prefetchHomes). Batches gain ~20 %; the tasks of gathered
- * single events (~60 rows at 256 connections) lost 6 of 8 pairs by 3–10 %
- * with it, where a few claims gain little from overlapping.
- */
-const prefetchRowsMin = 256;
-/**
  * While ingest is busy, a day is merged only once it holds this many sealed
  * segments. Merging at every checkpoint rewrote each day's rows again and
  * again — work quadratic in a day's rows, taken from the workers that parse
@@ -454,7 +447,7 @@ export class Store {
     if (chunk.uuidPresent) {
       let keep: Uint8Array | undefined;
       const uuidBytes = chunk.uuidBytes!;
-      if (chunk.rowCount >= prefetchRowsMin) workspace.uuids.prefetchHomes(uuidBytes, chunk.uuidPresent, chunk.rowCount);
+      workspace.uuids.prefetchHomes(uuidBytes, chunk.uuidPresent, chunk.rowCount);
       for (let row = 0; row < chunk.rowCount; row++) {
         if (!chunk.uuidPresent[row]) continue;
         const owner = workspace.uuids.claim(uuidBytes, row * 16, commitId);

@@ -112,9 +112,9 @@ describe("UuidSet", () => {
     const random = new Random(44);
     const set = new UuidSet();
     const model = new Set<string>();
-    // Batches past the read-ahead's first scratch size (1 024 rows), rows without a uuid, the nil uuid,
-    // repeats of stored uuids, and a first batch into tables that hold no slots yet.
-    for (const rowCount of [0, 1, 700, 1024, 1025, 3000, 50]) {
+    // Batches too small to read ahead, past the read-ahead's first scratch size (1 024 rows), rows without
+    // a uuid, the nil uuid, repeats of stored uuids, and a first batch into tables that hold no slots yet.
+    for (const rowCount of [700, 0, 1, 1024, 1025, 3000, 50, 256]) {
       const bytes = new Uint8Array(rowCount * 16);
       const present = new Uint8Array(rowCount);
       const uuids: string[] = [];
