@@ -7,6 +7,7 @@
  * parent before returning.
  */
 import { closeSync, existsSync, fsyncSync, mkdirSync, openSync, renameSync, rmSync, writeSync } from "node:fs";
+import { open } from "node:fs/promises";
 import { basename, dirname, join } from "node:path";
 import { recordCreate, recordDirectorySync } from "./fault-injection.js";
 
@@ -16,6 +17,17 @@ export function fsyncDirectory(path: string): void {
     fsyncSync(fd);
   } finally {
     closeSync(fd);
+  }
+  recordDirectorySync(path);
+}
+
+/** fsyncDirectory in libuv's thread pool, for work the main thread should not wait out. */
+export async function fsyncDirectoryInPool(path: string): Promise<void> {
+  const handle = await open(path, "r");
+  try {
+    await handle.sync();
+  } finally {
+    await handle.close();
   }
   recordDirectorySync(path);
 }

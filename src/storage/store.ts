@@ -798,7 +798,7 @@ export class Store {
     this.scheduleMerges();
     if (renamedWithoutDirectoryFsync) return;
     try {
-      this.wal.deleteBefore(newSequence);
+      await this.wal.deleteBeforeInPool(newSequence);
     } catch (error) {
       // The checkpoint is published; start-up skips WAL files it covers, and the next checkpoint deletes them.
       console.error(`eventide: deleting sealed write-ahead log files: ${(error as Error).message}`);

@@ -204,7 +204,7 @@ describe("the write-ahead log", () => {
     expect(hex(readWalFile(walFilePath(dataDir, 2)).records.map((record) => record.payload))).toEqual(hex(second));
   });
 
-  it("rotates to a new file at a point where every earlier append is durable, and deletes old files on request", async () => {
+  it("rotates to a new file at a point where every earlier append is durable, and deletes old files on request, at once or in the pool", async () => {
     const log = WriteAheadLog.open(dataDir, 3, false);
     const before = Array.from({ length: 20 }, (_, index) => log.append(encodeRecord(workspaceIds[1], chunkOf(2, `before-${index}`)), () => undefined));
     let durableAtSwitch = 0;
@@ -223,6 +223,13 @@ describe("the write-ahead log", () => {
     log.deleteBefore(4);
     expect(listWalSequences(dataDir)).toEqual([4]);
     expect(existsSync(walFilePath(dataDir, 3))).toBe(false);
+    // As a checkpoint deletes: in the pool, appends going on meanwhile.
+    expect(await log.rotate(() => undefined, () => undefined)).toBe(5);
+    const deleting = log.deleteBeforeInPool(5);
+    await log.append(encodeRecord(workspaceIds[1], chunkOf(1, "during")), () => undefined);
+    await deleting;
+    expect(listWalSequences(dataDir)).toEqual([5]);
+    expect(readWalFile(walFilePath(dataDir, 5)).records.length).toBe(1);
     await log.close();
   });
 
