@@ -427,8 +427,9 @@ export class WriteAheadLog {
    * deleteBefore in libuv's thread pool, for checkpoints while ingest runs:
    * unlinking a sealed WAL file of a few hundred megabytes (its extents freed)
    * and the directory fsync after it held the main thread 65–73 ms per
-   * checkpoint under batch ingest, every request waiting. Nothing waits for
-   * the deletion: start-up skips the WAL files a checkpoint covers.
+   * checkpoint under batch ingest, every request waiting. The checkpoint
+   * still awaits it (the next one cannot rotate meanwhile); nothing else
+   * depends on it: start-up skips the WAL files a checkpoint covers.
    */
   async deleteBeforeInPool(sequence: number): Promise<void> {
     for (const path of this.sealedPaths(sequence)) await unlink(path);
