@@ -444,7 +444,7 @@ async function main(): Promise<void> {
         `ratio ${(ratio * 100).toFixed(1)} % (target ≤ 25 %: ${ratio <= 0.25 ? "met" : "NOT met"}); peak RSS (VmHWM before stop) ${(storage.peakRssMiB as number).toFixed(0)} MiB.`,
     );
   }
-  process.stdout.write(`\n${caption}; ${machine.cores} cores, ${machine.cpuModel}\n${formatTextTable(header, tableRows)}\n${notes.join("\n")}\n`);
+  process.stdout.write(`\n${caption}; ${machine.cores} cores, ${machine.cpuModel}\n${formatTextTable(header, tableRows, 2)}\n${notes.join("\n")}\n`);
 
   const output = {
     benchmark: "ingest",
@@ -478,7 +478,7 @@ async function main(): Promise<void> {
     startedAt,
     machine,
     command: `npm run bench:ingest -- ${process.argv.slice(2).join(" ")}`.trimEnd(),
-    body: [`## ${caption}`, "", formatMarkdownTable(header, tableRows), "", ...notes.flatMap((note) => [note, ""])].join("\n"),
+    body: [`## ${caption}`, "", formatMarkdownTable(header, tableRows, [false, false]), "", ...notes.flatMap((note) => [note, ""])].join("\n"),
   });
   process.stdout.write(`\nwrote ${options.out} and ${reportPath}\n`);
 

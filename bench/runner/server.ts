@@ -123,7 +123,7 @@ export interface EventideStart {
 export async function startEventide(options: EventideStart): Promise<Target> {
   const mainScript = join(options.repositoryRoot, "dist", "src", "main.js");
   if (!existsSync(mainScript)) throw new Error(`${mainScript} is missing: run npm run build first`);
-  const workDirectory = mkdtempSync(join(tmpdir(), "eventide-bench-suite-"));
+  const workDirectory = mkdtempSync(join(tmpdir(), "eventide-bench-server-"));
   const dataDirectory = join(workDirectory, "data");
   mkdirSync(dataDirectory);
   const environment: Record<string, string> = {
