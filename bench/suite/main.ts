@@ -93,8 +93,10 @@ async function preflight(target: Target): Promise<void> {
 }
 
 function writeDatedSuiteReport(results: SuiteResults, startedAt: Date, argv: readonly string[]): string {
-  // buildMarkdown's own title and machine line lead; the shared header above them adds the command and the load.
-  const body = buildMarkdown(results, []).replace(/^# .*\n/, "");
+  // The shared header gives the title, the machine and the command: drop buildMarkdown's own title and machine line.
+  const body = buildMarkdown(results, [])
+    .replace(/^# .*\n+/, "")
+    .replace(/^- \*\*Machine:\*\* .*\n/m, "");
   return writeDatedReport({ repositoryRoot, bench: "suite", startedAt, machine: results.machine, command: `npm run bench -- ${argv.join(" ")}`.trimEnd(), body });
 }
 
