@@ -9,7 +9,7 @@
  * funnel searches every chain). If the SQL were wrong, every Eventide/DuckDB
  * mismatch would be noise.
  *
- * Estimate: ~95 small queries of a few hundred rows each, ~5 ms apiece in
+ * Estimate: ~90 small queries of a few hundred rows each, ~5 ms apiece in
  * DuckDB, plus the reference's funnel search over ~1 k events: well under 2 s.
  */
 import type { DuckDbEngine } from "./duckdb-engine.js";
