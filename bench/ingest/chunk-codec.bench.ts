@@ -14,7 +14,7 @@
  *   (~50 ns each) → ~0.1 ms, ~10 M events/s.
  */
 import { buildBatchBodies, type BenchEvent } from "../fixtures/events.js";
-import { runMicroBench } from "../fixtures/micro-bench.js";
+import { runMicroBench } from "../runner/micro-bench.js";
 import { ChunkBuilder, decodeChunk } from "../../src/ingest/chunk-codec.js";
 import { parseUuid } from "../../src/ingest/event-fields.js";
 import { propertyText } from "../../src/ingest/event-validation.js";

@@ -18,7 +18,7 @@ import { availableParallelism } from "node:os";
 import { resolve } from "node:path";
 import { isDeepStrictEqual } from "node:util";
 import { costlyBodies, manyNewKeysBody } from "../fixtures/costly-bodies.js";
-import { startEventide } from "../suite/target.js";
+import { startEventide } from "../runner/server.js";
 import { ChunkBuilder } from "../../src/ingest/chunk-codec.js";
 import { type IngestParser, validateBody } from "../../src/ingest/event-validation.js";
 import { limits } from "../../src/config/limits.js";

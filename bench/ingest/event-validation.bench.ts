@@ -14,7 +14,7 @@
  * about the same (errors are built for at most 100 of them).
  */
 import { buildBatchBodies, buildSingleBodies } from "../fixtures/events.js";
-import { runMicroBench } from "../fixtures/micro-bench.js";
+import { runMicroBench } from "../runner/micro-bench.js";
 import { validateBodies, type BodyInput } from "../../src/ingest/event-validation.js";
 
 const endTimeMs = Date.UTC(2024, 4, 1);

@@ -20,19 +20,19 @@
  * Runs are interleaved (each repeat visits every scenario and both servers)
  * and the median of the repeats is reported, because this machine is noisy.
  */
-import { spawn, type ChildProcess } from "node:child_process";
-import { existsSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, lstatSync, rmSync, writeFileSync } from "node:fs";
-import { availableParallelism, cpus, tmpdir, totalmem } from "node:os";
+import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from "node:fs";
+import { tmpdir } from "node:os";
 import { dirname, join, resolve } from "node:path";
-import { createInterface } from "node:readline";
 import { parseArgs } from "node:util";
 import { buildBatchBodies, buildSingleBodies, type BodySet } from "../fixtures/events.js";
 import { spawnLoad, type LoadReport } from "../load/http-load.js";
-import { serverNodeFlags } from "../../src/config/node-flags.js";
+import { keepAliveAgent, post } from "../runner/http-client.js";
+import { directoryBytes, machineBusyCpuMs, machineInfo, processCpuMs, processMemoryBytes } from "../runner/machine.js";
+import { writeDatedReport } from "../runner/report-file.js";
+import { startCeiling, startEventide, type CeilingServer, type Target } from "../runner/server.js";
+import { formatMarkdownTable, formatMs, formatTextTable, median } from "../runner/stats.js";
 
 const repositoryRoot = resolve(import.meta.dirname, "..", "..", "..");
-const eventideMain = join(repositoryRoot, "dist", "src", "main.js");
-const ceilingMain = join(repositoryRoot, "dist", "bench", "ingest", "ceiling-server.js");
 
 type ScenarioName = "batch" | "single";
 type TargetName = "eventide" | "ceiling";
@@ -122,89 +122,10 @@ function parseOptions(): Options {
 }
 
 // ---------------------------------------------------------------------------
-// Server processes.
-
-interface ServerProcess {
-  child: ChildProcess;
-  lines: string[];
-  stderr: () => string;
-  exited: Promise<number | null>;
-}
-
-const startedChildren = new Set<ChildProcess>();
-process.on("exit", () => {
-  for (const child of startedChildren) if (child.exitCode === null && child.signalCode === null) child.kill("SIGKILL");
-});
-
-function startProcess(script: string, env: Record<string, string>, nice: number, nodeFlags: readonly string[] = []): ServerProcess {
-  // `nice` sets the priority before exec, so every thread of the server (workers included) inherits it.
-  const [command, args] = nice === 0 ? [process.execPath, [...nodeFlags, script]] : ["nice", ["-n", String(nice), process.execPath, ...nodeFlags, script]];
-  const child = spawn(command, args, { cwd: repositoryRoot, env: { ...process.env, ...env }, stdio: ["ignore", "pipe", "pipe"] });
-  startedChildren.add(child);
-  let stderrText = "";
-  child.stderr!.setEncoding("utf8");
-  child.stderr!.on("data", (chunk: string) => {
-    stderrText = (stderrText + chunk).slice(-65_536);
-  });
-  const lines: string[] = [];
-  createInterface({ input: child.stdout! }).on("line", (line) => lines.push(line));
-  const exited = new Promise<number | null>((resolveExit) =>
-    child.once("exit", (code) => {
-      startedChildren.delete(child);
-      resolveExit(code);
-    }),
-  );
-  return { child, lines, stderr: () => stderrText, exited };
-}
-
-/** Waits until the process has printed a JSON line with `event === wanted`, returning every JSON line seen. */
-async function waitForEvent(server: ServerProcess, wanted: string, timeoutMs: number, name: string): Promise<Record<string, unknown>[]> {
-  const deadline = Date.now() + timeoutMs;
-  for (;;) {
-    const parsed: Record<string, unknown>[] = [];
-    for (const line of server.lines) {
-      try {
-        const value: unknown = JSON.parse(line);
-        if (value !== null && typeof value === "object") parsed.push(value as Record<string, unknown>);
-      } catch {
-        // Not every stdout line need be JSON.
-      }
-    }
-    if (parsed.some((value) => value.event === wanted)) return parsed;
-    if (server.child.exitCode !== null || server.child.signalCode !== null) {
-      throw new Error(`${name} exited (${server.child.exitCode ?? server.child.signalCode}) before printing ${wanted}; stderr:\n${server.stderr()}`);
-    }
-    if (Date.now() > deadline) throw new Error(`${name} did not print ${wanted} within ${timeoutMs} ms; stdout:\n${server.lines.join("\n")}\nstderr:\n${server.stderr()}`);
-    await sleep(50);
-  }
-}
+// The machine.
 
 function sleep(milliseconds: number): Promise<void> {
   return new Promise((resolveSleep) => setTimeout(resolveSleep, milliseconds));
-}
-
-/** utime + stime of every thread of a process, in milliseconds (Linux /proc). */
-function processCpuMs(pid: number): number {
-  try {
-    const stat = readFileSync(`/proc/${pid}/stat`, "latin1");
-    const fields = stat.slice(stat.lastIndexOf(")") + 2).split(" ");
-    // Fields 14 and 15 of stat; after the ")" the list starts at field 3.
-    return ((Number(fields[11]) + Number(fields[12])) * 1000) / 100;
-  } catch {
-    return Number.NaN;
-  }
-}
-
-/** Busy CPU time of the whole machine in milliseconds, all cores (Linux /proc/stat), to see how much others used. */
-function machineBusyCpuMs(): number {
-  try {
-    const fields = readFileSync("/proc/stat", "latin1").split("\n", 1)[0].trim().split(/\s+/).slice(1).map(Number);
-    // user nice system idle iowait irq softirq steal …: busy is everything but idle and iowait.
-    const total = fields.slice(0, 8).reduce((sum, value) => sum + value, 0);
-    return ((total - fields[3] - fields[4]) * 1000) / 100;
-  } catch {
-    return Number.NaN;
-  }
 }
 
 /**
@@ -228,37 +149,6 @@ async function waitForQuiet(serverPids: readonly number[], maxMs: number): Promi
   }
 }
 
-function statusKilobytes(pid: number, field: string): number {
-  try {
-    const match = new RegExp(`^${field}:\\s+(\\d+) kB`, "m").exec(readFileSync(`/proc/${pid}/status`, "latin1"));
-    return match ? Number(match[1]) : Number.NaN;
-  } catch {
-    return Number.NaN;
-  }
-}
-
-function directoryBytes(root: string): { apparentBytes: number; allocatedBytes: number; files: number } {
-  let apparentBytes = 0;
-  let allocatedBytes = 0;
-  let files = 0;
-  const stack = [root];
-  while (stack.length > 0) {
-    const directory = stack.pop()!;
-    for (const entry of readdirSync(directory, { withFileTypes: true })) {
-      const path = join(directory, entry.name);
-      if (entry.isDirectory()) {
-        stack.push(path);
-        continue;
-      }
-      const stats = lstatSync(path);
-      apparentBytes += stats.size;
-      allocatedBytes += stats.blocks * 512;
-      files += 1;
-    }
-  }
-  return { apparentBytes, allocatedBytes, files };
-}
-
 // ---------------------------------------------------------------------------
 // Runs.
 
@@ -274,13 +164,6 @@ interface RunResult {
   otherCpuPercent: number;
 }
 
-function median(values: readonly number[]): number {
-  const finite = values.filter((value) => Number.isFinite(value)).sort((left, right) => left - right);
-  if (finite.length === 0) return Number.NaN;
-  const middle = finite.length >> 1;
-  return finite.length % 2 === 1 ? finite[middle] : (finite[middle - 1] + finite[middle]) / 2;
-}
-
 function formatRate(value: number): string {
   if (!Number.isFinite(value)) return "–";
   if (value >= 10_000) return `${(value / 1000).toFixed(0)} k`;
@@ -288,26 +171,10 @@ function formatRate(value: number): string {
   return value.toFixed(0);
 }
 
-function formatMs(value: number): string {
-  if (!Number.isFinite(value)) return "–";
-  return value >= 100 ? value.toFixed(0) : value >= 10 ? value.toFixed(1) : value.toFixed(2);
-}
-
-function formatTable(header: string[], rows: string[][]): string {
-  const widths = header.map((cell, column) => Math.max(cell.length, ...rows.map((row) => row[column].length)));
-  const line = (cells: string[]) => cells.map((cell, column) => (column < 2 ? cell.padEnd(widths[column]) : cell.padStart(widths[column]))).join("  ");
-  return [line(header), widths.map((width) => "-".repeat(width)).join("  "), ...rows.map(line)].join("\n");
-}
-
 async function main(): Promise<void> {
   const options = parseOptions();
   const startedAt = new Date();
-  const machine = {
-    cores: availableParallelism(),
-    cpuModel: cpus()[0]?.model ?? "unknown",
-    memoryGiB: Math.round((totalmem() / 2 ** 30) * 10) / 10,
-    node: process.version,
-  };
+  const machine = machineInfo(repositoryRoot);
   process.stdout.write(`machine: ${machine.cores} cores, ${machine.cpuModel}, ${machine.memoryGiB} GiB, Node ${machine.node}\n`);
   const plannedRuns = options.repeats * (options.connectionsBatch.length + options.connectionsSingle.length) * options.targets.length;
   const plannedSeconds = plannedRuns * (options.durationSeconds + options.warmupSeconds + 0.9 + options.settleMs / 1000) + options.quietBudgetMs / 1000;
@@ -317,42 +184,19 @@ async function main(): Promise<void> {
   );
 
   const workDirectory = mkdtempSync(join(tmpdir(), "eventide-bench-ingest-"));
-  const dataDirectory = join(workDirectory, "data");
-  mkdirSync(dataDirectory);
-  const runEventide = options.targets.includes("eventide");
-  const runCeiling = options.targets.includes("ceiling");
-
-  let eventide: ServerProcess | null = null;
+  let eventide: Target | null = null;
   let eventideIngestUrl = "";
   let apiKey = "bench-ceiling-key-000000000000000";
-  if (runEventide) {
-    if (!existsSync(eventideMain)) throw new Error(`${eventideMain} is missing: run npm run build first`);
-    eventide = startProcess(
-      eventideMain,
-      {
-      EVENTIDE_QUERY_PORT: "0",
-      EVENTIDE_INGEST_PORT: "0",
-      EVENTIDE_HOST: "127.0.0.1",
-      EVENTIDE_DATA_DIR: dataDirectory,
-      },
-      options.nice,
-      serverNodeFlags,
-    );
-    const lines = await waitForEvent(eventide, "listening", 30_000, "eventide");
-    const created = lines.find((line) => line.event === "workspace-created");
-    const listening = lines.find((line) => line.event === "listening")!;
-    if (created === undefined || typeof created.apiKey !== "string") throw new Error(`eventide printed no workspace-created line with an apiKey: ${JSON.stringify(lines)}`);
-    apiKey = created.apiKey;
-    eventideIngestUrl = String(listening.ingestUrl).replace(/\/$/, "");
-    process.stdout.write(`eventide: pid ${eventide.child.pid}, ingest ${eventideIngestUrl}, data ${dataDirectory}\n`);
+  if (options.targets.includes("eventide")) {
+    eventide = await startEventide({ repositoryRoot, keepData: options.keepData, nice: options.nice });
+    apiKey = eventide.apiKey;
+    eventideIngestUrl = eventide.ingestUrl;
+    process.stdout.write(`eventide: pid ${eventide.pid}, ingest ${eventideIngestUrl}, data ${eventide.dataDirectory}\n`);
   }
-  let ceiling: ServerProcess | null = null;
-  let ceilingUrl = "";
-  if (runCeiling) {
-    ceiling = startProcess(ceilingMain, {}, options.nice);
-    const lines = await waitForEvent(ceiling, "listening", 10_000, "ceiling server");
-    ceilingUrl = `http://127.0.0.1:${Number(lines.find((line) => line.event === "listening")!.port)}`;
-    process.stdout.write(`ceiling: pid ${ceiling.child.pid}, ${ceilingUrl}\n`);
+  let ceiling: CeilingServer | null = null;
+  if (options.targets.includes("ceiling")) {
+    ceiling = await startCeiling(repositoryRoot, options.nice);
+    process.stdout.write(`ceiling: pid ${ceiling.pid}, ${ceiling.url}\n`);
   }
 
   // Bodies: built once from the seed, written to files the generator processes read.
@@ -374,17 +218,18 @@ async function main(): Promise<void> {
 
   // One request by hand first, so a broken server fails here with its answer rather than as a table of errors.
   const acknowledgedEvents: Record<ScenarioName, number> = { batch: 0, single: 0 };
-  if (runEventide) {
-    const response = await fetch(`${eventideIngestUrl}/ingest/batch`, { method: "POST", headers: { "content-type": "application/json" }, body: bodySets.batch.bodies[0] });
-    const text = await response.text();
+  if (eventide !== null) {
+    const agent = keepAliveAgent(1);
+    const answer = await post(agent, `${eventideIngestUrl}/ingest/batch`, bodySets.batch.bodies[0]);
+    agent.destroy();
     let accepted = -1;
     try {
-      accepted = Number((JSON.parse(text) as { accepted?: unknown }).accepted);
+      accepted = Number((JSON.parse(answer.text) as { accepted?: unknown }).accepted);
     } catch {
       // Reported below.
     }
-    if (response.status !== 200 || accepted !== bodySets.batch.eventsPerBody) {
-      throw new Error(`eventide refused the first batch: ${response.status} ${text.slice(0, 500)}`);
+    if (answer.status !== 200 || accepted !== bodySets.batch.eventsPerBody) {
+      throw new Error(`eventide refused the first batch: ${answer.status} ${answer.text.slice(0, 500)}`);
     }
     acknowledgedEvents.batch += accepted;
   }
@@ -403,11 +248,11 @@ async function main(): Promise<void> {
       for (const target of order) {
         const server = target === "eventide" ? eventide : ceiling;
         if (server === null) continue;
-        const baseUrl = target === "eventide" ? eventideIngestUrl : ceilingUrl;
-        const pid = server.child.pid!;
+        const baseUrl = target === "eventide" ? eventideIngestUrl : ceiling!.url;
+        const pid = server.pid!;
         const quietWaitMs = Math.min(options.quietWaitMs, options.quietBudgetMs - quietWaitedMs);
         if (quietWaitMs > 0) {
-          const serverPids = [eventide, ceiling].flatMap((other) => (other?.child.pid === undefined ? [] : [other.child.pid]));
+          const serverPids = [eventide, ceiling].flatMap((other) => (other?.pid === undefined ? [] : [other.pid]));
           quietWaitedMs += (await waitForQuiet(serverPids, quietWaitMs)).waitedMs;
         }
         let cpuStartMs = Number.NaN;
@@ -476,28 +321,24 @@ async function main(): Promise<void> {
   // Stop Eventide gracefully and weigh the store.
   let storage: Record<string, unknown> | null = null;
   if (eventide !== null) {
-    const pid = eventide.child.pid!;
-    const peakRssKilobytes = statusKilobytes(pid, "VmHWM");
-    const rssKilobytes = statusKilobytes(pid, "VmRSS");
+    const pid = eventide.pid!;
+    const peakRssMiB = processMemoryBytes(pid, "VmHWM") / 2 ** 20;
+    const rssBeforeStopMiB = processMemoryBytes(pid, "VmRSS") / 2 ** 20;
     const stopStartMs = performance.now();
-    eventide.child.kill("SIGTERM");
-    const exitCode = await Promise.race([eventide.exited, sleep(30_000).then(() => "timeout" as const)]);
+    // Null: the server did not exit on SIGTERM within the runner's grace period and was killed.
+    const exitCode = await eventide.stop();
     const stopMs = performance.now() - stopStartMs;
-    if (exitCode === "timeout") {
-      eventide.child.kill("SIGKILL");
-      await eventide.exited;
-    }
-    const disk = directoryBytes(dataDirectory);
+    const disk = directoryBytes(eventide.dataDirectory!);
     const totalAcknowledged = acknowledgedEvents.batch + acknowledgedEvents.single;
     const jsonBytes = acknowledgedEvents.batch * bodySets.batch.bytesPerEvent + acknowledgedEvents.single * bodySets.single.bytesPerEvent;
     const jsonBytesPerEvent = totalAcknowledged > 0 ? jsonBytes / totalAcknowledged : Number.NaN;
     const diskBytesPerEvent = totalAcknowledged > 0 ? disk.apparentBytes / totalAcknowledged : Number.NaN;
     storage = {
-      exitCode: exitCode === "timeout" ? null : exitCode,
-      stopTimedOut: exitCode === "timeout",
+      exitCode,
+      stopTimedOut: exitCode === null,
       stopMs,
-      peakRssMiB: peakRssKilobytes / 1024,
-      rssBeforeStopMiB: rssKilobytes / 1024,
+      peakRssMiB,
+      rssBeforeStopMiB,
       acknowledgedEvents: { ...acknowledgedEvents, total: totalAcknowledged },
       diskBytes: disk.apparentBytes,
       diskAllocatedBytes: disk.allocatedBytes,
@@ -507,12 +348,11 @@ async function main(): Promise<void> {
       jsonBytesPerEventByScenario: { batch: bodySets.batch.bytesPerEvent, single: bodySets.single.bytesPerEvent },
       diskToJsonRatio: diskBytesPerEvent / jsonBytesPerEvent,
       diskToJsonTarget: 0.25,
-      stderrTail: eventide.stderr().slice(-2000),
+      stderrTail: eventide.stderrTail(),
     };
   }
   if (ceiling !== null) {
-    ceiling.child.kill("SIGTERM");
-    await ceiling.exited;
+    await ceiling.stop();
   }
 
   // Medians per scenario, target and connection count.
@@ -567,52 +407,44 @@ async function main(): Promise<void> {
     if (peer !== undefined) row.ratioToCeiling = row.eventsPerSecond / peer.eventsPerSecond;
   }
 
-  if (options.quietWaitMs > 0) {
-    process.stdout.write(`waited ${(quietWaitedMs / 1000).toFixed(1)} s in all (budget ${options.quietBudgetMs / 1000} s) for other processes to go quiet\n`);
-  }
-  process.stdout.write(`\ningest, median of ${options.repeats} × ${options.durationSeconds} s (after ${options.warmupSeconds} s warm-up); ${machine.cores} cores, ${machine.cpuModel}\n`);
-  process.stdout.write(
-    `${formatTable(
-      ["scenario", "server", "conns", "events/s", "(min–max)", "req/s", "p50 ms", "p99 ms", "vs ceiling", "load CPU", "server CPU", "others", "errors"],
-      rows.map((row) => [
-        row.scenario,
-        row.target,
-        String(row.connections),
-        formatRate(row.eventsPerSecond),
-        `${formatRate(row.eventsPerSecondMin)}–${formatRate(row.eventsPerSecondMax)}`,
-        formatRate(row.requestsPerSecond),
-        formatMs(row.p50Ms),
-        formatMs(row.p99Ms),
-        Number.isFinite(row.ratioToCeiling) ? `${(row.ratioToCeiling * 100).toFixed(0)} %` : "–",
-        `${row.loadCpuPercent.toFixed(0)} %${row.loadSaturatedRuns > 0 ? "*" : ""}`,
-        `${row.serverCpuPercent.toFixed(0)} %`,
-        `${row.otherCpuPercent.toFixed(0)} %`,
-        String(row.errorResponses),
-      ]),
-    )}\n`,
-  );
-  process.stdout.write(
+  // The summary, on the terminal and (the same lines) in the dated report.
+  const caption = `ingest, median of ${options.repeats} × ${options.durationSeconds} s (after ${options.warmupSeconds} s warm-up)`;
+  const header = ["scenario", "server", "conns", "events/s", "(min–max)", "req/s", "p50 ms", "p99 ms", "vs ceiling", "load CPU", "server CPU", "others", "errors"];
+  const tableRows = rows.map((row) => [
+    row.scenario,
+    row.target,
+    String(row.connections),
+    formatRate(row.eventsPerSecond),
+    `${formatRate(row.eventsPerSecondMin)}–${formatRate(row.eventsPerSecondMax)}`,
+    formatRate(row.requestsPerSecond),
+    formatMs(row.p50Ms),
+    formatMs(row.p99Ms),
+    Number.isFinite(row.ratioToCeiling) ? `${(row.ratioToCeiling * 100).toFixed(0)} %` : "–",
+    `${row.loadCpuPercent.toFixed(0)} %${row.loadSaturatedRuns > 0 ? "*" : ""}`,
+    `${row.serverCpuPercent.toFixed(0)} %`,
+    `${row.otherCpuPercent.toFixed(0)} %`,
+    String(row.errorResponses),
+  ]);
+  const notes: string[] = [
     `CPU is percent of one core (${machine.cores} cores = ${machine.cores * 100} %); server CPU counts all of its threads; ` +
-      `"others" is what the rest of the machine used meanwhile (high values mean a noisy run).\n`,
+      `"others" is what the rest of the machine used meanwhile (high values mean a noisy run).`,
+  ];
+  if (options.quietWaitMs > 0) notes.push(`Waited ${(quietWaitedMs / 1000).toFixed(1)} s in all (budget ${options.quietBudgetMs / 1000} s) for other processes to go quiet.`);
+  notes.push(
+    rows.some((row) => row.loadSaturatedRuns > 0)
+      ? `* the load generator used > 85 % of a core in some repeat: on rows where the server's CPU is also below its cores' worth, the generator may have set the pace (try --load-processes 2).`
+      : "The load generator stayed below 85 % of a core in every run.",
   );
-  if (rows.some((row) => row.loadSaturatedRuns > 0)) {
-    process.stdout.write(
-      `* the load generator used > 85 % of a core in some repeat: on rows where the server's CPU is also below its cores' worth, ` +
-        `the generator may have set the pace (try --load-processes 2).\n`,
-    );
-  } else {
-    process.stdout.write("The load generator stayed below 85 % of a core in every run.\n");
-  }
   if (storage !== null) {
     const ratio = storage.diskToJsonRatio as number;
-    process.stdout.write(
-      `\nstorage after SIGTERM (exit ${storage.exitCode ?? "timeout"}, ${(storage.stopMs as number).toFixed(0)} ms): ` +
-        `${((storage.diskBytes as number) / 2 ** 20).toFixed(1)} MiB in ${storage.diskFiles} files for ${(storage.acknowledgedEvents as { total: number }).total} acknowledged events\n` +
-        `  disk bytes/event ${(storage.diskBytesPerEvent as number).toFixed(1)} B, JSON bytes/event sent ${(storage.jsonBytesPerEvent as number).toFixed(1)} B, ` +
-        `ratio ${(ratio * 100).toFixed(1)} % (target ≤ 25 %: ${ratio <= 0.25 ? "met" : "NOT met"})\n` +
-        `  peak RSS (VmHWM before stop) ${(storage.peakRssMiB as number).toFixed(0)} MiB\n`,
+    notes.push(
+      `Storage after SIGTERM (exit ${storage.exitCode ?? "killed after the grace period"}, ${(storage.stopMs as number).toFixed(0)} ms): ` +
+        `${((storage.diskBytes as number) / 2 ** 20).toFixed(1)} MiB in ${storage.diskFiles} files for ${(storage.acknowledgedEvents as { total: number }).total} acknowledged events; ` +
+        `disk bytes/event ${(storage.diskBytesPerEvent as number).toFixed(1)} B, JSON bytes/event sent ${(storage.jsonBytesPerEvent as number).toFixed(1)} B, ` +
+        `ratio ${(ratio * 100).toFixed(1)} % (target ≤ 25 %: ${ratio <= 0.25 ? "met" : "NOT met"}); peak RSS (VmHWM before stop) ${(storage.peakRssMiB as number).toFixed(0)} MiB.`,
     );
   }
+  process.stdout.write(`\n${caption}; ${machine.cores} cores, ${machine.cpuModel}\n${formatTextTable(header, tableRows, 2)}\n${notes.join("\n")}\n`);
 
   const output = {
     benchmark: "ingest",
@@ -640,10 +472,19 @@ async function main(): Promise<void> {
   const outDirectory = dirname(options.out);
   mkdirSync(outDirectory, { recursive: true });
   writeFileSync(options.out, `${JSON.stringify(output, null, 2)}\n`);
-  process.stdout.write(`\nwrote ${options.out}\n`);
+  const reportPath = writeDatedReport({
+    repositoryRoot,
+    bench: "ingest",
+    startedAt,
+    machine,
+    command: `npm run bench:ingest -- ${process.argv.slice(2).join(" ")}`.trimEnd(),
+    body: [`## ${caption}`, "", formatMarkdownTable(header, tableRows, [false, false]), "", ...notes.flatMap((note) => [note, ""])].join("\n"),
+  });
+  process.stdout.write(`\nwrote ${options.out} and ${reportPath}\n`);
 
+  eventide?.cleanup();
   if (!options.keepData) rmSync(workDirectory, { recursive: true, force: true });
-  else process.stdout.write(`kept ${workDirectory}\n`);
+  else process.stdout.write(`kept ${workDirectory} and ${eventide?.dataDirectory ?? "no data directory"}\n`);
 }
 
 main().catch((error: unknown) => {

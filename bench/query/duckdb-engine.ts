@@ -29,23 +29,22 @@ import {
 } from "@duckdb/node-api";
 import type { Dataset } from "../fixtures/dataset.js";
 import {
+  dateRange,
   dayMs,
+  formatDay,
   funnelAnswer,
-  msToDate,
-  numericPattern,
-  rangeMs,
   retentionPeriodCount,
+  type Filter,
   type FunnelAnswer,
   type FunnelRequest,
-  type PropertyFilter,
   type QueryAnswer,
   type QueryRequest,
-  type ReferenceEvent,
   type RetentionAnswer,
   type RetentionRequest,
+  type StoredEvent,
   type TrendAnswer,
   type TrendRequest,
-} from "./spec-reference.js";
+} from "./query-request.js";
 
 /** Property name (as sent to Eventide) → column, and whether the column holds numbers. */
 const propertyColumns: Record<string, { column: string; numeric: boolean }> = {
@@ -67,8 +66,11 @@ function sqlList(values: readonly (string | number | null)[]): string {
   return `[${values.map((value) => (value === null ? "NULL" : typeof value === "number" ? String(value) : sqlString(value))).join(", ")}]`;
 }
 
+/** SPEC §4's numeric text, kept apart from the reference's copy so a slip in one shows up as a mismatch. */
+const numericPattern = /^-?\d+(\.\d+)?([eE][+-]?\d+)?$/;
+
 /** A SPEC §4 filter as a SQL predicate that is never NULL. */
-function filterSql(filter: PropertyFilter): string {
+function filterSql(filter: Filter): string {
   const mapped = Object.prototype.hasOwnProperty.call(propertyColumns, filter.property) ? propertyColumns[filter.property] : undefined;
   // A property that no event carries is "not set" everywhere.
   const column = mapped === undefined ? "CAST(NULL AS VARCHAR)" : mapped.column;
@@ -111,7 +113,7 @@ function filterSql(filter: PropertyFilter): string {
 
 export function trendSql(table: string, request: TrendRequest): string {
   if (request.groupBy !== "day") throw new Error("duckdb engine: only groupBy day");
-  const { fromMs, toMs } = rangeMs(request.dateFrom, request.dateTo);
+  const { startMs: fromMs, endMs: toMs } = dateRange(request.dateFrom, request.dateTo);
   const filters = request.filters.map((filter) => ` AND ${filterSql(filter)}`).join("");
   const where = `WHERE event = ${sqlString(request.event)} AND ts >= ${fromMs} AND ts < ${toMs}${filters}`;
   const bucket = `(ts - ${fromMs}) // ${dayMs}`;
@@ -143,7 +145,7 @@ export function trendSql(table: string, request: TrendRequest): string {
 export function funnelSql(table: string, request: FunnelRequest): string {
   const steps = request.steps;
   if (new Set(steps).size !== steps.length) throw new Error("duckdb engine: repeated funnel step names are not supported");
-  const { fromMs, toMs } = rangeMs(request.dateFrom, request.dateTo);
+  const { startMs: fromMs, endMs: toMs } = dateRange(request.dateFrom, request.dateTo);
   const windowMs = request.conversionWindow * 1000;
   const sources = steps.map((step, index) =>
     `s${index} AS (SELECT distinct_id AS u, ts AS t FROM ${table} WHERE event = ${sqlString(step)} AND ts >= ${fromMs} AND ts < ${index === 0 ? toMs : toMs + windowMs})`,
@@ -181,7 +183,7 @@ export function funnelSql(table: string, request: FunnelRequest): string {
  * range; the user returns in period q for any retention event in period q.
  */
 export function retentionSql(table: string, request: RetentionRequest): string {
-  const { fromMs, toMs } = rangeMs(request.dateFrom, request.dateTo);
+  const { startMs: fromMs, endMs: toMs } = dateRange(request.dateFrom, request.dateTo);
   const periodMs = request.windowDays * dayMs;
   const inRange = `ts >= ${fromMs} AND ts < ${toMs}`;
   return (
@@ -218,10 +220,10 @@ export function shapeAnswer(request: QueryRequest, rows: readonly DuckDBValue[][
 }
 
 function shapeTrend(request: TrendRequest, rows: readonly DuckDBValue[][]): TrendAnswer {
-  const { fromMs, toMs } = rangeMs(request.dateFrom, request.dateTo);
+  const { startMs: fromMs, endMs: toMs } = dateRange(request.dateFrom, request.dateTo);
   const counts = new Array<number>((toMs - fromMs) / dayMs).fill(0);
   for (const [bucket, count] of rows) counts[Number(bucket)] = Number(count);
-  return { data: counts.map((count, bucket) => ({ date: msToDate(fromMs + bucket * dayMs), count })) };
+  return { data: counts.map((count, bucket) => ({ date: formatDay(fromMs + bucket * dayMs), count })) };
 }
 
 function shapeFunnel(request: FunnelRequest, rows: readonly DuckDBValue[][]): FunnelAnswer {
@@ -234,10 +236,10 @@ function shapeFunnel(request: FunnelRequest, rows: readonly DuckDBValue[][]): Fu
 }
 
 function shapeRetention(request: RetentionRequest, rows: readonly DuckDBValue[][]): RetentionAnswer {
-  const { fromMs } = rangeMs(request.dateFrom, request.dateTo);
+  const { startMs: fromMs } = dateRange(request.dateFrom, request.dateTo);
   const periodCount = retentionPeriodCount(request);
   const cohorts = Array.from({ length: periodCount }, (_, period) => ({
-    cohortDate: msToDate(fromMs + period * request.windowDays * dayMs),
+    cohortDate: formatDay(fromMs + period * request.windowDays * dayMs),
     total: 0,
     weeks: new Array<number>(periodCount - period).fill(0),
   }));
@@ -277,19 +279,19 @@ export class DuckDbEngine {
   }
 
   /** A small table of hand-written events (the SPEC §5 example, edge cases) for the self-check. */
-  async loadEvents(table: string, events: readonly ReferenceEvent[]): Promise<void> {
+  async loadEvents(table: string, events: readonly StoredEvent[]): Promise<void> {
     await this.connection.run(`CREATE OR REPLACE TABLE ${table} (${tableColumns})`);
     const appender = await this.connection.createAppender(table);
     for (const event of events) {
       appender.appendVarchar(event.event);
       appender.appendVarchar(event.distinctId);
-      appender.appendBigInt(BigInt(event.timeMs));
+      appender.appendBigInt(BigInt(event.timestampMs));
       for (const property of ["country", "browser", "$os", "path", "plan"]) {
-        const value = event.properties[property];
+        const value = event.properties?.[property];
         if (value === undefined || value === null) appender.appendNull();
         else appender.appendVarchar(String(value));
       }
-      const price = event.properties.price;
+      const price = event.properties?.price;
       if (typeof price === "number") appender.appendDouble(price);
       else appender.appendNull();
       appender.endRow();

@@ -28,33 +28,33 @@
  * same list. Before any timing, the DuckDB SQL is checked against the SPEC §5
  * worked example, hand cases and random data (./self-check.ts).
  *
+ * Every Eventide request goes over one keep-alive connection that sits idle
+ * while DuckDB and the (synchronous) reference answer; the shared client
+ * (../runner/http-client.ts) resends a query whose idle connection the server
+ * had closed meanwhile, and the summary counts those resends.
+ *
  * Eventide is restarted (SIGTERM, then start over the same data) between
  * loading and querying: shutdown seals every segment, so queries see the
  * steady state of a store whose history is sealed, not a checkpoint that
  * might fire in the middle of the timings; the RSS reported after queries is
  * then the query path's own.
  */
-import { mkdirSync, mkdtempSync, rmSync, writeFileSync, existsSync } from "node:fs";
-import { Agent } from "node:http";
-import { availableParallelism, cpus, loadavg, tmpdir, totalmem } from "node:os";
-import { dirname, join, resolve } from "node:path";
+import { mkdirSync, writeFileSync } from "node:fs";
+import { loadavg } from "node:os";
+import { dirname, resolve } from "node:path";
 import { parseArgs } from "node:util";
 import { generateDataset, distinctIdOf, type Dataset } from "../fixtures/dataset.js";
+import { keepAliveAgent, post } from "../runner/http-client.js";
+import { machineInfo, processCpuMs, processMemoryBytes } from "../runner/machine.js";
+import { writeDatedReport } from "../runner/report-file.js";
+import { startEventide } from "../runner/server.js";
+import { formatCount, formatMarkdownTable, formatMs, formatTextTable, median, percentileOfSorted, sortedCopy } from "../runner/stats.js";
+import { loadDataset, type DatasetLoadReport } from "../suite/dataset-load.js";
 import { DuckDbEngine } from "./duckdb-engine.js";
-import { loadDataset, post, type DatasetLoadReport } from "../suite/dataset-load.js";
-import { processCpuMs, startEventide, statusKilobytes } from "./eventide-process.js";
+import { addDays, firstDifference, referenceAnswer, type QueryAnswer, type QueryRequest, type StoredEvent } from "./query-request.js";
 import { runSelfCheck } from "./self-check.js";
-import {
-  addDays,
-  firstDifference,
-  referenceAnswer,
-  type QueryAnswer,
-  type QueryRequest,
-  type ReferenceEvent,
-} from "./spec-reference.js";
 
 const repositoryRoot = resolve(import.meta.dirname, "..", "..", "..");
-const eventideMain = join(repositoryRoot, "dist", "src", "main.js");
 
 interface Options {
   eventCounts: number[];
@@ -71,6 +71,8 @@ interface Options {
   referenceMaxEvents: number;
   only: string[];
   keepData: boolean;
+  /** This machine's cores, for the notes; filled in once the machine is read. */
+  cores: number;
 }
 
 function parseOptions(): Options {
@@ -125,6 +127,7 @@ function parseOptions(): Options {
     referenceMaxEvents: integer("reference-max-events", values["reference-max-events"], 0),
     only: values.only === "" ? [] : values.only.split(",").map((part) => part.trim()),
     keepData: values["keep-data"],
+    cores: 0,
   };
 }
 
@@ -168,35 +171,9 @@ function querySpecs(dataset: Dataset): QuerySpec[] {
 // ---------------------------------------------------------------------------
 // Statistics and formatting.
 
-function median(values: readonly number[]): number {
-  const sorted = [...values].sort((left, right) => left - right);
-  if (sorted.length === 0) return Number.NaN;
-  const middle = sorted.length >> 1;
-  return sorted.length % 2 === 1 ? sorted[middle] : (sorted[middle - 1] + sorted[middle]) / 2;
-}
-
 /** Nearest-rank p95: with 10 runs, the slowest. */
 function p95(values: readonly number[]): number {
-  const sorted = [...values].sort((left, right) => left - right);
-  if (sorted.length === 0) return Number.NaN;
-  return sorted[Math.min(sorted.length - 1, Math.ceil(0.95 * sorted.length) - 1)];
-}
-
-function formatMs(value: number | undefined): string {
-  if (value === undefined || !Number.isFinite(value)) return "–";
-  return value >= 100 ? value.toFixed(0) : value >= 10 ? value.toFixed(1) : value.toFixed(2);
-}
-
-function formatCount(value: number): string {
-  if (value >= 1e6) return `${Number((value / 1e6).toFixed(1))} M`;
-  if (value >= 1e3) return `${Number((value / 1e3).toFixed(1))} k`;
-  return String(value);
-}
-
-function formatTable(header: string[], rows: string[][]): string {
-  const widths = header.map((cell, column) => Math.max(cell.length, ...rows.map((row) => row[column].length)));
-  const line = (cells: string[]) => cells.map((cell, column) => (column === 0 ? cell.padEnd(widths[column]) : cell.padStart(widths[column]))).join("  ");
-  return [line(header), widths.map((width) => "-".repeat(width)).join("  "), ...rows.map(line)].join("\n");
+  return percentileOfSorted(sortedCopy(values), 95);
 }
 
 function say(text: string): void {
@@ -206,9 +183,6 @@ function say(text: string): void {
 function sleep(milliseconds: number): Promise<void> {
   return new Promise((resolveSleep) => setTimeout(resolveSleep, milliseconds));
 }
-
-// ---------------------------------------------------------------------------
-// Loading Eventide.
 
 // ---------------------------------------------------------------------------
 // One dataset size.
@@ -258,13 +232,15 @@ interface SizeResult {
   /** 1-minute load average before and after the timed queries: above the core count, others competed for the CPU. */
   loadAverage: { beforeQueries: number; afterQueries: number };
   queries: QueryResult[];
+  /** Queries sent again because the server had closed their idle keep-alive connection. */
+  resentAfterIdleClose: number;
 }
 
-function referenceEvents(dataset: Dataset): ReferenceEvent[] {
+function referenceEvents(dataset: Dataset): StoredEvent[] {
   const { columns, dictionaries } = dataset;
-  const events: ReferenceEvent[] = new Array(dataset.eventCount);
+  const events: StoredEvent[] = new Array(dataset.eventCount);
   for (let row = 0; row < dataset.eventCount; row += 1) {
-    const properties: ReferenceEvent["properties"] = {
+    const properties: Record<string, unknown> = {
       country: dictionaries.country[columns.country[row]],
       browser: dictionaries.browser[columns.browser[row]],
       $os: dictionaries.os[columns.os[row]],
@@ -272,7 +248,7 @@ function referenceEvents(dataset: Dataset): ReferenceEvent[] {
     };
     if (columns.plan[row] !== 0) properties.plan = dictionaries.plan[columns.plan[row] - 1];
     if (columns.price[row] !== 0) properties.price = dictionaries.price[columns.price[row] - 1];
-    events[row] = { event: dictionaries.event[columns.event[row]], distinctId: distinctIdOf(dataset, columns.user[row]), timeMs: columns.timeMs[row], properties };
+    events[row] = { event: dictionaries.event[columns.event[row]], distinctId: distinctIdOf(dataset, columns.user[row]), timestampMs: columns.timeMs[row], properties };
   }
   return events;
 }
@@ -298,11 +274,8 @@ async function runSize(eventCount: number, options: Options, duckdb: DuckDbEngin
   }
   say(`dataset: generated in ${(generateMs / 1000).toFixed(1)} s; ${formatCount(activeUsers)} active users; ` + Object.entries(eventCounts).map(([name, count]) => `${name} ${formatCount(count)}`).join(", "));
 
-  const workDirectory = mkdtempSync(join(tmpdir(), "eventide-bench-query-"));
-  const dataDirectory = join(workDirectory, "data");
-  mkdirSync(dataDirectory);
-  let eventide = await startEventide(eventideMain, repositoryRoot, dataDirectory);
-  say(`eventide: pid ${eventide.pid}, query ${eventide.queryUrl}, ingest ${eventide.ingestUrl}, data ${dataDirectory}`);
+  const eventide = await startEventide({ repositoryRoot, keepData: options.keepData });
+  say(`eventide: pid ${eventide.pid}, query ${eventide.queryUrl}, ingest ${eventide.ingestUrl}, data ${eventide.dataDirectory}`);
 
   say(`loading Eventide: ${Math.ceil(eventCount / 1000)} batches of 1 000 events, ${options.inflight} in flight`);
   let lastReportMs = 0;
@@ -318,19 +291,20 @@ async function runSize(eventCount: number, options: Options, duckdb: DuckDbEngin
     `  ${formatCount(ingest.events)} events in ${ingest.seconds.toFixed(1)} s (${formatCount(ingest.eventsPerSecond)} events/s, ${ingest.retries} retries after 503); ` +
       `client JSON building ${(ingest.serializeMs / 1000).toFixed(1)} s, ${(ingest.bodyBytes / ingest.events).toFixed(0)} B/event`,
   );
-  const afterLoadRss = statusKilobytes(eventide.pid, "VmRSS") / 1024;
-  const afterLoadPeak = statusKilobytes(eventide.pid, "VmHWM") / 1024;
+  const afterLoadRss = processMemoryBytes(eventide.pid!, "VmRSS") / 2 ** 20;
+  const afterLoadPeak = processMemoryBytes(eventide.pid!, "VmHWM") / 2 ** 20;
   say(`  eventide RSS after load ${afterLoadRss.toFixed(0)} MiB (peak ${afterLoadPeak.toFixed(0)} MiB)`);
 
   let eventideStopMs: number | null = null;
   let eventideRestartMs: number | null = null;
   if (options.restartBeforeQueries) {
+    // One restart, timed in two halves: the stop (which seals) and the start over the same data.
     const stopStartMs = performance.now();
     const code = await eventide.stop();
     eventideStopMs = performance.now() - stopStartMs;
-    if (code !== 0) throw new Error(`eventide exited ${code} on SIGTERM; stderr:\n${eventide.stderr()}`);
+    if (code !== 0) throw new Error(`eventide exited ${code} on SIGTERM; stderr:\n${eventide.stderrTail()}`);
     const restartStartMs = performance.now();
-    eventide = await startEventide(eventideMain, repositoryRoot, dataDirectory, { apiKey: eventide.apiKey, token: eventide.token });
+    await eventide.restart!();
     eventideRestartMs = performance.now() - restartStartMs;
     say(`  restarted Eventide (stop ${(eventideStopMs / 1000).toFixed(1)} s, start ${(eventideRestartMs / 1000).toFixed(1)} s): pid ${eventide.pid}`);
   }
@@ -341,9 +315,9 @@ async function runSize(eventCount: number, options: Options, duckdb: DuckDbEngin
 
   // Wait for the server to go quiet (segment loading, anything left from start-up).
   const settleStartMs = performance.now();
-  for (let lastCpuMs = processCpuMs(eventide.pid); performance.now() - settleStartMs < 120_000; ) {
+  for (let lastCpuMs = processCpuMs(eventide.pid!); performance.now() - settleStartMs < 120_000; ) {
     await sleep(1000);
-    const cpuMs = processCpuMs(eventide.pid);
+    const cpuMs = processCpuMs(eventide.pid!);
     if (cpuMs - lastCpuMs < 50) break;
     lastCpuMs = cpuMs;
   }
@@ -351,8 +325,9 @@ async function runSize(eventCount: number, options: Options, duckdb: DuckDbEngin
   const reference = eventCount <= options.referenceMaxEvents ? referenceEvents(dataset) : null;
   const loadBeforeQueries = loadavg()[0];
   const specs = querySpecs(dataset).filter((spec) => options.only.length === 0 || options.only.includes(spec.name));
-  const agent = new Agent({ keepAlive: true, maxSockets: 1 });
+  const agent = keepAliveAgent(1);
   const authorization = { authorization: `Bearer ${eventide.token}` };
+  let resentAfterIdleClose = 0;
   const results: QueryResult[] = [];
   const totalRuns = options.warmup + options.runs;
   say(`queries: ${options.warmup} warm-up + ${options.runs} timed runs each; DuckDB first (its answers are the yardstick), then Eventide`);
@@ -396,8 +371,9 @@ async function runSize(eventCount: number, options: Options, duckdb: DuckDbEngin
       const request = spec.request(run);
       const body = JSON.stringify(request.body);
       const startMs = performance.now();
-      const answer = await post(agent, `${eventide.queryUrl}/api/v1/query/${pathOfKind[request.kind]}`, body, authorization);
+      const answer = await post(agent, `${eventide.queryUrl}/api/v1/query/${pathOfKind[request.kind]}`, body, { headers: authorization, idempotent: true });
       const elapsedMs = performance.now() - startMs;
+      if (answer.retriedAfterIdleReset) resentAfterIdleClose += 1;
       if (answer.status !== 200) {
         eventideError = `HTTP ${answer.status}: ${answer.text.slice(0, 500)}`;
         say(`  !!! ${spec.name}: Eventide answered ${eventideError}`);
@@ -431,7 +407,7 @@ async function runSize(eventCount: number, options: Options, duckdb: DuckDbEngin
     };
     results.push(result);
     say(
-      `  ${spec.name.padEnd(20)} eventide ${formatMs(eventideTimes?.medianMs).padStart(7)} ms (p95 ${formatMs(eventideTimes?.p95Ms).padStart(7)})   ` +
+      `  ${spec.name.padEnd(20)} eventide ${formatMs(eventideTimes?.medianMs ?? Number.NaN).padStart(7)} ms (p95 ${formatMs(eventideTimes?.p95Ms ?? Number.NaN).padStart(7)})   ` +
         `duckdb ${formatMs(duckdbTimes.medianMs).padStart(7)} ms (p95 ${formatMs(duckdbTimes.p95Ms).padStart(7)})   ` +
         `ratio ${Number.isFinite(result.ratio) ? result.ratio.toFixed(3) : "–"}   answers ${result.answersMatch ? (referenceChecked ? "identical (and = reference)" : "identical") : "DIFFER"}`,
     );
@@ -439,15 +415,16 @@ async function runSize(eventCount: number, options: Options, duckdb: DuckDbEngin
   agent.destroy();
 
   const loadAfterQueries = loadavg()[0];
-  say(`load average (1 min) ${loadBeforeQueries.toFixed(1)} before the queries, ${loadAfterQueries.toFixed(1)} after, on ${availableParallelism()} cores`);
-  const afterQueriesRss = statusKilobytes(eventide.pid, "VmRSS") / 1024;
-  const afterQueriesPeak = statusKilobytes(eventide.pid, "VmHWM") / 1024;
+  say(`load average (1 min) ${loadBeforeQueries.toFixed(1)} before the queries, ${loadAfterQueries.toFixed(1)} after, on ${options.cores} cores`);
+  if (resentAfterIdleClose > 0) say(`${resentAfterIdleClose} queries were sent again: the server had closed their idle keep-alive connection`);
+  const afterQueriesRss = processMemoryBytes(eventide.pid!, "VmRSS") / 2 ** 20;
+  const afterQueriesPeak = processMemoryBytes(eventide.pid!, "VmHWM") / 2 ** 20;
   say(`eventide RSS after queries ${afterQueriesRss.toFixed(0)} MiB (peak since ${options.restartBeforeQueries ? "restart" : "start"} ${afterQueriesPeak.toFixed(0)} MiB)`);
   const code = await eventide.stop();
   if (code !== 0) say(`  (eventide exited ${code} on SIGTERM)`);
   await duckdb.connection.run("DROP TABLE events");
-  if (!options.keepData) rmSync(workDirectory, { recursive: true, force: true });
-  else say(`kept ${workDirectory}`);
+  eventide.cleanup();
+  if (options.keepData) say(`kept ${eventide.dataDirectory}`);
 
   return {
     events: eventCount,
@@ -463,21 +440,64 @@ async function runSize(eventCount: number, options: Options, duckdb: DuckDbEngin
     eventideMemoryMiB: { afterLoadRss, afterLoadPeak, afterQueriesRss, afterQueriesPeak },
     loadAverage: { beforeQueries: loadBeforeQueries, afterQueries: loadAfterQueries },
     queries: results,
+    resentAfterIdleClose,
   };
 }
 
 // ---------------------------------------------------------------------------
 
+/** The latency table of one size: rows of text cells, for the terminal and the Markdown report alike. */
+function latencyTable(size: SizeResult): { header: string[]; rows: string[][] } {
+  return {
+    header: ["query", "eventide ms", "p95", "duckdb ms", "p95", "eventide/duckdb", "target ms (10 M)", "answers"],
+    rows: size.queries.map((query) => [
+      query.name,
+      formatMs(query.eventide?.medianMs ?? Number.NaN),
+      formatMs(query.eventide?.p95Ms ?? Number.NaN),
+      formatMs(query.duckdb.medianMs),
+      formatMs(query.duckdb.p95Ms),
+      Number.isFinite(query.ratio) ? query.ratio.toFixed(3) : "–",
+      query.targetMs === undefined ? "–" : `${query.targetMs} ${query.eventide !== null && query.eventide.medianMs <= query.targetMs ? "met" : "NOT met"}`,
+      query.answersMatch ? (query.referenceChecked ? "identical, = reference" : "identical") : "DIFFER",
+    ]),
+  };
+}
+
+function sizeCaption(size: SizeResult, options: Options): string {
+  return `query latency at ${formatCount(size.events)} events (${formatCount(size.users)} users, ${size.days} days), median and p95 of ${options.runs} runs after ${options.warmup} warm-up`;
+}
+
+function sizeNotes(size: SizeResult): string {
+  const memory = size.eventideMemoryMiB;
+  return (
+    `eventide RSS: after load ${memory.afterLoadRss.toFixed(0)} MiB (VmHWM ${memory.afterLoadPeak.toFixed(0)}), after queries ${memory.afterQueriesRss.toFixed(0)} MiB (VmHWM ${memory.afterQueriesPeak.toFixed(0)}); ` +
+    `ingest ${formatCount(size.ingest.eventsPerSecond)} events/s; load average ${size.loadAverage.beforeQueries.toFixed(1)} → ${size.loadAverage.afterQueries.toFixed(1)}; ` +
+    `${size.resentAfterIdleClose} queries resent after an idle-connection close`
+  );
+}
+
+/** How each median grows with the event count, against the first size. */
+function growthTable(sizes: readonly SizeResult[]): { header: string[]; rows: string[][] } {
+  const base = sizes[0];
+  return {
+    header: ["query", ...sizes.slice(1).flatMap((size) => [`eventide ${formatCount(size.events)}`, `duckdb ${formatCount(size.events)}`])],
+    rows: base.queries.map(({ name }) => [
+      name,
+      ...sizes.slice(1).flatMap((size) => {
+        const query = size.queries.find((candidate) => candidate.name === name)!;
+        const baseQuery = base.queries.find((candidate) => candidate.name === name)!;
+        const eventideGrowth = query.eventide !== null && baseQuery.eventide !== null ? query.eventide.medianMs / baseQuery.eventide.medianMs : Number.NaN;
+        return [Number.isFinite(eventideGrowth) ? `${eventideGrowth.toFixed(2)}×` : "–", `${(query.duckdb.medianMs / baseQuery.duckdb.medianMs).toFixed(2)}×`];
+      }),
+    ]),
+  };
+}
+
 async function main(): Promise<void> {
   const options = parseOptions();
-  if (!existsSync(eventideMain)) throw new Error(`${eventideMain} is missing: run npm run build first`);
   const startedAt = new Date();
-  const machine = {
-    cores: availableParallelism(),
-    cpuModel: cpus()[0]?.model ?? "unknown",
-    memoryGiB: Math.round((totalmem() / 2 ** 30) * 10) / 10,
-    node: process.version,
-  };
+  const machine = machineInfo(repositoryRoot);
+  options.cores = machine.cores;
   say(`machine: ${machine.cores} cores, ${machine.cpuModel}, ${machine.memoryGiB} GiB, Node ${machine.node}`);
 
   const duckdb = await DuckDbEngine.open(machine.cores);
@@ -496,50 +516,24 @@ async function main(): Promise<void> {
   for (const eventCount of options.eventCounts) sizes.push(await runSize(eventCount, options, duckdb, mismatches));
   duckdb.close();
 
-  // Summary: one table per size, then growth across sizes.
+  // Summary: one table per size, then growth across sizes; the same tables go into the dated report.
+  const markdown: string[] = [`DuckDB ${version} (${duckdb.threads} threads) answers the same questions in process; answers are compared run by run.`, ""];
   for (const size of sizes) {
-    say(`\nquery latency at ${formatCount(size.events)} events (${formatCount(size.users)} users, ${size.days} days), median and p95 of ${options.runs} runs after ${options.warmup} warm-up; ` + `${machine.cores} cores, ${machine.cpuModel}`);
-    say(
-      formatTable(
-        ["query", "eventide ms", "p95", "duckdb ms", "p95", "eventide/duckdb", "target ms (10 M)", "answers"],
-        size.queries.map((query) => [
-          query.name,
-          formatMs(query.eventide?.medianMs),
-          formatMs(query.eventide?.p95Ms),
-          formatMs(query.duckdb.medianMs),
-          formatMs(query.duckdb.p95Ms),
-          Number.isFinite(query.ratio) ? query.ratio.toFixed(3) : "–",
-          query.targetMs === undefined ? "–" : `${query.targetMs} ${query.eventide !== null && query.eventide.medianMs <= query.targetMs ? "met" : "NOT met"}`,
-          query.answersMatch ? "identical" : "DIFFER",
-        ]),
-      ),
-    );
-    const memory = size.eventideMemoryMiB;
-    say(
-      `eventide RSS: after load ${memory.afterLoadRss.toFixed(0)} MiB (VmHWM ${memory.afterLoadPeak.toFixed(0)}), after queries ${memory.afterQueriesRss.toFixed(0)} MiB (VmHWM ${memory.afterQueriesPeak.toFixed(0)}); ` +
-        `ingest ${formatCount(size.ingest.eventsPerSecond)} events/s; load average ${size.loadAverage.beforeQueries.toFixed(1)} → ${size.loadAverage.afterQueries.toFixed(1)}`,
-    );
+    const table = latencyTable(size);
+    say(`\n${sizeCaption(size, options)}; ${machine.cores} cores, ${machine.cpuModel}`);
+    say(formatTextTable(table.header, table.rows));
+    say(sizeNotes(size));
+    markdown.push(`## ${sizeCaption(size, options)}`, "", formatMarkdownTable(table.header, table.rows), "", sizeNotes(size), "");
   }
   if (sizes.length > 1) {
-    const base = sizes[0];
-    say(`\ngrowth of the median with the event count (× the ${formatCount(base.events)}-event time)`);
-    const names = base.queries.map((query) => query.name);
-    say(
-      formatTable(
-        ["query", ...sizes.slice(1).flatMap((size) => [`eventide ${formatCount(size.events)}`, `duckdb ${formatCount(size.events)}`])],
-        names.map((name) => [
-          name,
-          ...sizes.slice(1).flatMap((size) => {
-            const query = size.queries.find((candidate) => candidate.name === name)!;
-            const baseQuery = base.queries.find((candidate) => candidate.name === name)!;
-            const eventideGrowth = query.eventide !== null && baseQuery.eventide !== null ? query.eventide.medianMs / baseQuery.eventide.medianMs : Number.NaN;
-            return [Number.isFinite(eventideGrowth) ? `${eventideGrowth.toFixed(2)}×` : "–", `${(query.duckdb.medianMs / baseQuery.duckdb.medianMs).toFixed(2)}×`];
-          }),
-        ]),
-      ),
-    );
-    say(`(events grew ${sizes.slice(1).map((size) => `${(size.events / base.events).toFixed(1)}×`).join(", ")})`);
+    const table = growthTable(sizes);
+    const grew = `events grew ${sizes.slice(1).map((size) => `${(size.events / sizes[0].events).toFixed(1)}×`).join(", ")}`;
+    say(`\ngrowth of the median with the event count (× the ${formatCount(sizes[0].events)}-event time)`);
+    say(formatTextTable(table.header, table.rows));
+    say(`(${grew})`);
+    markdown.push(`## Growth of the median (× the ${formatCount(sizes[0].events)}-event time; ${grew})`, "", formatMarkdownTable(table.header, table.rows), "");
   }
+  if (mismatches.length > 0) markdown.push(`**ANSWERS DIFFER:** ${mismatches.length} mismatching answers; see "mismatches" in the JSON results.`, "");
 
   const output = {
     benchmark: "query",
@@ -552,10 +546,10 @@ async function main(): Promise<void> {
     sizes,
     mismatches,
   };
-  const outDirectory = dirname(options.out);
-  mkdirSync(outDirectory, { recursive: true });
+  mkdirSync(dirname(options.out), { recursive: true });
   writeFileSync(options.out, `${JSON.stringify(output, null, 2)}\n`);
-  say(`\nwrote ${options.out}`);
+  const reportPath = writeDatedReport({ repositoryRoot, bench: "query", startedAt, machine, command: `npm run bench:query -- ${process.argv.slice(2).join(" ")}`.trimEnd(), body: markdown.join("\n") });
+  say(`\nwrote ${options.out} and ${reportPath}`);
 
   if (mismatches.length > 0) {
     say(`\nANSWERS DIFFER: ${mismatches.length} mismatching answers in ${new Set(mismatches.map((mismatch) => `${mismatch.events}/${mismatch.query}`)).size} queries (see above and "mismatches" in ${options.out})`);

@@ -16,7 +16,7 @@
 import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { runMicroBench } from "../fixtures/micro-bench.js";
+import { runMicroBench } from "../runner/micro-bench.js";
 import { SeededRandom } from "../fixtures/events.js";
 import { sealSegment, type SealInput } from "../../src/storage/segment-format.js";
 

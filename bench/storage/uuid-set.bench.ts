@@ -11,7 +11,7 @@
  * costs the same miss. Into a small set (10 k, 400 KB, in L2) a claim is
  * ~15 ns.
  */
-import { runMicroBench } from "../fixtures/micro-bench.js";
+import { runMicroBench } from "../runner/micro-bench.js";
 import { SeededRandom } from "../fixtures/events.js";
 import { UuidSet } from "../../src/storage/uuid-set.js";
 

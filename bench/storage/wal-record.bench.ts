@@ -14,7 +14,7 @@ import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { buildBatchBodies } from "../fixtures/events.js";
-import { runMicroBench } from "../fixtures/micro-bench.js";
+import { runMicroBench } from "../runner/micro-bench.js";
 import { validateBodies } from "../../src/ingest/event-validation.js";
 import { encodeRecord, readWalFile } from "../../src/storage/wal.js";
 

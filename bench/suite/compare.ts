@@ -8,7 +8,7 @@
  */
 import { readFileSync } from "node:fs";
 import { resultsFormat, type Figure, type SuiteResults } from "./results.js";
-import { formatCount, formatMarkdownTable, formatMs, formatTextTable } from "./stats.js";
+import { formatCount, formatMarkdownTable, formatMs, formatTextTable } from "../runner/stats.js";
 
 export interface FigureChange {
   key: string;

@@ -1,7 +1,8 @@
 /**
  * Puts the seeded query dataset (bench/fixtures/dataset.ts) into the target:
  * 1 000-event batches over keep-alive HTTP with a few in flight, retrying the
- * 503s a saturated server answers (SPEC §1). Before loading into a running
+ * 503s a saturated server answers (SPEC §1); the rows carry no uuid, so a
+ * batch is not idempotent and a reset connection fails the load. Before loading into a running
  * Eventide, one trend query tells whether the same dataset is already there
  * (so a second run against it does not double every count).
  *
@@ -10,45 +11,12 @@
  * events load in ~3–7 s and 10 M in ~30–70 s. The driver's share (building
  * bodies) is ~10 % of that.
  */
-import { Agent, request as httpRequest } from "node:http";
+import { Agent } from "node:http";
 import { BatchSerializer, generateDataset, type Dataset } from "../fixtures/dataset.js";
 import type { DatasetChoice } from "./options.js";
 import { datasetRange } from "./queries.js";
-import type { Target } from "./target.js";
-
-export interface HttpAnswer {
-  status: number;
-  headers: Record<string, string | string[] | undefined>;
-  text: string;
-}
-
-/** POST with a keep-alive agent; resolves once the whole answer has arrived. */
-export function post(agent: Agent, url: string, body: string | Buffer, headers: Record<string, string> = {}, timeoutMs = 120_000): Promise<HttpAnswer> {
-  return new Promise((resolvePost, rejectPost) => {
-    const target = new URL(url);
-    const payload = typeof body === "string" ? Buffer.from(body, "utf8") : body;
-    const outgoing = httpRequest(
-      {
-        agent,
-        method: "POST",
-        hostname: target.hostname,
-        port: target.port,
-        path: target.pathname + target.search,
-        headers: { "content-type": "application/json", "content-length": String(payload.length), ...headers },
-        timeout: timeoutMs,
-      },
-      (incoming) => {
-        const chunks: Buffer[] = [];
-        incoming.on("data", (chunk: Buffer) => chunks.push(chunk));
-        incoming.on("end", () => resolvePost({ status: incoming.statusCode ?? 0, headers: incoming.headers, text: Buffer.concat(chunks).toString("utf8") }));
-        incoming.on("error", rejectPost);
-      },
-    );
-    outgoing.on("timeout", () => outgoing.destroy(new Error(`no answer from ${url} within ${timeoutMs} ms`)));
-    outgoing.on("error", rejectPost);
-    outgoing.end(payload);
-  });
-}
+import { keepAliveAgent, post } from "../runner/http-client.js";
+import type { Target } from "../runner/server.js";
 
 export function buildDataset(choice: DatasetChoice): Dataset {
   return generateDataset({ eventCount: choice.events, userCount: choice.users, dayCount: choice.days, seed: choice.seed, startDate: choice.startDate, batchEvents: 1000 });
@@ -72,7 +40,7 @@ export async function countPageviews(target: Target, choice: DatasetChoice): Pro
       agent,
       `${target.queryUrl}/api/v1/query/trend`,
       JSON.stringify({ event: "$pageview", dateFrom, dateTo, groupBy: "month" }),
-      { authorization: `Bearer ${target.token}` },
+      { headers: { authorization: `Bearer ${target.token}` }, idempotent: true },
     );
     if (answer.status !== 200) throw new Error(`the trend query answered ${answer.status}: ${answer.text.slice(0, 300)}`);
     const parsed = JSON.parse(answer.text) as { data: { count: number }[] };
@@ -107,7 +75,7 @@ export async function loadDataset(
   const serializer = new BatchSerializer(dataset);
   const batchEvents = dataset.options.batchEvents;
   const batchCount = Math.ceil(dataset.eventCount / batchEvents);
-  const agent = new Agent({ keepAlive: true, maxSockets: options.inflight });
+  const agent = keepAliveAgent(options.inflight);
   const url = `${target.ingestUrl}/ingest/batch`;
   let next = 0;
   let retries = 0;

@@ -1,33 +1,33 @@
 /**
- * The Eventide bench suite: `npm run bench` and `npx eventide bench` both land
- * here. It starts Eventide on a fresh data directory (or takes a running one),
+ * The Eventide bench suite: `npm run bench` (node dist/bench/suite/main.js)
+ * lands here; the shipped CLI does not depend on bench code. It starts Eventide on a fresh data directory (or takes a running one),
  * runs the selected scenarios (./scenarios.ts) with progress on the terminal,
  * and writes results.json (every figure, the machine, the options), report.md
  * and SVG charts (./report.ts); `--compare old.json` prints the change per
  * figure against an earlier run (./compare.ts).
  *
- * Run as a script (`node dist/bench/suite/main.js …`) it talks on stdout;
- * the CLI imports `runBenchSuite` and passes stderr, keeping its stdout for
- * the one JSON line every `eventide` command prints.
+ * Run as a script it talks on stdout; `runBenchSuite` takes its output sink
+ * as a parameter, so a caller that keeps stdout for itself can pass stderr.
  *
  * Estimate: see ./options.ts — quick ≈ 2 min, full ≈ 25 min, smoke ≈ 15 s.
  */
-import { mkdirSync, mkdtempSync, readdirSync, lstatSync, rmSync, writeFileSync } from "node:fs";
+import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from "node:fs";
 import { Agent } from "node:http";
 import { loadavg, tmpdir } from "node:os";
 import { join, relative, resolve } from "node:path";
 import { pathToFileURL } from "node:url";
 import { killLoadGenerators } from "../load/http-load.js";
 import { compareResults, formatComparisonMarkdown, formatComparisonText, readResultsFile, ResultsFileError, type Comparison } from "./compare.js";
-import { post } from "./dataset-load.js";
-import { machineInfo, processMemoryBytes } from "./machine.js";
+import { post } from "../runner/http-client.js";
+import { directoryBytes, machineInfo, processMemoryBytes } from "../runner/machine.js";
 import { parseSuiteOptions, SuiteUsageError, usageText, type SuiteOptions } from "./options.js";
 import { Progress } from "./progress.js";
+import { writeDatedReport } from "../runner/report-file.js";
 import { buildCharts, buildMarkdown, terminalSummary } from "./report.js";
 import { collectFigures, resultsFormat, type SuiteResults } from "./results.js";
 import { plannedSteps, prepareDataset, runDuckdb, runIngest, runMixed, runQueries, runSoak, type SuiteContext } from "./scenarios.js";
-import { formatDuration, mean } from "./stats.js";
-import { externalTarget, killStartedServers, startEventide, type Target } from "./target.js";
+import { formatDuration, mean } from "../runner/stats.js";
+import { externalTarget, killStartedServers, startEventide, type Target } from "../runner/server.js";
 
 export { SuiteUsageError } from "./options.js";
 export { ResultsFileError } from "./compare.js";
@@ -64,44 +64,40 @@ function timeStamp(date: Date): string {
   return date.toISOString().slice(0, 19).replaceAll(":", "-");
 }
 
+function inRepository(io: SuiteIo): boolean {
+  return resolve(io.workingDirectory) === repositoryRoot;
+}
+
 /** Inside the Eventide checkout: bench/results/suite/<time>; anywhere else: ./eventide-bench/<time>. */
 function outputDirectory(options: SuiteOptions, io: SuiteIo, startedAt: Date): string {
   if (options.out !== undefined) return resolve(io.workingDirectory, options.out);
-  const inRepository = resolve(io.workingDirectory) === repositoryRoot;
-  return inRepository ? join(repositoryRoot, "bench", "results", "suite", timeStamp(startedAt)) : join(resolve(io.workingDirectory), "eventide-bench", timeStamp(startedAt));
-}
-
-function directoryBytes(root: string): number {
-  let bytes = 0;
-  const stack = [root];
-  while (stack.length > 0) {
-    const directory = stack.pop()!;
-    for (const entry of readdirSync(directory, { withFileTypes: true })) {
-      const path = join(directory, entry.name);
-      if (entry.isDirectory()) stack.push(path);
-      else bytes += lstatSync(path).size;
-    }
-  }
-  return bytes;
+  return inRepository(io) ? join(repositoryRoot, "bench", "results", "suite", timeStamp(startedAt)) : join(resolve(io.workingDirectory), "eventide-bench", timeStamp(startedAt));
 }
 
 /** One empty batch and one trend query: wrong URLs or credentials fail here, in one clear line. */
 async function preflight(target: Target): Promise<void> {
   const agent = new Agent({ keepAlive: false });
   try {
-    const ingest = await post(agent, `${target.ingestUrl}/ingest/batch`, JSON.stringify({ apiKey: target.apiKey, events: [] }), {}, 15_000);
+    const ingest = await post(agent, `${target.ingestUrl}/ingest/batch`, JSON.stringify({ apiKey: target.apiKey, events: [] }), { timeoutMs: 15_000 });
     if (ingest.status !== 200) throw new Error(`${target.ingestUrl}/ingest/batch refused an empty batch with this API key: HTTP ${ingest.status} ${ingest.text.slice(0, 200)}`);
     const query = await post(
       agent,
       `${target.queryUrl}/api/v1/query/trend`,
       JSON.stringify({ event: "$pageview", dateFrom: "2024-01-01", dateTo: "2024-01-01" }),
-      { authorization: `Bearer ${target.token}` },
-      15_000,
+      { headers: { authorization: `Bearer ${target.token}` }, timeoutMs: 15_000, idempotent: true },
     );
     if (query.status !== 200) throw new Error(`${target.queryUrl}/api/v1/query/trend refused a trend query with this token: HTTP ${query.status} ${query.text.slice(0, 200)}`);
   } finally {
     agent.destroy();
   }
+}
+
+function writeDatedSuiteReport(results: SuiteResults, startedAt: Date, argv: readonly string[]): string {
+  // The shared header gives the title, the machine and the command: drop buildMarkdown's own title and machine line.
+  const body = buildMarkdown(results, [])
+    .replace(/^# .*\n+/, "")
+    .replace(/^- \*\*Machine:\*\* .*\n/m, "");
+  return writeDatedReport({ repositoryRoot, bench: "suite", startedAt, machine: results.machine, command: `npm run bench -- ${argv.join(" ")}`.trimEnd(), body });
 }
 
 function publicOptions(options: SuiteOptions): SuiteResults["options"] {
@@ -113,7 +109,7 @@ export async function runBenchSuite(argv: readonly string[], io: SuiteIo): Promi
   const parsed = parseSuiteOptions(argv);
   if ("help" in parsed) {
     io.write(usageText);
-    return { usage: "eventide bench [options]; see --help" };
+    return { usage: "npm run bench -- [options]; see --help" };
   }
   const options = parsed;
   if (options.compare.length === 2) {
@@ -135,7 +131,7 @@ export async function runBenchSuite(argv: readonly string[], io: SuiteIo): Promi
   const progress = new Progress(io, plan.steps + (options.external === null ? 2 : 0), plan.seconds);
   const commit = machine.eventideCommit === null ? `v${machine.eventideVersion}` : `${machine.eventideCommit.slice(0, 12)}${machine.eventideDirty ? "+" : ""}`;
   progress.log(
-    `eventide bench, profile ${options.profile}: ${options.scenarios.join(", ")} — planned ~${formatDuration(plan.seconds)}\n` +
+    `bench suite, profile ${options.profile}: ${options.scenarios.join(", ")} — planned ~${formatDuration(plan.seconds)}\n` +
       `machine: ${machine.cpuModel}, ${machine.cores} cores, ${machine.memoryGiB} GiB, Node ${machine.node}, Eventide ${commit}; load average ${machine.loadAverageAtStart.join(" ")}`,
   );
 
@@ -222,7 +218,7 @@ export async function runBenchSuite(argv: readonly string[], io: SuiteIo): Promi
       serverSummary.stopSeconds = (performance.now() - stopStartMs) / 1000;
       if (serverSummary.stopExitCode !== 0) context.warnings.push(`Eventide exited ${serverSummary.stopExitCode} on SIGTERM; stderr: ${target.stderrTail().slice(-500)}`);
       if (target.dataDirectory !== undefined) {
-        serverSummary.diskBytes = directoryBytes(target.dataDirectory);
+        serverSummary.diskBytes = directoryBytes(target.dataDirectory).apparentBytes;
         serverSummary.diskBytesPerEvent = context.acknowledgedEvents > 0 ? serverSummary.diskBytes / context.acknowledgedEvents : null;
       }
       progress.endStep(`exit ${serverSummary.stopExitCode} in ${serverSummary.stopSeconds.toFixed(1)} s`);
@@ -284,6 +280,8 @@ export async function runBenchSuite(argv: readonly string[], io: SuiteIo): Promi
   });
   const reportPath = join(outDirectory, "report.md");
   writeFileSync(reportPath, buildMarkdown(results, charts));
+  // Run from the checkout without --out, it is also the day's committable report: text only, the charts stay with the results.
+  const datedReport = inRepository(io) && options.out === undefined ? writeDatedSuiteReport(results, startedAt, argv) : null;
   io.write(terminalSummary(results));
 
   let comparison: ComparisonSummary | undefined;
@@ -297,7 +295,7 @@ export async function runBenchSuite(argv: readonly string[], io: SuiteIo): Promi
     const relativePath = relative(io.workingDirectory, path);
     return relativePath.startsWith("..") ? path : relativePath;
   };
-  io.write(`\nwrote ${shown(resultsPath)}, ${shown(reportPath)} and ${charts.length} charts in ${shown(join(outDirectory, "charts"))}\n`);
+  io.write(`\nwrote ${shown(resultsPath)}, ${shown(reportPath)}${datedReport === null ? "" : `, ${shown(datedReport)}`} and ${charts.length} charts in ${shown(join(outDirectory, "charts"))}\n`);
   return { results: resultsPath, report: reportPath, charts: chartPaths, figures: results.figures.length, warnings: results.warnings.length, comparison };
 }
 
@@ -307,10 +305,10 @@ if (isMain) {
     () => process.exit(0),
     (error: unknown) => {
       if (error instanceof SuiteUsageError || error instanceof ResultsFileError) {
-        process.stderr.write(`eventide bench: ${error.message}${error instanceof SuiteUsageError ? " (--help for usage)" : ""}\n`);
+        process.stderr.write(`bench: ${error.message}${error instanceof SuiteUsageError ? " (--help for usage)" : ""}\n`);
         process.exit(2);
       }
-      process.stderr.write(`eventide bench failed: ${error instanceof Error ? (error.stack ?? error.message) : String(error)}\n`);
+      process.stderr.write(`bench failed: ${error instanceof Error ? (error.stack ?? error.message) : String(error)}\n`);
       process.exit(1);
     },
   );

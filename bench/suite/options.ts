@@ -132,7 +132,7 @@ export class SuiteUsageError extends Error {
   }
 }
 
-export const usageText = `eventide bench [options]            (npm run bench -- [options])
+export const usageText = `npm run bench -- [options]
 
 Runs the benchmark suite against an Eventide it starts on a fresh data directory,
 or against a running one, and writes results.json, report.md and SVG charts.

@@ -7,7 +7,7 @@
  *
  * Estimate: one write per progress sample (once a second), negligible.
  */
-import { formatDuration } from "./stats.js";
+import { formatDuration } from "../runner/stats.js";
 
 export interface ProgressSink {
   write(text: string): void;

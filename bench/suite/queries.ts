@@ -12,7 +12,7 @@
  *
  * Estimate: building ~2 800 small JSON bodies takes a few milliseconds.
  */
-import { addDays, type QueryRequest } from "../query/spec-reference.js";
+import { addDays, type QueryRequest } from "../query/query-request.js";
 import type { DatasetChoice, QueryKind } from "./options.js";
 
 export interface QueryVariant {

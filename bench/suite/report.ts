@@ -8,9 +8,10 @@
  *
  * Estimate: a handful of charts and tables, a few milliseconds.
  */
+import { machineLine } from "../runner/machine.js";
 import { queryLabels } from "./queries.js";
 import { firstConcurrencyRun, type IngestRun, type MixedResult, type QueryRun, type StepCpu, type SuiteResults } from "./results.js";
-import { formatBytes, formatCount, formatDuration, formatMarkdownTable, formatMs, formatPercent, formatTextTable, numberOrNaN } from "./stats.js";
+import { formatBytes, formatCount, formatDuration, formatMarkdownTable, formatMs, formatPercent, formatTextTable, numberOrNaN } from "../runner/stats.js";
 import { barChart, lineChart, svgDocument, type ChartPart, type LineSeries } from "./svg.js";
 
 export interface Chart {
@@ -284,12 +285,6 @@ function errorsCell(errors: number, statusCounts: Record<string, number>): strin
   return statuses === "" ? String(errors) : `${errors} (${statuses})`;
 }
 
-function machineLine(results: SuiteResults): string {
-  const machine = results.machine;
-  const commit = machine.eventideCommit === null ? `v${machine.eventideVersion}` : `${machine.eventideCommit.slice(0, 12)}${machine.eventideDirty ? " (with uncommitted changes)" : ""}`;
-  return `${machine.cpuModel}, ${machine.cores} cores, ${machine.memoryGiB} GiB, Node ${machine.node}, ${machine.os}; Eventide ${commit}`;
-}
-
 /** The headline figures: one line per scenario that ran, the ones a reader looks for first. */
 export function headlineRows(results: SuiteResults): string[][] {
   const rows: string[][] = [];
@@ -347,7 +342,7 @@ export function buildMarkdown(results: SuiteResults, charts: readonly Chart[], c
     if (chart !== undefined) push("", `![${chart.title}](${chartDirectory}/${chart.file})`);
   };
   push(`# Eventide bench — ${results.startedAt.slice(0, 16).replace("T", " ")} UTC`, "");
-  push(`- **Machine:** ${machineLine(results)}`);
+  push(`- **Machine:** ${machineLine(results.machine)}`);
   push(
     `- **Target:** ${results.target.kind === "self-started" ? `started by the suite on a fresh data directory (workers: ${results.target.workers ?? "default = cores"})` : `running server at ${results.target.queryUrl} / ${results.target.ingestUrl}`}`,
   );
@@ -526,7 +521,7 @@ export const figureGlossary = [
 /** The short summary for the terminal at the end of a run. */
 export function terminalSummary(results: SuiteResults): string {
   const rows = headlineRows(results);
-  const parts = [`\n${machineLine(results)}`];
+  const parts = [`\n${machineLine(results.machine)}`];
   if (rows.length > 0) parts.push(formatTextTable(["what", "throughput", "latency", "beside its peer"], rows));
   parts.push(`others used ${formatPercent(results.noise.othersCpuPercentMean)} of a core on average (max ${formatPercent(results.noise.othersCpuPercentMax)}) while steps ran`);
   if (results.warnings.length > 0) parts.push(`warnings:\n${results.warnings.map((warning) => `  - ${warning}`).join("\n")}`);

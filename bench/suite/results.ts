@@ -10,9 +10,9 @@
  * Estimate: a quick run yields ~150 figures and a ~200 KB JSON file (the
  * per-second timelines dominate); collecting figures is a few loops.
  */
-import type { MachineInfo } from "./machine.js";
+import type { MachineInfo } from "../runner/machine.js";
 import type { QueryKind, SuiteOptions } from "./options.js";
-import type { LatencySummary } from "./stats.js";
+import type { LatencySummary } from "../runner/stats.js";
 
 export const resultsFormat = "eventide-bench-suite/1";
 

@@ -13,20 +13,20 @@
  * while generating the dataset (~0.4 µs per event) and while DuckDB runs.
  */
 import { writeFileSync } from "node:fs";
-import { Agent } from "node:http";
 import { join } from "node:path";
 import type { Dataset } from "../fixtures/dataset.js";
 import { buildBatchBodies, buildSingleBodies } from "../fixtures/events.js";
 import { requestsFileText, saturationPercent, schedulerLagLimitMs, spawnLoad, type LoadProgress, type LoadReport, type RequestTemplate } from "../load/http-load.js";
-import { firstDifference, type QueryAnswer } from "../query/spec-reference.js";
-import { buildDataset, countPageviews, loadDataset, pageviewCount, post } from "./dataset-load.js";
-import { CpuMeter, machineBusyCpuMs, othersPercent, processCpuMs, processMemoryBytes } from "./machine.js";
+import { firstDifference, type QueryAnswer } from "../query/query-request.js";
+import { buildDataset, countPageviews, loadDataset, pageviewCount } from "./dataset-load.js";
+import { keepAliveAgent, post } from "../runner/http-client.js";
+import { CpuMeter, machineBusyCpuMs, othersPercent, processCpuMs, processMemoryBytes } from "../runner/machine.js";
 import type { QueryKind, SuiteOptions } from "./options.js";
 import type { Progress } from "./progress.js";
 import { CacheExposure, queryVariants, type QueryVariant } from "./queries.js";
 import type { DuckdbResult, DuckdbRun, IngestRun, LoadRunBase, MixedQueryKind, MixedResult, MixedSample, QueryRun, SoakResult, StepCpu, SuiteResults, TimelinePoint } from "./results.js";
-import { formatCount, formatMs, mean, summarizeHistogram, summarizeSample } from "./stats.js";
-import { startCeiling, type CeilingServer, type Target } from "./target.js";
+import { formatCount, formatMs, mean, summarizeHistogram, summarizeSample } from "../runner/stats.js";
+import { startCeiling, type CeilingServer, type Target } from "../runner/server.js";
 
 export interface SuiteContext {
   options: SuiteOptions;
@@ -405,7 +405,7 @@ export async function runDuckdb(context: SuiteContext): Promise<void> {
     const loadSeconds = (performance.now() - loadStartMs) / 1000;
     context.progress.endStep(`DuckDB ${version}, ${threads} threads, loaded and sorted in ${loadSeconds.toFixed(1)} s`);
     const checkAnswers = context.datasetResult.action === "loaded" || context.datasetResult.action === "already-there";
-    const agent = new Agent({ keepAlive: true, maxSockets: 1 });
+    const agent = keepAliveAgent(1);
     const runs: DuckdbRun[] = [];
     for (const kind of options.queries) {
       const variants = queryVariants(kind, options.dataset);
@@ -425,7 +425,7 @@ export async function runDuckdb(context: SuiteContext): Promise<void> {
       }
       const run: DuckdbRun = { query: kind, runs: timesMs.length, latencyMs: summarizeSample(timesMs), answersMatch: null };
       if (checkAnswers) {
-        const answer = await post(agent, `${context.target.queryUrl}${variants[0].path}`, variants[0].body, { authorization: `Bearer ${context.target.token}` });
+        const answer = await post(agent, `${context.target.queryUrl}${variants[0].path}`, variants[0].body, { headers: { authorization: `Bearer ${context.target.token}` }, idempotent: true });
         let parsed: unknown = answer.text;
         try {
           parsed = JSON.parse(answer.text) as QueryAnswer;

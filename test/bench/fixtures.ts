@@ -6,7 +6,7 @@
  * and properly nested tags, quoted attributes, no duplicate attributes, and
  * only the five predefined entities (or numeric ones).
  */
-import { summarizeSample } from "../../bench/suite/stats.js";
+import { summarizeSample } from "../../bench/runner/stats.js";
 import { collectFigures, resultsFormat, type IngestRun, type MixedResult, type QueryRun, type StepCpu, type SuiteResults, type TimelinePoint } from "../../bench/suite/results.js";
 import { parseSuiteOptions, type SuiteOptions } from "../../bench/suite/options.js";
 

@@ -14,7 +14,7 @@ import { pathToFileURL } from "node:url";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import type { LoadProgress } from "../../bench/load/http-load.js";
 import { dueCount, firstIndexAtOrAfter, intendedTimeMs, OpenLoopDispatcher, processSchedule } from "../../bench/load/open-loop-schedule.js";
-import { percentileOfSorted } from "../../bench/suite/stats.js";
+import { percentileOfSorted } from "../../bench/runner/stats.js";
 import { repoRoot } from "../helpers/server.js";
 
 /** The compiled generator (built by `npm test` before vitest runs): spawnLoad starts its own file as the child, which must be JavaScript. */

@@ -6,7 +6,7 @@
  */
 import { describe, expect, it } from "vitest";
 import { LatencyHistogram, mergeLoadReports, summarizeLatency, type LoadReport } from "../../bench/load/http-load.js";
-import { formatCount, formatDuration, formatMs, median, percentileOfSorted, summarizeSample } from "../../bench/suite/stats.js";
+import { formatCount, formatDuration, formatMs, median, percentileOfSorted, summarizeSample } from "../../bench/runner/stats.js";
 import { Random } from "../helpers/random.js";
 
 describe("nearest-rank percentiles of a sample", () => {

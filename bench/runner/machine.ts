@@ -10,7 +10,7 @@
  * process (~20 µs each); a step samples twice, a soak once per second.
  */
 import { execFileSync } from "node:child_process";
-import { readFileSync } from "node:fs";
+import { lstatSync, readdirSync, readFileSync } from "node:fs";
 import { availableParallelism, cpus, loadavg, release, totalmem, type } from "node:os";
 import { join } from "node:path";
 
@@ -55,6 +55,12 @@ export function machineInfo(repositoryRoot: string): MachineInfo {
     eventideVersion,
     loadAverageAtStart: loadavg().map((value) => Math.round(value * 100) / 100),
   };
+}
+
+/** One line for a report: hardware, Node, OS and the Eventide commit the figures belong to. */
+export function machineLine(machine: MachineInfo): string {
+  const commit = machine.eventideCommit === null ? `v${machine.eventideVersion}` : `${machine.eventideCommit.slice(0, 12)}${machine.eventideDirty ? " (with uncommitted changes)" : ""}`;
+  return `${machine.cpuModel}, ${machine.cores} cores, ${machine.memoryGiB} GiB, Node ${machine.node}, ${machine.os}; Eventide ${commit}`;
 }
 
 const clockTicksPerSecond = 100;
@@ -133,4 +139,27 @@ export class CpuMeter {
 export function othersPercent(share: CpuShare, generatorPercent: number): number {
   const known = (Number.isFinite(share.serverPercent) ? share.serverPercent : 0) + share.driverPercent + (Number.isFinite(generatorPercent) ? generatorPercent : 0);
   return Math.max(0, share.machinePercent - known);
+}
+
+/** What a directory tree weighs: bytes as written (apparent) and as allocated on disk, and its file count. */
+export function directoryBytes(root: string): { apparentBytes: number; allocatedBytes: number; files: number } {
+  let apparentBytes = 0;
+  let allocatedBytes = 0;
+  let files = 0;
+  const stack = [root];
+  while (stack.length > 0) {
+    const directory = stack.pop()!;
+    for (const entry of readdirSync(directory, { withFileTypes: true })) {
+      const path = join(directory, entry.name);
+      if (entry.isDirectory()) {
+        stack.push(path);
+        continue;
+      }
+      const stats = lstatSync(path);
+      apparentBytes += stats.size;
+      allocatedBytes += stats.blocks * 512;
+      files += 1;
+    }
+  }
+  return { apparentBytes, allocatedBytes, files };
 }

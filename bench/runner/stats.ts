@@ -124,11 +124,11 @@ export function formatDuration(seconds: number): string {
   return hours > 0 ? `${hours}:${two(minutes)}:${two(rest)}` : `${minutes}:${two(rest)}`;
 }
 
-/** A plain-text table: first column left-aligned, the others right-aligned. */
-export function formatTextTable(header: readonly string[], rows: readonly (readonly string[])[]): string {
+/** A plain-text table: the first `leftColumns` columns (names) left-aligned, the others (figures) right-aligned. */
+export function formatTextTable(header: readonly string[], rows: readonly (readonly string[])[], leftColumns = 1): string {
   const widths = header.map((cell, column) => Math.max(cell.length, ...rows.map((row) => (row[column] ?? "").length)));
   const line = (cells: readonly string[]) =>
-    cells.map((cell, column) => (column === 0 ? cell.padEnd(widths[column]) : cell.padStart(widths[column]))).join("  ").trimEnd();
+    cells.map((cell, column) => (column < leftColumns ? cell.padEnd(widths[column]) : cell.padStart(widths[column]))).join("  ").trimEnd();
   return [line(header), widths.map((width) => "-".repeat(width)).join("  "), ...rows.map(line)].join("\n");
 }
 

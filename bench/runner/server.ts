@@ -1,10 +1,11 @@
 /**
- * The server the suite measures, and the peer it sets beside it. Either the
- * suite starts Eventide itself (`dist/src/main.js` on free ports over a fresh
- * data directory, reading the credentials it prints, SPEC §0) or it is given a
- * running one (`--query-url`, `--ingest-url`, `--api-key`, `--token`, and
- * `--server-pid` when it runs on this machine, for its CPU and memory). The
- * ceiling peer — a bare uWS server that only JSON.parses — always runs here.
+ * The servers every bench measures (the suite, bench:ingest, bench:query) and
+ * the peer set beside Eventide. Either the bench starts Eventide itself
+ * (`dist/src/main.js` on free ports over a fresh data directory, reading the
+ * credentials it prints, SPEC §0) or the suite is given a running one
+ * (`--query-url`, `--ingest-url`, `--api-key`, `--token`, and `--server-pid`
+ * when it runs on this machine, for its CPU and memory). The ceiling peer — a
+ * bare uWS server that only JSON.parses — always runs here.
  *
  * Estimate: Eventide starts in ~0.3–1 s (worker threads, the registry, an
  * empty store); stopping it fsyncs and seals, ~0.1–2 s with a few million rows.
@@ -53,12 +54,14 @@ interface Child {
   exited: Promise<number | null>;
 }
 
-function startChild(script: string, cwd: string, environment: Record<string, string>, nodeFlags: readonly string[] = []): Child {
+function startChild(script: string, cwd: string, environment: Record<string, string>, nodeFlags: readonly string[], nice: number): Child {
   if (!exitHookInstalled) {
     exitHookInstalled = true;
     process.on("exit", killStartedServers);
   }
-  const child = spawn(process.execPath, [...nodeFlags, script], { cwd, env: { ...process.env, ...environment }, stdio: ["ignore", "pipe", "pipe"] });
+  // `nice` sets the priority before exec, so every thread of the server (workers included) inherits it.
+  const [command, args] = nice === 0 ? [process.execPath, [...nodeFlags, script]] : ["nice", ["-n", String(nice), process.execPath, ...nodeFlags, script]];
+  const child = spawn(command, args, { cwd, env: { ...process.env, ...environment }, stdio: ["ignore", "pipe", "pipe"] });
   startedChildren.add(child);
   let stderrText = "";
   child.stderr!.setEncoding("utf8");
@@ -107,11 +110,20 @@ function stopper(started: Child): () => Promise<number | null> {
   };
 }
 
+export interface EventideStart {
+  repositoryRoot: string;
+  /** EVENTIDE_WORKERS; undefined: the server's default. */
+  workers?: number;
+  keepData: boolean;
+  /** Nice value of the server process and its threads; below 0 needs root. */
+  nice?: number;
+}
+
 /** Starts Eventide on free ports over a fresh data directory under the system's temporary directory. */
-export async function startEventide(options: { repositoryRoot: string; workers: number | undefined; keepData: boolean }): Promise<Target> {
+export async function startEventide(options: EventideStart): Promise<Target> {
   const mainScript = join(options.repositoryRoot, "dist", "src", "main.js");
   if (!existsSync(mainScript)) throw new Error(`${mainScript} is missing: run npm run build first`);
-  const workDirectory = mkdtempSync(join(tmpdir(), "eventide-bench-suite-"));
+  const workDirectory = mkdtempSync(join(tmpdir(), "eventide-bench-server-"));
   const dataDirectory = join(workDirectory, "data");
   mkdirSync(dataDirectory);
   const environment: Record<string, string> = {
@@ -123,7 +135,7 @@ export async function startEventide(options: { repositoryRoot: string; workers: 
   if (options.workers !== undefined) environment.EVENTIDE_WORKERS = String(options.workers);
   // A fresh store creates the default workspace and prints its credentials; a restart prints none.
   const launch = async (known: { apiKey: string; token: string } | undefined) => {
-    const started = startChild(mainScript, options.repositoryRoot, environment, serverNodeFlags);
+    const started = startChild(mainScript, options.repositoryRoot, environment, serverNodeFlags, options.nice ?? 0);
     const listening = await waitForLine(started, "listening", 60_000, "eventide");
     const created = started.jsonLines.find((line) => line.event === "workspace-created") ?? known;
     if (created === undefined || typeof created.apiKey !== "string" || typeof created.token !== "string") {
@@ -184,10 +196,10 @@ export interface CeilingServer {
 }
 
 /** The uWS ceiling peer of the ingest scenarios (bench/ingest/ceiling-server.ts). */
-export async function startCeiling(repositoryRoot: string): Promise<CeilingServer> {
+export async function startCeiling(repositoryRoot: string, nice = 0): Promise<CeilingServer> {
   const script = join(repositoryRoot, "dist", "bench", "ingest", "ceiling-server.js");
   if (!existsSync(script)) throw new Error(`${script} is missing: run npm run build first`);
-  const started = startChild(script, repositoryRoot, { CEILING_HOST: "127.0.0.1", CEILING_PORT: "0" });
+  const started = startChild(script, repositoryRoot, { CEILING_HOST: "127.0.0.1", CEILING_PORT: "0" }, [], nice);
   const listening = await waitForLine(started, "listening", 15_000, "ceiling server");
   return { url: `http://127.0.0.1:${Number(listening.port)}`, pid: started.child.pid, stop: stopper(started) };
 }
