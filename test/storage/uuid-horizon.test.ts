@@ -97,6 +97,30 @@ describe("the uuid set's horizon", () => {
     expect(set.size).toBe(39);
   });
 
+  it("answers claims read ahead in batches the same when both generations hold uuids", () => {
+    const random = new Random(75);
+    const set = new UuidSet(horizonDays, startMs);
+    const older = randomUuids(random, 3_000);
+    for (let offset = 0; offset < older.length; offset += 16) set.claim(older, offset, 1);
+    set.advance(startMs + horizonDays * dayMs);
+    // Half repeats of the older generation's uuids, half new ones, some rows without a uuid.
+    const rowCount = 2_000;
+    const batch = new Uint8Array(rowCount * 16);
+    const present = new Uint8Array(rowCount);
+    const fresh = randomUuids(random, rowCount);
+    for (let row = 0; row < rowCount; row++) {
+      batch.set(row % 2 === 0 ? older.subarray(row * 16, row * 16 + 16) : fresh.subarray(row * 16, row * 16 + 16), row * 16);
+      present[row] = row % 7 === 0 ? 0 : 1;
+    }
+    set.prefetchHomes(batch, present, rowCount);
+    let wrong = 0;
+    for (let row = 0; row < rowCount; row++) {
+      if (present[row] === 0) continue;
+      if (set.claim(batch, row * 16, 2) !== (row % 2 === 0 ? 1 : -1)) wrong++;
+    }
+    expect(wrong).toBe(0);
+  });
+
   it("is seven days or more by default", () => {
     expect(limits.uuidHorizonDays).toBeGreaterThanOrEqual(7);
   });
