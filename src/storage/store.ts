@@ -939,7 +939,8 @@ export class Store {
           for (const segment of partition.sealed) {
             if (segment.uuidsLoaded || !segment.layout.uuids) continue;
             const uuids = readSegmentUuids(segment.directory, segment.layout);
-            for (let offset = 0; offset < uuids.length; offset += 16) workspace.uuids.add(uuids, offset, writtenAtMs(segment.directory));
+            const receivedAtMs = writtenAtMs(segment.directory);
+            for (let offset = 0; offset < uuids.length; offset += 16) workspace.uuids.add(uuids, offset, receivedAtMs);
             segment.uuidsLoaded = true;
           }
         }

@@ -7,11 +7,16 @@
 import { describe, expect, it } from "vitest";
 import { uuidsCollidingUnderUnkeyedHash, unkeyedUuidHash } from "../../bench/fixtures/colliding-uuids.js";
 import { limits } from "../../src/config/limits.js";
-import { UuidSet } from "../../src/storage/uuid-set.js";
+import { halfSipHash13, UuidSet } from "../../src/storage/uuid-set.js";
 
 const floodCount = 100_000;
 
 describe("the uuid set under a hash flood", () => {
+  it("hashes uuids with HalfSipHash-1-3: the reference vector for 16 bytes", () => {
+    // Linux's hsiphash test vectors (32-bit build, HalfSipHash-1-3): bytes 00…0f under the key 00…07.
+    expect(halfSipHash13(0x03020100, 0x07060504, 0x03020100, 0x07060504, 0x0b0a0908, 0x0f0e0d0c)).toBe(0x8b31d501);
+  });
+
   it("keeps every lookup's walk within the bound for 100 000 uuids that share one unkeyed hash", () => {
     const uuids = uuidsCollidingUnderUnkeyedHash(floodCount, 7);
     const words = new DataView(uuids.buffer);
