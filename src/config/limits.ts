@@ -62,6 +62,18 @@ export const limits = Object.freeze({
   checkpointIntervalMs: integerFromEnvironment("EVENTIDE_CHECKPOINT_INTERVAL_MS", 60_000),
   /** …and once ingest has paused this long: sealed rows answer queries far faster than active ones. */
   checkpointIdleMs: integerFromEnvironment("EVENTIDE_CHECKPOINT_IDLE_MS", 5_000),
+  /**
+   * A uuid is remembered (a retry of its event acknowledged, not stored again) for at least
+   * this many days after its event was received, at most twice that; like Amplitude's 7-day
+   * insert_id window, it keeps the uuid set's memory to what a few days of ingest bring.
+   */
+  uuidHorizonDays: integerFromEnvironment("EVENTIDE_UUID_HORIZON_DAYS", 7),
+  /**
+   * A uuid claim that would sit further than this from its home slot doubles its table
+   * instead: under the keyed hash the longest walk among millions of random uuids is ~50
+   * slots, and a bound keeps a lookup's walk short whatever uuids clients choose.
+   */
+  uuidProbeSlotsMax: 128,
 
   // Queries.
   segmentCacheBytesMax: integerFromEnvironment("EVENTIDE_SEGMENT_CACHE_BYTES_MAX", 8 * 1024 * mebibyte),

@@ -15,7 +15,7 @@
  * files holding their rows stay, and the next checkpoint seals them again.
  */
 import { strict as assert } from "node:assert";
-import { existsSync, readdirSync, readFileSync, rmSync } from "node:fs";
+import { existsSync, readdirSync, readFileSync, rmSync, statSync } from "node:fs";
 import { basename, dirname, join } from "node:path";
 import { limits } from "../config/limits.js";
 import { decodeChunk, filterChunk, type DecodedChunk } from "../ingest/chunk-codec.js";
@@ -76,6 +76,16 @@ interface AppliedRows {
   textsAdded: number;
 }
 
+/**
+ * When a sealed segment was written (sealed, or merged): a time no earlier than
+ * the receipt of any of its rows, which the store keeps nowhere else. Its
+ * directory's, as the files were created in it just before it was renamed into
+ * place; a merge rewrites old rows and so counts them as received anew.
+ */
+function writtenAtMs(directory: string): number {
+  return statSync(directory).mtimeMs;
+}
+
 export function dayLabel(dayStartMs: number): string {
   return new Date(dayStartMs).toISOString().slice(0, 10);
 }
@@ -133,7 +143,7 @@ export class SealedSegment {
   memory: SharedArrayBuffer | undefined;
   /** Set when a merge replaced this segment: it must not be described again. */
   retired = false;
-  /** Its uuids are in the workspace's set (new segments: their rows' uuids were claimed at commit). */
+  /** Its uuids are in the workspace's set (new segments: their rows' uuids were claimed at commit), or were written beyond the uuid horizon. */
   uuidsLoaded = true;
   private layoutJson: string | undefined;
   loading: Promise<void> | undefined;
@@ -350,9 +360,10 @@ export class Store {
           const directory = segmentDirectory(dataDir, workspaceId, day, segmentName);
           const segment = new SealedSegment(`${workspaceId}/${day}/${segmentName}`, directory, dayStartMs, layout);
           workspace.partition(dayStartMs).sealed.push(segment);
-          // Its uuids join the workspace's set in the background (warmUuids), after the server serves.
-          segment.uuidsLoaded = !layout.uuids;
-          if (layout.uuids) workspace.uuidsPending = true;
+          // Its uuids join the workspace's set in the background (warmUuids), after the server serves;
+          // unless it was written beyond the uuid horizon (then so were its rows received).
+          segment.uuidsLoaded = !layout.uuids || !workspace.uuids.remembers(writtenAtMs(directory));
+          if (!segment.uuidsLoaded) workspace.uuidsPending = true;
         }
         // Durably gone: a removed segment that came back after a power loss would be adopted by the next published checkpoint.
         if (removed && fsync) fsyncDirectory(dayDirectory(dataDir, workspaceId, day));
@@ -399,6 +410,8 @@ export class Store {
     let lastCheckpointAtMs = Date.now();
     this.checkpointTimer = setInterval(() => {
       const nowMs = Date.now();
+      // Idle workspaces drop uuids past the horizon too.
+      for (const workspace of this.workspaces.values()) workspace.uuids.advance(nowMs);
       if (this.mergesDeferred && nowMs - this.lastIngestAtMs >= limits.checkpointIdleMs) this.scheduleMerges();
       if (this.rowsSinceCheckpoint === 0 && this.unsealed.length === 0) return;
       if (nowMs - this.lastIngestAtMs < limits.checkpointIdleMs && nowMs - lastCheckpointAtMs < limits.checkpointIntervalMs) return;
@@ -435,6 +448,7 @@ export class Store {
     if (chunk.uuidPresent && workspace.uuidsPending) await workspace.uuidsReady;
     assert(!this.closed, "store is closed");
     const commitId = ++this.commitSequence;
+    workspace.uuids.advance(Date.now());
 
     // Claim uuids now, so a concurrent retry of the same events is recognised
     // while this one is still on its way to disk. A repeat of a uuid whose
@@ -912,7 +926,8 @@ export class Store {
             if (segment.uuidsLoaded || !segment.layout.uuids) continue;
             try {
               const uuids = readSegmentUuids(segment.directory, segment.layout);
-              for (let offset = 0; offset < uuids.length; offset += 16) workspace.uuids.add(uuids, offset);
+              const receivedAtMs = writtenAtMs(segment.directory);
+              for (let offset = 0; offset < uuids.length; offset += 16) workspace.uuids.add(uuids, offset, receivedAtMs);
               segment.uuidsLoaded = true;
             } catch (error) {
               // A merge retired it meanwhile: its rows are in the merged segment, read below.
@@ -924,7 +939,8 @@ export class Store {
           for (const segment of partition.sealed) {
             if (segment.uuidsLoaded || !segment.layout.uuids) continue;
             const uuids = readSegmentUuids(segment.directory, segment.layout);
-            for (let offset = 0; offset < uuids.length; offset += 16) workspace.uuids.add(uuids, offset);
+            const receivedAtMs = writtenAtMs(segment.directory);
+            for (let offset = 0; offset < uuids.length; offset += 16) workspace.uuids.add(uuids, offset, receivedAtMs);
             segment.uuidsLoaded = true;
           }
         }

@@ -5,6 +5,14 @@
  * strings, and no garbage per insert. An all-zero uuid marks an empty slot;
  * the nil uuid (all zeros) is tracked apart.
  *
+ * Uuids are chosen by clients, so their hash is keyed: HalfSipHash-1-3 (the
+ * Linux kernel's hsiphash) under 64 random bits drawn per process and never
+ * stored. A fixed hash let anyone holding an ingest key compute uuids that
+ * all land in one slot, making each claim walk all the others (quadratic, on
+ * the main thread); under a secret key a client cannot tell which uuids
+ * collide. Nothing on disk depends on the key: start-up rebuilds the set from
+ * the uuids in sealed segments and the WAL.
+ *
  * The uuids are spread over 256 tables by the top bits of their hash, each
  * growing on its own: one table of 6 M uuids stopped the main thread for
  * ~0.5 s each time it doubled, every other client waiting; a table of 1/256
@@ -13,11 +21,21 @@
  *
  * The owner lets a retry that arrives while the original is still on its way
  * to disk wait for that commit before it is acknowledged (owner 0: durable).
+ *
+ * Uuids are kept for a horizon (limits.uuidHorizonDays), not forever: the set
+ * holds two generations, the uuids received in the current period of that
+ * many days and those of the period before; when a period ends the older
+ * generation is dropped whole. A uuid is so remembered for at least the
+ * horizon and at most twice it, and memory holds at most two periods of them.
  */
+import { randomBytes } from "node:crypto";
+import { limits } from "../config/limits.js";
+
 const slotWords = 5;
 const shardBits = 8;
 /** Slots of a table once it holds a uuid (a workspace without uuids holds no slots). */
 const shardInitialCapacity = 16;
+const dayMs = 86_400_000;
 
 /**
  * Batches of fewer rows are claimed without reading ahead (prefetchHomes):
@@ -37,15 +55,46 @@ function word(bytes: Uint8Array, at: number): number {
   return (bytes[at] | (bytes[at + 1] << 8) | (bytes[at + 2] << 16) | (bytes[at + 3] << 24)) >>> 0;
 }
 
+/** The per-process key of hashOf: random, never written anywhere. */
+const keyBytes = randomBytes(8);
+const key0 = keyBytes.readUInt32LE(0);
+const key1 = keyBytes.readUInt32LE(4);
+/** HalfSipHash's last block for a 16-byte message: the length in its top byte. */
+const lengthBlock = 16 << 24;
+
+/**
+ * HalfSipHash-1-3 of 16 bytes (four little-endian words) under a 64-bit key:
+ * one round per message block, three to finish. Exported for its test against
+ * the reference vectors.
+ */
+export function halfSipHash13(key0: number, key1: number, a: number, b: number, c: number, d: number): number {
+  let v0 = key0;
+  let v1 = key1;
+  let v2 = key0 ^ 0x6c796765;
+  let v3 = key1 ^ 0x74656462;
+  for (let block = 0; block < 8; block++) {
+    // Blocks 0–4 carry the message (the four words, then its length); 5–7 finish.
+    const message = block === 0 ? a : block === 1 ? b : block === 2 ? c : block === 3 ? d : block === 4 ? lengthBlock : 0;
+    if (block === 5) v2 ^= 0xff;
+    v3 ^= message;
+    v0 = (v0 + v1) | 0;
+    v1 = ((v1 << 5) | (v1 >>> 27)) ^ v0;
+    v0 = (v0 << 16) | (v0 >>> 16);
+    v2 = (v2 + v3) | 0;
+    v3 = ((v3 << 8) | (v3 >>> 24)) ^ v2;
+    v0 = (v0 + v3) | 0;
+    v3 = ((v3 << 7) | (v3 >>> 25)) ^ v0;
+    v2 = (v2 + v1) | 0;
+    v1 = ((v1 << 13) | (v1 >>> 19)) ^ v2;
+    v2 = (v2 << 16) | (v2 >>> 16);
+    v0 ^= message;
+  }
+  return (v1 ^ v3) >>> 0;
+}
+
+/** A uuid's hash under the process key (~30 ns; the former unkeyed mix took ~5). */
 function hashOf(a: number, b: number, c: number, d: number): number {
-  // murmur3 finalizer over a mix of all four words: v1/v7 uuids keep entropy in different words.
-  let h = Math.imul(a ^ Math.imul(b, 0x9e3779b1) ^ Math.imul(c, 0x85ebca6b) ^ Math.imul(d, 0xc2b2ae35), 0x27d4eb2f);
-  h ^= h >>> 16;
-  h = Math.imul(h, 0x85ebca6b);
-  h ^= h >>> 13;
-  h = Math.imul(h, 0xc2b2ae35);
-  h ^= h >>> 16;
-  return h >>> 0;
+  return halfSipHash13(key0, key1, a, b, c, d);
 }
 
 /** One table: the uuids whose hash has its top bits. Slots are picked by the low bits. */
@@ -75,21 +124,32 @@ class UuidTable {
     // Grown first, so the probe below both finds the uuid and, failing that,
     // stops at the empty slot it goes into: one walk of the chain, not two.
     if ((this.count + 1) * 100 > this.capacity * this.maxLoadPercent) this.grow();
-    const mask = this.capacity - 1;
-    const slots = this.slots;
-    for (let slot = hash & mask; ; slot = (slot + 1) & mask) {
-      const base = slot * slotWords;
-      const s0 = slots[base], s1 = slots[base + 1], s2 = slots[base + 2], s3 = slots[base + 3];
-      if (s0 === a && s1 === b && s2 === c && s3 === d) return slots[base + 4];
-      if ((s0 | s1 | s2 | s3) === 0) {
-        slots[base] = a;
-        slots[base + 1] = b;
-        slots[base + 2] = c;
-        slots[base + 3] = d;
-        slots[base + 4] = owner;
-        this.count++;
-        return -1;
+    for (;;) {
+      const mask = this.capacity - 1;
+      const slots = this.slots;
+      let slot = hash & mask;
+      for (; ; slot = (slot + 1) & mask) {
+        const base = slot * slotWords;
+        const s0 = slots[base], s1 = slots[base + 1], s2 = slots[base + 2], s3 = slots[base + 3];
+        if (s0 === a && s1 === b && s2 === c && s3 === d) return slots[base + 4];
+        if ((s0 | s1 | s2 | s3) === 0) break;
       }
+      // A chain longer than the bound is rare luck under a secret key: the table doubles
+      // (splitting its chains) rather than keep it — unless it is already half as full as it
+      // may be, so chains made by a leaked key cannot double it without end.
+      const probe = (slot - (hash & mask)) & mask;
+      if (probe > limits.uuidProbeSlotsMax && this.count * 200 >= this.capacity * this.maxLoadPercent) {
+        this.grow();
+        continue;
+      }
+      const base = slot * slotWords;
+      slots[base] = a;
+      slots[base + 1] = b;
+      slots[base + 2] = c;
+      slots[base + 3] = d;
+      slots[base + 4] = owner;
+      this.count++;
+      return -1;
     }
   }
 
@@ -98,9 +158,24 @@ class UuidTable {
     return this.capacity === 0 ? -1 : (hash & (this.capacity - 1)) * slotWords;
   }
 
-  delete(hash: number, a: number, b: number, c: number, d: number): void {
+  /** Longest distance of a uuid from its home slot: slots a lookup of it walks past. */
+  maxProbeLength(): number {
+    const mask = this.capacity - 1;
+    const slots = this.slots;
+    let longest = 0;
+    for (let slot = 0; slot < this.capacity; slot++) {
+      const base = slot * slotWords;
+      const s0 = slots[base], s1 = slots[base + 1], s2 = slots[base + 2], s3 = slots[base + 3];
+      if ((s0 | s1 | s2 | s3) === 0) continue;
+      longest = Math.max(longest, (slot - hashOf(s0, s1, s2, s3)) & mask);
+    }
+    return longest;
+  }
+
+  /** Removes the uuid; false when it was not there. */
+  delete(hash: number, a: number, b: number, c: number, d: number): boolean {
     let hole = this.find(hash, a, b, c, d);
-    if (hole < 0) return;
+    if (hole < 0) return false;
     // Backward-shift deletion: later entries of the probe chain move into the
     // hole unless their home slot lies cyclically in (hole, probe], so no
     // lookup ever stops early at an empty slot.
@@ -118,6 +193,7 @@ class UuidTable {
     }
     slots.fill(0, hole * slotWords, hole * slotWords + slotWords);
     this.count--;
+    return true;
   }
 
   private grow(): void {
@@ -142,44 +218,144 @@ class UuidTable {
   }
 }
 
-export class UuidSet {
-  private readonly tables = Array.from({ length: 1 << shardBits }, (_, index) => new UuidTable(50 + Math.floor((25 * index) / ((1 << shardBits) - 1))));
-  private hasNil = false;
-  private nilOwner = 0;
+/** One generation: the uuids received in one period, in 2^shardBits tables. Callers pass each uuid's words and hash. */
+class UuidGeneration {
+  readonly tables = Array.from({ length: 1 << shardBits }, (_, index) => new UuidTable(50 + Math.floor((25 * index) / ((1 << shardBits) - 1))));
+  hasNil = false;
+  nilOwner = 0;
+  /** Uuids held, the nil uuid included. */
+  count = 0;
 
-  get size(): number {
-    let count = this.hasNil ? 1 : 0;
-    for (const table of this.tables) count += table.count;
-    return count;
-  }
-
-  /** Bytes held, for the memory figures. */
   get byteLength(): number {
     let bytes = 0;
     for (const table of this.tables) bytes += table.slots.byteLength;
     return bytes;
   }
 
-  private tableOf(hash: number): UuidTable {
-    return this.tables[shardOf(hash)];
+  /** The owner of a uuid held here, or -1. */
+  ownerOf(hash: number, a: number, b: number, c: number, d: number): number {
+    if ((a | b | c | d) === 0) return this.hasNil ? this.nilOwner : -1;
+    const table = this.tables[shardOf(hash)];
+    const slot = table.find(hash, a, b, c, d);
+    return slot < 0 ? -1 : table.slots[slot * slotWords + 4];
+  }
+
+  claim(hash: number, a: number, b: number, c: number, d: number, owner: number): number {
+    if ((a | b | c | d) === 0) {
+      if (this.hasNil) return this.nilOwner;
+      this.hasNil = true;
+      this.nilOwner = owner;
+      this.count++;
+      return -1;
+    }
+    const answer = this.tables[shardOf(hash)].claim(hash, a, b, c, d, owner);
+    if (answer === -1) this.count++;
+    return answer;
+  }
+
+  settle(hash: number, a: number, b: number, c: number, d: number): void {
+    if ((a | b | c | d) === 0) {
+      this.nilOwner = 0;
+      return;
+    }
+    const table = this.tables[shardOf(hash)];
+    const slot = table.find(hash, a, b, c, d);
+    if (slot >= 0) table.slots[slot * slotWords + 4] = 0;
+  }
+
+  delete(hash: number, a: number, b: number, c: number, d: number): void {
+    if ((a | b | c | d) === 0) {
+      if (this.hasNil) this.count--;
+      this.hasNil = false;
+      return;
+    }
+    if (this.tables[shardOf(hash)].delete(hash, a, b, c, d)) this.count--;
+  }
+
+  maxProbeLength(): number {
+    let longest = 0;
+    for (const table of this.tables) longest = Math.max(longest, table.maxProbeLength());
+    return longest;
+  }
+}
+
+/** Which generation a time falls in, relative to the current period ("forgotten": older, beyond the horizon). */
+type Generation = "current" | "previous" | "forgotten";
+
+export class UuidSet {
+  private current = new UuidGeneration();
+  private previous = new UuidGeneration();
+  /** The current period: days since the epoch divided by the horizon, rounded down. */
+  private period: number;
+
+  /**
+   * `horizonDays`: how long a uuid is remembered at least; `nowMs`: the clock at
+   * creation (later moves come through `advance`).
+   */
+  constructor(
+    private readonly horizonDays = limits.uuidHorizonDays,
+    nowMs = Date.now(),
+  ) {
+    this.period = this.periodOf(nowMs);
+  }
+
+  private periodOf(timeMs: number): number {
+    return Math.floor(Math.floor(timeMs / dayMs) / this.horizonDays);
+  }
+
+  /** A time later than the clock (a file's clock ahead of ours) counts as the current period. */
+  private generationOf(timeMs: number): Generation {
+    const age = this.period - Math.min(this.periodOf(timeMs), this.period);
+    return age === 0 ? "current" : age === 1 ? "previous" : "forgotten";
+  }
+
+  /**
+   * Moves the set's clock to `nowMs`: when a new period has begun, the older
+   * generation is dropped (its tables freed) and a fresh one begins. A clock
+   * that went back changes nothing.
+   */
+  advance(nowMs: number): void {
+    const period = this.periodOf(nowMs);
+    if (period <= this.period) return;
+    this.previous = period === this.period + 1 ? this.current : new UuidGeneration();
+    this.current = new UuidGeneration();
+    this.period = period;
+  }
+
+  /** Whether uuids received (or written to disk) at `timeMs` are still within the horizon. */
+  remembers(timeMs: number): boolean {
+    return this.generationOf(timeMs) !== "forgotten";
+  }
+
+  get size(): number {
+    return this.current.count + this.previous.count;
+  }
+
+  /** Bytes held, for the memory figures. */
+  get byteLength(): number {
+    return this.current.byteLength + this.previous.byteLength;
+  }
+
+  /** Longest walk past other uuids that a lookup of a held uuid makes (the hash's quality, for tests). */
+  maxProbeLength(): number {
+    return Math.max(this.current.maxProbeLength(), this.previous.maxProbeLength());
   }
 
   /** True when the uuid at bytes[offset…offset+16) is present. */
   has(bytes: Uint8Array, offset = 0): boolean {
     const a = word(bytes, offset), b = word(bytes, offset + 4), c = word(bytes, offset + 8), d = word(bytes, offset + 12);
-    if ((a | b | c | d) === 0) return this.hasNil;
     const hash = hashOf(a, b, c, d);
-    return this.tableOf(hash).find(hash, a, b, c, d) >= 0;
+    return this.current.ownerOf(hash, a, b, c, d) >= 0 || (this.previous.count > 0 && this.previous.ownerOf(hash, a, b, c, d) >= 0);
   }
 
-  /** Per uuid of the batch being prefetched: its table, and the first word of its home slot. */
-  private prefetchTable = new Uint8Array(1024);
-  private prefetchWord = new Int32Array(1024);
+  /** Per home slot read ahead: its table, and the index of its first word; the current generation's, then the previous one's. */
+  private prefetchTable = new Uint8Array(2048);
+  private prefetchWord = new Int32Array(2048);
   /** Sum of the words read ahead: kept, so the compiler cannot drop the loads as unused. */
   prefetchSink = 0;
 
   /**
-   * Reads the home slot of each uuid of a batch (rows with `present[row]`,
+   * Reads the home slots of each uuid of a batch (rows with `present[row]`,
    * 16 bytes each in `bytes`) before they are claimed one by one. A claim's
    * cost is a cache and TLB miss in tables of a gigabyte; in the claim loop
    * each miss waits for the one before, since the next hash is computed
@@ -188,37 +364,63 @@ export class UuidSet {
    * misses in flight at once; the claims then find their lines in the cache
    * (batches of fewer than prefetchRowsMin rows are left alone). Batches of
    * 1 000 events at 64 connections: 521–610 k events/s against 390–566 k
-   * without it, ten alternated pairs, every one the same way.
+   * without it, ten alternated pairs, every one the same way. A claim looks
+   * in both generations, so both are read ahead.
    */
   prefetchHomes(bytes: Uint8Array, present: Uint8Array, rowCount: number): void {
     if (rowCount < prefetchRowsMin) return;
-    if (this.prefetchWord.length < rowCount) {
-      this.prefetchTable = new Uint8Array(rowCount);
-      this.prefetchWord = new Int32Array(rowCount);
+    if (this.prefetchWord.length < rowCount * 2) {
+      this.prefetchTable = new Uint8Array(rowCount * 2);
+      this.prefetchWord = new Int32Array(rowCount * 2);
     }
-    const tableOfRow = this.prefetchTable;
-    const wordOfRow = this.prefetchWord;
-    let count = 0;
+    const tableOfHome = this.prefetchTable;
+    const wordOfHome = this.prefetchWord;
+    const current = this.current.tables;
+    const previous = this.previous.tables;
+    const previousHeld = this.previous.count > 0;
+    let currentCount = 0;
+    let previousCount = 0;
     for (let row = 0; row < rowCount; row++) {
       if (present[row] === 0) continue;
       const offset = row * 16;
       const hash = hashOf(word(bytes, offset), word(bytes, offset + 4), word(bytes, offset + 8), word(bytes, offset + 12));
       const table = shardOf(hash);
-      const home = this.tables[table].homeWord(hash);
-      if (home < 0) continue;
-      tableOfRow[count] = table;
-      wordOfRow[count] = home;
-      count++;
+      const home = current[table].homeWord(hash);
+      if (home >= 0) {
+        tableOfHome[currentCount] = table;
+        wordOfHome[currentCount] = home;
+        currentCount++;
+      }
+      const previousHome = previousHeld ? previous[table].homeWord(hash) : -1;
+      if (previousHome >= 0) {
+        tableOfHome[rowCount + previousCount] = table;
+        wordOfHome[rowCount + previousCount] = previousHome;
+        previousCount++;
+      }
     }
-    const tables = this.tables;
     let sink = 0;
-    for (let index = 0; index < count; index++) sink += tables[tableOfRow[index]].slots[wordOfRow[index]];
+    for (let index = 0; index < currentCount; index++) sink += current[tableOfHome[index]].slots[wordOfHome[index]];
+    for (let index = rowCount; index < rowCount + previousCount; index++) sink += previous[tableOfHome[index]].slots[wordOfHome[index]];
     this.prefetchSink = sink;
   }
 
-  /** Adds the uuid as durable; returns false when it was already present. */
-  add(bytes: Uint8Array, offset = 0): boolean {
-    return this.claim(bytes, offset, 0) === -1;
+  /**
+   * Adds the uuid as durable, received now or at `receivedAtMs` (start-up:
+   * when the segment holding it was written); returns false when it was
+   * already present, or was received beyond the horizon (then it is not added).
+   */
+  add(bytes: Uint8Array, offset = 0, receivedAtMs?: number): boolean {
+    const a = word(bytes, offset), b = word(bytes, offset + 4), c = word(bytes, offset + 8), d = word(bytes, offset + 12);
+    const hash = hashOf(a, b, c, d);
+    const generation = receivedAtMs === undefined ? "current" : this.generationOf(receivedAtMs);
+    switch (generation) {
+      case "current":
+        return this.previous.ownerOf(hash, a, b, c, d) < 0 && this.current.claim(hash, a, b, c, d, 0) === -1;
+      case "previous":
+        return this.current.ownerOf(hash, a, b, c, d) < 0 && this.previous.claim(hash, a, b, c, d, 0) === -1;
+      case "forgotten":
+        return false;
+    }
   }
 
   /**
@@ -227,37 +429,27 @@ export class UuidSet {
    */
   claim(bytes: Uint8Array, offset: number, owner: number): number {
     const a = word(bytes, offset), b = word(bytes, offset + 4), c = word(bytes, offset + 8), d = word(bytes, offset + 12);
-    if ((a | b | c | d) === 0) {
-      if (this.hasNil) return this.nilOwner;
-      this.hasNil = true;
-      this.nilOwner = owner;
-      return -1;
-    }
     const hash = hashOf(a, b, c, d);
-    return this.tableOf(hash).claim(hash, a, b, c, d, owner);
+    if (this.previous.count > 0) {
+      const earlier = this.previous.ownerOf(hash, a, b, c, d);
+      if (earlier >= 0) return earlier;
+    }
+    return this.current.claim(hash, a, b, c, d, owner);
   }
 
   /** Marks the uuid durable (its commit's fdatasync succeeded). */
   settle(bytes: Uint8Array, offset = 0): void {
     const a = word(bytes, offset), b = word(bytes, offset + 4), c = word(bytes, offset + 8), d = word(bytes, offset + 12);
-    if ((a | b | c | d) === 0) {
-      this.nilOwner = 0;
-      return;
-    }
     const hash = hashOf(a, b, c, d);
-    const table = this.tableOf(hash);
-    const slot = table.find(hash, a, b, c, d);
-    if (slot >= 0) table.slots[slot * slotWords + 4] = 0;
+    this.current.settle(hash, a, b, c, d);
+    this.previous.settle(hash, a, b, c, d);
   }
 
-  /** Removes a uuid added by a write that then failed (rare: disk errors). */
+  /** Removes a uuid added by a write that then failed (rare: disk errors); a period may have begun since its claim. */
   delete(bytes: Uint8Array, offset = 0): void {
     const a = word(bytes, offset), b = word(bytes, offset + 4), c = word(bytes, offset + 8), d = word(bytes, offset + 12);
-    if ((a | b | c | d) === 0) {
-      this.hasNil = false;
-      return;
-    }
     const hash = hashOf(a, b, c, d);
-    this.tableOf(hash).delete(hash, a, b, c, d);
+    this.current.delete(hash, a, b, c, d);
+    this.previous.delete(hash, a, b, c, d);
   }
 }
