@@ -16,6 +16,7 @@ import { PrintedValue, parseBodyBytes } from "./body-bytes.js";
 import { ChunkBuilder } from "./chunk-codec.js";
 import { parseTimestampMs, parseUuid } from "./event-fields.js";
 import { scanBody } from "./event-scanner.js";
+import { BatchDays, batchDaysExceeded, timestampWindowError } from "./batch-cardinality.js";
 
 export type IngestShape = "batch" | "single";
 
@@ -40,6 +41,8 @@ export type IngestBodyResult =
       errors: EventError[];
       /** Index into the task's chunks of the chunk holding this body's rows; -1 when none. */
       chunkIndex: number;
+      /** Batch: the event index of each row of the chunk; undefined when row r is event r. */
+      eventIndexOfRow?: number[];
     };
 
 /**
@@ -188,19 +191,25 @@ export function validateBody(bytes: Uint8Array, gzip: boolean, shape: IngestShap
   const target = builderFor(apiKey);
   const errors: EventError[] = [];
   let acceptedCount = 0;
+  // Filled once an event is skipped: until then row r is event r.
+  let eventIndexOfRow: number[] | undefined;
+  batchDays.reset();
   for (let index = 0; index < events.length; index++) {
     const event = events[index];
     const message =
       event === null || typeof event !== "object" || Array.isArray(event)
         ? "event must be a JSON object"
-        : addEvent(event as Record<string, unknown>, receivedAtMs, target.builder);
+        : addEvent(event as Record<string, unknown>, receivedAtMs, target.builder, batchDays);
     if (message === undefined) {
+      if (eventIndexOfRow !== undefined) eventIndexOfRow.push(index);
       acceptedCount++;
-    } else if (errors.length < limits.batchErrorsReportedMax) {
-      errors.push({ index, code: "invalid_request", message });
+    } else {
+      eventIndexOfRow ??= Array.from({ length: acceptedCount }, (_, row) => row);
+      if (errors.length < limits.batchErrorsReportedMax) errors.push({ index, code: "invalid_request", message });
     }
   }
-  return { kind: "parsed", apiKey, error: undefined, acceptedCount, errors, chunkIndex: target.builder.rowCount > 0 ? target.chunkIndex : -1 };
+  const chunkIndex = target.builder.rowCount > 0 ? target.chunkIndex : -1;
+  return { kind: "parsed", apiKey, error: undefined, acceptedCount, errors, chunkIndex, eventIndexOfRow };
 }
 
 /**
@@ -212,6 +221,7 @@ function addEvent(
   event: Record<string, unknown>,
   receivedAtMs: number,
   builder: ChunkBuilder,
+  days?: BatchDays,
 ): string | undefined {
   const name = event.event;
   if (name === undefined || name === null) return "event: required";
@@ -242,6 +252,8 @@ function addEvent(
     if (typeof rawTimestamp !== "string") return "timestamp: must be an ISO 8601 date-time string";
     const parsedMs = parseTimestampMs(rawTimestamp);
     if (parsedMs === undefined) return "timestamp: must be an ISO 8601 date-time between 1970 and 9999 (UTC)";
+    const outside = timestampWindowError(parsedMs, receivedAtMs);
+    if (outside !== undefined) return outside;
     timeMs = parsedMs;
   }
 
@@ -294,6 +306,9 @@ function addEvent(
       return `properties: larger than ${limits.propertiesBytesMax} bytes`;
     }
   }
+
+  // Last of the checks, so that only an event that is stored takes one of the batch's days.
+  if (days !== undefined && !days.admit(timeMs)) return batchDaysExceeded;
 
   // A uuid repeated within this chunk is dropped by the store, which claims
   // every uuid of a chunk in row order (SPEC: acknowledged, stored once).
@@ -366,6 +381,7 @@ function notWellFormed(field: string): string {
 }
 
 const uuidScratch = new Uint8Array(16);
+const batchDays = new BatchDays();
 /** Property texts of the event being validated (reused: no allocation per event). */
 const textScratch: string[] = [];
 
