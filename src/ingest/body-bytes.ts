@@ -66,6 +66,34 @@ export function parseBodyBytes(bytes: Uint8Array, shape: BodyShape): ParsedBody 
   }
 }
 
+export type CheckedEnvelope = { kind: "object"; apiKey: string | undefined } | { kind: "not-object" } | { kind: "syntax-error" };
+
+/**
+ * The whole body's syntax checked without building anything, and its apiKey
+ * as JSON.parse would read it (the last top-level `apiKey` member; undefined
+ * when that is not a string). A few times cheaper than parsing: a body whose
+ * key turns out unknown is refused for the cost of this alone.
+ */
+export function checkEnvelope(bytes: Uint8Array): CheckedEnvelope {
+  const parser = new BodyParser(bytes);
+  try {
+    parser.skipWhitespace();
+    let checked: CheckedEnvelope;
+    if (parser.peek() === openBrace) {
+      checked = { kind: "object", apiKey: parser.apiKeyOfObject() };
+    } else {
+      parser.skipValue();
+      checked = { kind: "not-object" };
+    }
+    parser.skipWhitespace();
+    if (!parser.atEnd()) throw syntaxError;
+    return checked;
+  } catch (error) {
+    if (error === syntaxError) return { kind: "syntax-error" };
+    throw error;
+  }
+}
+
 /** What validation reads at each level of the body; everything else is only syntax-checked. */
 const enum Level {
   batchBody,
@@ -263,6 +291,34 @@ class BodyParser {
       this.skipWhitespace();
       const next = this.bytes[this.position++];
       if (next === closeBrace) return target;
+      if (next !== comma) throw syntaxError;
+    }
+  }
+
+  /** checkEnvelope's reading of an object (its opening brace is next): every value skipped but `apiKey`'s. */
+  apiKeyOfObject(): string | undefined {
+    let apiKey: string | undefined;
+    this.position++;
+    this.skipWhitespace();
+    if (this.peek() === closeBrace) {
+      this.position++;
+      return undefined;
+    }
+    for (;;) {
+      this.skipWhitespace();
+      if (this.peek() !== quote) throw syntaxError;
+      const key = this.parseFieldName();
+      this.expect(colon);
+      this.skipWhitespace();
+      if (key !== "apiKey") this.skipValue();
+      else if (this.peek() === quote) apiKey = this.parseString();
+      else {
+        this.skipValue();
+        apiKey = undefined;
+      }
+      this.skipWhitespace();
+      const next = this.bytes[this.position++];
+      if (next === closeBrace) return apiKey;
       if (next !== comma) throw syntaxError;
     }
   }

@@ -12,7 +12,7 @@ import { isUtf8 } from "node:buffer";
 import { gunzipSync } from "node:zlib";
 import { limits } from "../config/limits.js";
 import type { ServiceError } from "../http/errors.js";
-import { PrintedValue, parseBodyBytes } from "./body-bytes.js";
+import { PrintedValue, checkEnvelope, parseBodyBytes } from "./body-bytes.js";
 import { ChunkBuilder } from "./chunk-codec.js";
 import { parseTimestampMs, parseUuid } from "./event-fields.js";
 import { scanBody } from "./event-scanner.js";
@@ -60,12 +60,12 @@ export interface BodyInput {
   receivedAtMs: number;
 }
 
-/** Validates every body of a task. */
-export function validateBodies(bodies: readonly BodyInput[], shape: IngestShape): { results: IngestBodyResult[]; chunks: KeyedChunk[] } {
+/** Validates every body of a task; `unknownApiKey`: see IngestTask. */
+export function validateBodies(bodies: readonly BodyInput[], shape: IngestShape, unknownApiKey?: string): { results: IngestBodyResult[]; chunks: KeyedChunk[] } {
   const builders = new Map<string, { builder: ChunkBuilder; chunkIndex: number }>();
   const order: Array<{ apiKey: string; builder: ChunkBuilder }> = [];
   const results = bodies.map((body) =>
-    validateBodyIsolated(body.bytes, body.gzip, shape, body.receivedAtMs, (apiKey) => {
+    validateBodyIsolated(body.bytes, body.gzip, shape, body.receivedAtMs, unknownApiKey, (apiKey) => {
       let entry = shape === "single" ? builders.get(apiKey) : undefined;
       if (entry === undefined) {
         entry = { builder: new ChunkBuilder(), chunkIndex: order.length };
@@ -87,9 +87,9 @@ type BuilderFor = (apiKey: string) => { builder: ChunkBuilder; chunkIndex: numbe
  * have added before throwing are not at risk: addEvent appends a row only
  * after every check of its event passed.)
  */
-function validateBodyIsolated(bytes: Uint8Array, gzip: boolean, shape: IngestShape, receivedAtMs: number, builderFor: BuilderFor): IngestBodyResult {
+function validateBodyIsolated(bytes: Uint8Array, gzip: boolean, shape: IngestShape, receivedAtMs: number, unknownApiKey: string | undefined, builderFor: BuilderFor): IngestBodyResult {
   try {
-    return validateBody(bytes, gzip, shape, receivedAtMs, builderFor);
+    return validateBody(bytes, gzip, shape, receivedAtMs, builderFor, "auto", unknownApiKey);
   } catch (error) {
     console.error("ingest: validation failed unexpectedly", error);
     return { kind: "rejected", error: { code: "internal_error", message: "internal error" } };
@@ -156,9 +156,31 @@ function parsePlainBody(plain: Uint8Array, shape: IngestShape, parser: IngestPar
   return parsed.kind === "object" ? { value: parsed.value } : parsed.kind === "not-object" ? notAnObject : invalidJson;
 }
 
-export function validateBody(bytes: Uint8Array, gzip: boolean, shape: IngestShape, receivedAtMs: number, builderFor: BuilderFor, parser: IngestParser = "auto"): IngestBodyResult {
+/**
+ * `unknownApiKey`: the key the main thread saw the body open with and did not
+ * know. SPEC §1 answers a body that is not JSON 400 before an unknown key 401,
+ * so the syntax is checked first — without building anything — and a body
+ * whose key (JSON.parse's: the last member) is that one is refused unparsed.
+ */
+export function validateBody(
+  bytes: Uint8Array,
+  gzip: boolean,
+  shape: IngestShape,
+  receivedAtMs: number,
+  builderFor: BuilderFor,
+  parser: IngestParser = "auto",
+  unknownApiKey?: string,
+): IngestBodyResult {
   const plain = plainUtf8Body(bytes, gzip, bodyBytesMax(shape));
   if (!(plain instanceof Uint8Array)) return { kind: "rejected", error: plain };
+  if (unknownApiKey !== undefined) {
+    const envelope = checkEnvelope(plain);
+    if (envelope.kind !== "object") return { kind: "rejected", error: envelope.kind === "not-object" ? notAnObject : invalidJson };
+    // Unknown when the body arrived: 401 even if the key was created since, as its events were not read.
+    if (envelope.apiKey === undefined || envelope.apiKey === unknownApiKey) {
+      return { kind: "parsed", apiKey: envelope.apiKey, error: { code: "unauthorized", message: "apiKey: missing or unknown" }, acceptedCount: 0, errors: [], chunkIndex: -1 };
+    }
+  }
   if (parser === "auto") {
     const scanned = scanBody(plain, shape, receivedAtMs);
     if (scanned !== undefined) {

@@ -25,6 +25,8 @@ export interface IngestTask {
   bodies: ArrayBuffer;
   /** Transferred: bodySliceFields numbers per body (see above). */
   slices: Float64Array<ArrayBuffer>;
+  /** Batch: the apiKey the body opens with, when the registry did not know it (its syntax is then checked before any parse). */
+  unknownApiKey?: string;
 }
 
 /**

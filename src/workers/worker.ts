@@ -45,7 +45,7 @@ function runIngest(task: IngestTask): TaskResult {
   for (let at = 0; at < slices.length; at += bodySliceFields) {
     bodies.push({ bytes: bytes.subarray(slices[at], slices[at] + slices[at + 1]), gzip: slices[at + 2] === 1, receivedAtMs: slices[at + 3] });
   }
-  const { results, chunks } = validateBodies(bodies, task.shape);
+  const { results, chunks } = validateBodies(bodies, task.shape, task.unknownApiKey);
   const compact = task.shape === "single" ? results.map((result) => storedSingleEvent(result, chunks) ?? result) : results;
   // Chunks are transferred, not cloned: the main thread writes them to the WAL as they are.
   const result: TaskResult = { kind: "ingest", results: compact, chunks };
