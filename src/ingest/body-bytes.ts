@@ -80,7 +80,8 @@ export function checkEnvelope(bytes: Uint8Array): CheckedEnvelope {
     parser.skipWhitespace();
     let checked: CheckedEnvelope;
     if (parser.peek() === openBrace) {
-      checked = { kind: "object", apiKey: parser.apiKeyOfObject() };
+      const apiKey = parser.parseObject(Level.envelope).apiKey;
+      checked = { kind: "object", apiKey: typeof apiKey === "string" ? apiKey : undefined };
     } else {
       parser.skipValue();
       checked = { kind: "not-object" };
@@ -96,6 +97,8 @@ export function checkEnvelope(bytes: Uint8Array): CheckedEnvelope {
 
 /** What validation reads at each level of the body; everything else is only syntax-checked. */
 const enum Level {
+  /** checkEnvelope: only `apiKey` is read. */
+  envelope,
   batchBody,
   singleBody,
   events,
@@ -295,37 +298,11 @@ class BodyParser {
     }
   }
 
-  /** checkEnvelope's reading of an object (its opening brace is next): every value skipped but `apiKey`'s. */
-  apiKeyOfObject(): string | undefined {
-    let apiKey: string | undefined;
-    this.position++;
-    this.skipWhitespace();
-    if (this.peek() === closeBrace) {
-      this.position++;
-      return undefined;
-    }
-    for (;;) {
-      this.skipWhitespace();
-      if (this.peek() !== quote) throw syntaxError;
-      const key = this.parseFieldName();
-      this.expect(colon);
-      this.skipWhitespace();
-      if (key !== "apiKey") this.skipValue();
-      else if (this.peek() === quote) apiKey = this.parseString();
-      else {
-        this.skipValue();
-        apiKey = undefined;
-      }
-      this.skipWhitespace();
-      const next = this.bytes[this.position++];
-      if (next === closeBrace) return apiKey;
-      if (next !== comma) throw syntaxError;
-    }
-  }
-
   /** What a member's value is parsed as: a level, a scalar (containers become stand-ins), or nothing (skipped). */
   private memberLevel(level: Level, key: string): Level | "scalar" | undefined {
     switch (level) {
+      case Level.envelope:
+        return key === "apiKey" ? "scalar" : undefined;
       case Level.batchBody:
         return key === "events" ? Level.events : key === "apiKey" ? "scalar" : undefined;
       case Level.singleBody:
