@@ -60,12 +60,12 @@ export interface BodyInput {
   receivedAtMs: number;
 }
 
-/** Validates every body of a task; `unknownApiKey`: see IngestTask. */
-export function validateBodies(bodies: readonly BodyInput[], shape: IngestShape, unknownApiKey?: string): { results: IngestBodyResult[]; chunks: KeyedChunk[] } {
+/** Validates every body of a task. */
+export function validateBodies(bodies: readonly BodyInput[], shape: IngestShape): { results: IngestBodyResult[]; chunks: KeyedChunk[] } {
   const builders = new Map<string, { builder: ChunkBuilder; chunkIndex: number }>();
   const order: Array<{ apiKey: string; builder: ChunkBuilder }> = [];
   const results = bodies.map((body) =>
-    validateBodyIsolated(body.bytes, body.gzip, shape, body.receivedAtMs, unknownApiKey, (apiKey) => {
+    validateBodyIsolated(body.bytes, body.gzip, shape, body.receivedAtMs, (apiKey) => {
       let entry = shape === "single" ? builders.get(apiKey) : undefined;
       if (entry === undefined) {
         entry = { builder: new ChunkBuilder(), chunkIndex: order.length };
@@ -87,9 +87,9 @@ type BuilderFor = (apiKey: string) => { builder: ChunkBuilder; chunkIndex: numbe
  * have added before throwing are not at risk: addEvent appends a row only
  * after every check of its event passed.)
  */
-function validateBodyIsolated(bytes: Uint8Array, gzip: boolean, shape: IngestShape, receivedAtMs: number, unknownApiKey: string | undefined, builderFor: BuilderFor): IngestBodyResult {
+function validateBodyIsolated(bytes: Uint8Array, gzip: boolean, shape: IngestShape, receivedAtMs: number, builderFor: BuilderFor): IngestBodyResult {
   try {
-    return validateBody(bytes, gzip, shape, receivedAtMs, builderFor, "auto", unknownApiKey);
+    return validateBody(bytes, gzip, shape, receivedAtMs, builderFor);
   } catch (error) {
     console.error("ingest: validation failed unexpectedly", error);
     return { kind: "rejected", error: { code: "internal_error", message: "internal error" } };
@@ -156,31 +156,31 @@ function parsePlainBody(plain: Uint8Array, shape: IngestShape, parser: IngestPar
   return parsed.kind === "object" ? { value: parsed.value } : parsed.kind === "not-object" ? notAnObject : invalidJson;
 }
 
+/** A batch's key check (BatchKeyCheck): a final answer, or the apiKey read for the main thread to judge. */
+export type BatchKeyOutcome = { kind: "judged"; result: IngestBodyResult } | { kind: "read"; apiKey: string; plain: Uint8Array };
+
 /**
- * `unknownApiKey`: the key the main thread saw the body open with and did not
- * know. SPEC §1 answers a body that is not JSON 400 before an unknown key 401,
- * so the syntax is checked first — without building anything — and a body
- * whose key (JSON.parse's: the last member) is that one is refused unparsed.
+ * Checks a batch body's syntax without building anything and reads its apiKey
+ * (JSON.parse's: the last member). SPEC §1 answers a body that is not JSON 400
+ * before a key 401, so the syntax comes first; a missing key, or the unknown
+ * one the main thread saw the body open with, is refused here, unparsed.
  */
-export function validateBody(
-  bytes: Uint8Array,
-  gzip: boolean,
-  shape: IngestShape,
-  receivedAtMs: number,
-  builderFor: BuilderFor,
-  parser: IngestParser = "auto",
-  unknownApiKey?: string,
-): IngestBodyResult {
+export function checkBatchApiKey(bytes: Uint8Array, gzip: boolean, unknownApiKey: string | undefined): BatchKeyOutcome {
+  const plain = plainUtf8Body(bytes, gzip, bodyBytesMax("batch"));
+  if (!(plain instanceof Uint8Array)) return { kind: "judged", result: { kind: "rejected", error: plain } };
+  const envelope = checkEnvelope(plain);
+  if (envelope.kind !== "object") return { kind: "judged", result: { kind: "rejected", error: envelope.kind === "not-object" ? notAnObject : invalidJson } };
+  if (envelope.apiKey === undefined || envelope.apiKey === unknownApiKey) {
+    // 401 even if the key was created since it was looked up: its events were not read.
+    const error: ServiceError = { code: "unauthorized", message: "apiKey: missing or unknown" };
+    return { kind: "judged", result: { kind: "parsed", apiKey: envelope.apiKey, error, acceptedCount: 0, errors: [], chunkIndex: -1 } };
+  }
+  return { kind: "read", apiKey: envelope.apiKey, plain };
+}
+
+export function validateBody(bytes: Uint8Array, gzip: boolean, shape: IngestShape, receivedAtMs: number, builderFor: BuilderFor, parser: IngestParser = "auto"): IngestBodyResult {
   const plain = plainUtf8Body(bytes, gzip, bodyBytesMax(shape));
   if (!(plain instanceof Uint8Array)) return { kind: "rejected", error: plain };
-  if (unknownApiKey !== undefined) {
-    const envelope = checkEnvelope(plain);
-    if (envelope.kind !== "object") return { kind: "rejected", error: envelope.kind === "not-object" ? notAnObject : invalidJson };
-    // Unknown when the body arrived: 401 even if the key was created since, as its events were not read.
-    if (envelope.apiKey === undefined || envelope.apiKey === unknownApiKey) {
-      return { kind: "parsed", apiKey: envelope.apiKey, error: { code: "unauthorized", message: "apiKey: missing or unknown" }, acceptedCount: 0, errors: [], chunkIndex: -1 };
-    }
-  }
   if (parser === "auto") {
     const scanned = scanBody(plain, shape, receivedAtMs);
     if (scanned !== undefined) {

@@ -11,7 +11,7 @@ import type { ServiceError, ServiceReply } from "../http/errors.js";
 import type { RowRefusal } from "../storage/cardinality.js";
 import type { Store } from "../storage/store.js";
 import { PoolSaturatedError, type WorkerPool } from "../workers/pool.js";
-import { bodySliceFields, type IngestTaskResult, type StoredSingleEvent } from "../workers/protocol.js";
+import { bodySliceFields, type BatchKeyCheck, type IngestTaskResult, type StoredSingleEvent } from "../workers/protocol.js";
 import type { EventError, IngestBodyResult, IngestShape } from "./event-validation.js";
 import { ChunkBuilder } from "./chunk-codec.js";
 import { leadingApiKey } from "./leading-api-key.js";
@@ -123,23 +123,37 @@ export class IngestService {
     return this.pool.saturated || this.store.writeQueueBytes >= limits.writeQueueBytesMax;
   }
 
-  /** One /ingest/batch body; `body` is transferred to the pool. */
+  /**
+   * One /ingest/batch body; `body` is transferred to the pool. Unless it opens
+   * with a key the registry knows, its syntax is checked and its key read
+   * before it is parsed (BatchKeyCheck): an unknown key in 20 MiB costs that
+   * check, not a parse. A known key read there sends the body back to the pool.
+   */
   async batch(body: ArrayBuffer, gzip: boolean, receivedAtMs: number): Promise<IngestReply> {
     this.store.noteIngest(receivedAtMs);
     if (this.saturated()) return { ok: false, error: overloaded };
-    let result: IngestTaskResult;
-    try {
-      const slices = Float64Array.of(0, body.byteLength, gzip ? 1 : 0, receivedAtMs);
-      // A made-up key in a 20 MiB body is refused after a syntax check, not a parse (gzip bodies are read in the worker).
-      const openingApiKey = gzip ? undefined : leadingApiKey(new Uint8Array(body));
-      const unknownApiKey = openingApiKey !== undefined && this.credentials.workspaceIdForApiKey(openingApiKey) === undefined ? openingApiKey : undefined;
-      result = await this.pool.ingest({ kind: "ingest", shape: "batch", bodies: body, slices, unknownApiKey });
-    } catch (error) {
-      if (error instanceof PoolSaturatedError) return { ok: false, error: overloaded };
-      throw error;
+    const openingApiKey = leadingApiKey(new Uint8Array(body), gzip);
+    const keyCheck: BatchKeyCheck | undefined =
+      openingApiKey === undefined ? { kind: "unread" } : this.credentials.workspaceIdForApiKey(openingApiKey) === undefined ? { kind: "unknown", apiKey: openingApiKey } : undefined;
+    let result = await this.batchTask(body, gzip, receivedAtMs, keyCheck);
+    if (result.kind !== "ingest") return result.reply;
+    if (result.keyRead !== undefined) {
+      if (this.credentials.workspaceIdForApiKey(result.keyRead.apiKey) === undefined) return { ok: false, error: unauthorized };
+      result = await this.batchTask(result.keyRead.plainBody, false, receivedAtMs, undefined);
+      if (result.kind !== "ingest") return result.reply;
     }
     const [replies] = await this.finish(result, "batch");
     return replies;
+  }
+
+  private async batchTask(body: ArrayBuffer, gzip: boolean, receivedAtMs: number, keyCheck: BatchKeyCheck | undefined): Promise<IngestTaskResult | { kind: "refused"; reply: IngestReply }> {
+    try {
+      const slices = Float64Array.of(0, body.byteLength, gzip ? 1 : 0, receivedAtMs);
+      return await this.pool.ingest({ kind: "ingest", shape: "batch", bodies: body, slices, keyCheck });
+    } catch (error) {
+      if (error instanceof PoolSaturatedError) return { kind: "refused", reply: { ok: false, error: overloaded } };
+      throw error;
+    }
   }
 
   /**
