@@ -47,10 +47,25 @@ export const limits = Object.freeze({
   retryAfterSeconds: 1,
   /**
    * Per-workspace ingest rate limit (a token bucket, checked on the main thread
-   * before a chunk is committed); 0 turns it off, which is the default. Over the
-   * limit, ingest answers 429 rate_limited with Retry-After and stores nothing.
+   * before a chunk is committed); 0 turns it off. The default is above what one
+   * box ingests (~500 k events/s), so a load test is never throttled, while one
+   * workspace on a larger box stays bounded. Over the limit, ingest answers 429
+   * rate_limited with Retry-After and stores nothing.
    */
-  rateLimitEventsPerSecond: integerFromEnvironment("EVENTIDE_RATE_LIMIT_EVENTS_PER_SECOND", 0, 0),
+  rateLimitEventsPerSecond: integerFromEnvironment("EVENTIDE_RATE_LIMIT_EVENTS_PER_SECOND", 1_000_000, 0),
+
+  // Cardinality: what one client with the public ingest key can make the store keep. Over a cap an event
+  // is refused on its own (a per-event invalid_request); the rest of its batch is stored.
+  /** Oldest accepted timestamp, in days before receipt; 0 keeps SPEC's floor (1970) so backfills of any age work. */
+  timestampPastDays: integerFromEnvironment("EVENTIDE_TIMESTAMP_PAST_DAYS", 0, 0),
+  /** Latest accepted timestamp, in days after receipt (clock skew, not years ahead); 0 keeps SPEC's ceiling (9999). */
+  timestampFutureDays: integerFromEnvironment("EVENTIDE_TIMESTAMP_FUTURE_DAYS", 1, 0),
+  /** Distinct UTC days in one batch: each is an active segment and a sealed segment's files. */
+  batchDaysMax: integerFromEnvironment("EVENTIDE_BATCH_DAYS_MAX", 31),
+  /** Distinct event names a workspace keeps (Mixpanel's soft limit is 5 000, Amplitude's 2 000): names live in memory for good. */
+  workspaceEventNamesMax: integerFromEnvironment("EVENTIDE_WORKSPACE_EVENT_NAMES_MAX", 10_000),
+  /** Distinct property keys a workspace keeps; keys, like names, live in memory for good. */
+  workspacePropertyKeysMax: integerFromEnvironment("EVENTIDE_WORKSPACE_PROPERTY_KEYS_MAX", 50_000),
 
   // Store: a checkpoint seals every active segment once the WAL holds this many rows or bytes.
   checkpointRowsMax: integerFromEnvironment("EVENTIDE_CHECKPOINT_ROWS_MAX", 2_000_000),

@@ -66,8 +66,39 @@ export function parseBodyBytes(bytes: Uint8Array, shape: BodyShape): ParsedBody 
   }
 }
 
+export type CheckedEnvelope = { kind: "object"; apiKey: string | undefined } | { kind: "not-object" } | { kind: "syntax-error" };
+
+/**
+ * The whole body's syntax checked without building anything, and its apiKey
+ * as JSON.parse would read it (the last top-level `apiKey` member; undefined
+ * when that is not a string). A few times cheaper than parsing: a body whose
+ * key turns out unknown is refused for the cost of this alone.
+ */
+export function checkEnvelope(bytes: Uint8Array): CheckedEnvelope {
+  const parser = new BodyParser(bytes);
+  try {
+    parser.skipWhitespace();
+    let checked: CheckedEnvelope;
+    if (parser.peek() === openBrace) {
+      const apiKey = parser.parseObject(Level.envelope).apiKey;
+      checked = { kind: "object", apiKey: typeof apiKey === "string" ? apiKey : undefined };
+    } else {
+      parser.skipValue();
+      checked = { kind: "not-object" };
+    }
+    parser.skipWhitespace();
+    if (!parser.atEnd()) throw syntaxError;
+    return checked;
+  } catch (error) {
+    if (error === syntaxError) return { kind: "syntax-error" };
+    throw error;
+  }
+}
+
 /** What validation reads at each level of the body; everything else is only syntax-checked. */
 const enum Level {
+  /** checkEnvelope: only `apiKey` is read. */
+  envelope,
   batchBody,
   singleBody,
   events,
@@ -270,6 +301,8 @@ class BodyParser {
   /** What a member's value is parsed as: a level, a scalar (containers become stand-ins), or nothing (skipped). */
   private memberLevel(level: Level, key: string): Level | "scalar" | undefined {
     switch (level) {
+      case Level.envelope:
+        return key === "apiKey" ? "scalar" : undefined;
       case Level.batchBody:
         return key === "events" ? Level.events : key === "apiKey" ? "scalar" : undefined;
       case Level.singleBody:

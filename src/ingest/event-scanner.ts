@@ -27,6 +27,7 @@
  * and checks every rule; only a body that passed is appended to the chunk, so
  * giving up halfway needs no undoing.
  */
+import { BatchDays, timestampWindowError } from "./batch-cardinality.js";
 import { limits } from "../config/limits.js";
 import { byteKeys, bytesEqual, finishHash, fnvPrime, hashBasis, hashBytes, type ChunkBuilder } from "./chunk-codec.js";
 import { parseTimestampBytes, parseUuidBytes } from "./event-fields.js";
@@ -161,6 +162,7 @@ class EventScanner implements ScannedBody {
   private readonly keySlots = new Int32Array(propertiesScannedMax * 2);
   private readonly keySlotStamps = new Int32Array(propertiesScannedMax * 2);
   private keyStamp = 0;
+  private readonly batchDays = new BatchDays();
 
   scan(source: Uint8Array, shape: "batch" | "single", receivedAtMs: number): ScannedBody | undefined {
     // A Buffer (an inflated body) is read through a plain Uint8Array view: one element kind keeps the scanner's loads monomorphic.
@@ -171,6 +173,7 @@ class EventScanner implements ScannedBody {
     this.end = source.length;
     this.eventCount = 0;
     this.propertyCount = 0;
+    this.batchDays.reset();
     if (this.printedTexts.length !== 0) this.printedTexts.length = 0;
     this.firstProperty[0] = 0;
     const scanned = shape === "batch" ? this.scanBatch(receivedAtMs) : this.scanSingle(receivedAtMs);
@@ -367,6 +370,8 @@ class EventScanner implements ScannedBody {
     }
     const required = Field.Event | Field.DistinctId | (withApiKey ? Field.ApiKey : 0);
     if (this.failed || (seen & required) !== required) return undefined;
+    // An event over a cardinality bound is refused by the general path, which says why.
+    if (timestampWindowError(timeMs, receivedAtMs) !== undefined || (!withApiKey && !this.batchDays.admit(timeMs))) return undefined;
     this.timeMs[event] = timeMs;
     this.eventCount = event + 1;
     this.firstProperty[event + 1] = this.propertyCount;

@@ -12,10 +12,11 @@ import { isUtf8 } from "node:buffer";
 import { gunzipSync } from "node:zlib";
 import { limits } from "../config/limits.js";
 import type { ServiceError } from "../http/errors.js";
-import { PrintedValue, parseBodyBytes } from "./body-bytes.js";
+import { PrintedValue, checkEnvelope, parseBodyBytes } from "./body-bytes.js";
 import { ChunkBuilder } from "./chunk-codec.js";
 import { parseTimestampMs, parseUuid } from "./event-fields.js";
 import { scanBody } from "./event-scanner.js";
+import { BatchDays, batchDaysExceeded, timestampWindowError } from "./batch-cardinality.js";
 
 export type IngestShape = "batch" | "single";
 
@@ -40,6 +41,8 @@ export type IngestBodyResult =
       errors: EventError[];
       /** Index into the task's chunks of the chunk holding this body's rows; -1 when none. */
       chunkIndex: number;
+      /** Batch: the event index of each row of the chunk; undefined when row r is event r. */
+      eventIndexOfRow?: number[];
     };
 
 /**
@@ -153,6 +156,28 @@ function parsePlainBody(plain: Uint8Array, shape: IngestShape, parser: IngestPar
   return parsed.kind === "object" ? { value: parsed.value } : parsed.kind === "not-object" ? notAnObject : invalidJson;
 }
 
+/** A batch's key check (BatchKeyCheck): a final answer, or the apiKey read for the main thread to judge. */
+export type BatchKeyOutcome = { kind: "judged"; result: IngestBodyResult } | { kind: "read"; apiKey: string; plain: Uint8Array };
+
+/**
+ * Checks a batch body's syntax without building anything and reads its apiKey
+ * (JSON.parse's: the last member). SPEC §1 answers a body that is not JSON 400
+ * before a key 401, so the syntax comes first; a missing key, or the unknown
+ * one the main thread saw the body open with, is refused here, unparsed.
+ */
+export function checkBatchApiKey(bytes: Uint8Array, gzip: boolean, unknownApiKey: string | undefined): BatchKeyOutcome {
+  const plain = plainUtf8Body(bytes, gzip, bodyBytesMax("batch"));
+  if (!(plain instanceof Uint8Array)) return { kind: "judged", result: { kind: "rejected", error: plain } };
+  const envelope = checkEnvelope(plain);
+  if (envelope.kind !== "object") return { kind: "judged", result: { kind: "rejected", error: envelope.kind === "not-object" ? notAnObject : invalidJson } };
+  if (envelope.apiKey === undefined || envelope.apiKey === unknownApiKey) {
+    // 401 even if the key was created since it was looked up: its events were not read.
+    const error: ServiceError = { code: "unauthorized", message: "apiKey: missing or unknown" };
+    return { kind: "judged", result: { kind: "parsed", apiKey: envelope.apiKey, error, acceptedCount: 0, errors: [], chunkIndex: -1 } };
+  }
+  return { kind: "read", apiKey: envelope.apiKey, plain };
+}
+
 export function validateBody(bytes: Uint8Array, gzip: boolean, shape: IngestShape, receivedAtMs: number, builderFor: BuilderFor, parser: IngestParser = "auto"): IngestBodyResult {
   const plain = plainUtf8Body(bytes, gzip, bodyBytesMax(shape));
   if (!(plain instanceof Uint8Array)) return { kind: "rejected", error: plain };
@@ -188,19 +213,25 @@ export function validateBody(bytes: Uint8Array, gzip: boolean, shape: IngestShap
   const target = builderFor(apiKey);
   const errors: EventError[] = [];
   let acceptedCount = 0;
+  // Filled once an event is skipped: until then row r is event r.
+  let eventIndexOfRow: number[] | undefined;
+  batchDays.reset();
   for (let index = 0; index < events.length; index++) {
     const event = events[index];
     const message =
       event === null || typeof event !== "object" || Array.isArray(event)
         ? "event must be a JSON object"
-        : addEvent(event as Record<string, unknown>, receivedAtMs, target.builder);
+        : addEvent(event as Record<string, unknown>, receivedAtMs, target.builder, batchDays);
     if (message === undefined) {
+      if (eventIndexOfRow !== undefined) eventIndexOfRow.push(index);
       acceptedCount++;
-    } else if (errors.length < limits.batchErrorsReportedMax) {
-      errors.push({ index, code: "invalid_request", message });
+    } else {
+      eventIndexOfRow ??= Array.from({ length: acceptedCount }, (_, row) => row);
+      if (errors.length < limits.batchErrorsReportedMax) errors.push({ index, code: "invalid_request", message });
     }
   }
-  return { kind: "parsed", apiKey, error: undefined, acceptedCount, errors, chunkIndex: target.builder.rowCount > 0 ? target.chunkIndex : -1 };
+  const chunkIndex = target.builder.rowCount > 0 ? target.chunkIndex : -1;
+  return { kind: "parsed", apiKey, error: undefined, acceptedCount, errors, chunkIndex, eventIndexOfRow };
 }
 
 /**
@@ -212,6 +243,7 @@ function addEvent(
   event: Record<string, unknown>,
   receivedAtMs: number,
   builder: ChunkBuilder,
+  days?: BatchDays,
 ): string | undefined {
   const name = event.event;
   if (name === undefined || name === null) return "event: required";
@@ -242,6 +274,8 @@ function addEvent(
     if (typeof rawTimestamp !== "string") return "timestamp: must be an ISO 8601 date-time string";
     const parsedMs = parseTimestampMs(rawTimestamp);
     if (parsedMs === undefined) return "timestamp: must be an ISO 8601 date-time between 1970 and 9999 (UTC)";
+    const outside = timestampWindowError(parsedMs, receivedAtMs);
+    if (outside !== undefined) return outside;
     timeMs = parsedMs;
   }
 
@@ -294,6 +328,9 @@ function addEvent(
       return `properties: larger than ${limits.propertiesBytesMax} bytes`;
     }
   }
+
+  // Last of the checks, so that only an event that is stored takes one of the batch's days.
+  if (days !== undefined && !days.admit(timeMs)) return batchDaysExceeded;
 
   // A uuid repeated within this chunk is dropped by the store, which claims
   // every uuid of a chunk in row order (SPEC: acknowledged, stored once).
@@ -366,6 +403,7 @@ function notWellFormed(field: string): string {
 }
 
 const uuidScratch = new Uint8Array(16);
+const batchDays = new BatchDays();
 /** Property texts of the event being validated (reused: no allocation per event). */
 const textScratch: string[] = [];
 

@@ -8,11 +8,13 @@
 import { limits, rateLimitBurstEvents } from "../config/limits.js";
 import type { CredentialStore } from "../auth/credential-store.js";
 import type { ServiceError, ServiceReply } from "../http/errors.js";
+import type { RowRefusal } from "../storage/cardinality.js";
 import type { Store } from "../storage/store.js";
 import { PoolSaturatedError, type WorkerPool } from "../workers/pool.js";
-import { bodySliceFields, type IngestTaskResult, type StoredSingleEvent } from "../workers/protocol.js";
-import type { IngestBodyResult, IngestShape } from "./event-validation.js";
+import { bodySliceFields, type BatchKeyCheck, type IngestTaskResult, type StoredSingleEvent } from "../workers/protocol.js";
+import type { EventError, IngestBodyResult, IngestShape } from "./event-validation.js";
 import { ChunkBuilder } from "./chunk-codec.js";
+import { leadingApiKey } from "./leading-api-key.js";
 
 /** Ingest's constant answer comes encoded: uWS sends a Uint8Array's bytes as they are, where it would convert a string on every call. */
 export type IngestReply = ServiceReply<string | Uint8Array>;
@@ -57,6 +59,20 @@ class RateLimiter {
   }
 }
 
+/** SPEC §2's per-event message for a row a cardinality cap refused. */
+function refusalMessage({ status, text }: RowRefusal): string {
+  switch (status) {
+    case "event_names_full":
+      return `event: ${JSON.stringify(text)} would be a new event name past the workspace's ${limits.workspaceEventNamesMax} (EVENTIDE_WORKSPACE_EVENT_NAMES_MAX)`;
+    case "property_keys_full":
+      return `properties: ${JSON.stringify(text)} would be a new property key past the workspace's ${limits.workspacePropertyKeysMax} (EVENTIDE_WORKSPACE_PROPERTY_KEYS_MAX)`;
+  }
+}
+
+/** What became of a task's chunk: refused whole, or committed with some rows refused by a cap. */
+type ChunkOutcome = { kind: "failed"; error: ServiceError } | { kind: "committed"; refusals: RowRefusal[] };
+const committedWhole: ChunkOutcome = { kind: "committed", refusals: [] };
+
 /** Rows in a chunk: the second u32 of its header (chunk-codec.ts documents the layout). */
 function chunkRowCount(chunk: ArrayBuffer): number {
   return new Uint32Array(chunk, 0, 2)[1];
@@ -67,6 +83,25 @@ interface GatheredBody {
   gzip: boolean;
   receivedAtMs: number;
   onReply: (reply: IngestReply) => void;
+}
+
+/**
+ * The answers of gathered single events whose row a cardinality cap refused,
+ * by body index. A body stored in chunk c holds the next row of c: each
+ * accepted single event added one row to its key's chunk, in body order.
+ */
+function refusalsOfSingles(results: ReadonlyArray<IngestBodyResult | StoredSingleEvent>, chunkOutcome: readonly ChunkOutcome[]): Map<number, IngestReply> {
+  const answers = new Map<number, IngestReply>();
+  const nextRow = new Uint32Array(chunkOutcome.length);
+  const refusedRows = chunkOutcome.map((outcome) => (outcome.kind === "committed" && outcome.refusals.length > 0 ? new Map(outcome.refusals.map((refusal) => [refusal.row, refusal])) : undefined));
+  for (let index = 0; index < results.length; index++) {
+    const body = results[index];
+    const chunkIndex = typeof body === "number" ? body : body.kind === "parsed" && body.error === undefined ? body.chunkIndex : -1;
+    if (chunkIndex < 0) continue;
+    const refusal = refusedRows[chunkIndex]?.get(nextRow[chunkIndex]++);
+    if (refusal !== undefined) answers.set(index, { ok: false, error: { code: "invalid_request", message: refusalMessage(refusal) } });
+  }
+  return answers;
 }
 
 export class IngestService {
@@ -88,20 +123,37 @@ export class IngestService {
     return this.pool.saturated || this.store.writeQueueBytes >= limits.writeQueueBytesMax;
   }
 
-  /** One /ingest/batch body; `body` is transferred to the pool. */
+  /**
+   * One /ingest/batch body; `body` is transferred to the pool. Unless it opens
+   * with a key the registry knows, its syntax is checked and its key read
+   * before it is parsed (BatchKeyCheck): an unknown key in 20 MiB costs that
+   * check, not a parse. A known key read there sends the body back to the pool.
+   */
   async batch(body: ArrayBuffer, gzip: boolean, receivedAtMs: number): Promise<IngestReply> {
     this.store.noteIngest(receivedAtMs);
     if (this.saturated()) return { ok: false, error: overloaded };
-    let result: IngestTaskResult;
-    try {
-      const slices = Float64Array.of(0, body.byteLength, gzip ? 1 : 0, receivedAtMs);
-      result = await this.pool.ingest({ kind: "ingest", shape: "batch", bodies: body, slices });
-    } catch (error) {
-      if (error instanceof PoolSaturatedError) return { ok: false, error: overloaded };
-      throw error;
+    const openingApiKey = leadingApiKey(new Uint8Array(body), gzip);
+    const keyCheck: BatchKeyCheck | undefined =
+      openingApiKey === undefined ? { kind: "unread" } : this.credentials.workspaceIdForApiKey(openingApiKey) === undefined ? { kind: "unknown", apiKey: openingApiKey } : undefined;
+    let result = await this.batchTask(body, gzip, receivedAtMs, keyCheck);
+    if (result.kind !== "ingest") return result.reply;
+    if (result.keyRead !== undefined) {
+      if (this.credentials.workspaceIdForApiKey(result.keyRead.apiKey) === undefined) return { ok: false, error: unauthorized };
+      result = await this.batchTask(result.keyRead.plainBody, false, receivedAtMs, undefined);
+      if (result.kind !== "ingest") return result.reply;
     }
     const [replies] = await this.finish(result, "batch");
     return replies;
+  }
+
+  private async batchTask(body: ArrayBuffer, gzip: boolean, receivedAtMs: number, keyCheck: BatchKeyCheck | undefined): Promise<IngestTaskResult | { kind: "refused"; reply: IngestReply }> {
+    try {
+      const slices = Float64Array.of(0, body.byteLength, gzip ? 1 : 0, receivedAtMs);
+      return await this.pool.ingest({ kind: "ingest", shape: "batch", bodies: body, slices, keyCheck });
+    } catch (error) {
+      if (error instanceof PoolSaturatedError) return { kind: "refused", reply: { ok: false, error: overloaded } };
+      throw error;
+    }
   }
 
   /**
@@ -174,40 +226,52 @@ export class IngestService {
   /** Checks keys, commits each chunk once, and answers every body of the task. */
   private async finish(result: IngestTaskResult, shape: IngestShape): Promise<IngestReply[]> {
     const chunkOutcome = await Promise.all(
-      result.chunks.map(async ({ apiKey, chunk }): Promise<ServiceError | undefined> => {
+      result.chunks.map(async ({ apiKey, chunk }): Promise<ChunkOutcome> => {
         const workspaceId = this.credentials.workspaceIdForApiKey(apiKey);
-        if (workspaceId === undefined) return unauthorized;
-        if (chunk.byteLength === 0) return undefined;
+        if (workspaceId === undefined) return { kind: "failed", error: unauthorized };
+        if (chunk.byteLength === 0) return committedWhole;
         // Checked on the main thread, the single writer, so buckets need no locks; before the commit, so a refused chunk stores nothing.
-        if (this.rateLimiter !== undefined && !this.rateLimiter.take(workspaceId, chunkRowCount(chunk), Date.now())) return rateLimited;
+        if (this.rateLimiter !== undefined && !this.rateLimiter.take(workspaceId, chunkRowCount(chunk), Date.now())) return { kind: "failed", error: rateLimited };
         try {
-          await this.store.commit(workspaceId, chunk);
-          return undefined;
+          const { refusals } = await this.store.commit(workspaceId, chunk);
+          return refusals.length === 0 ? committedWhole : { kind: "committed", refusals };
         } catch (error) {
           console.error(`ingest: commit failed: ${(error as Error).message}`);
-          return { code: "unavailable", message: "events could not be stored durably; nothing was stored, retry later" };
+          return { kind: "failed", error: { code: "unavailable", message: "events could not be stored durably; nothing was stored, retry later" } };
         }
       }),
     );
-    return result.results.map((body) => this.reply(body, shape, chunkOutcome));
+    const refusedSingles = shape === "single" && chunkOutcome.some((outcome) => outcome.kind === "committed" && outcome.refusals.length > 0) ? refusalsOfSingles(result.results, chunkOutcome) : undefined;
+    return result.results.map((body, index) => refusedSingles?.get(index) ?? this.reply(body, shape, chunkOutcome));
   }
 
-  private reply(body: IngestBodyResult | StoredSingleEvent, shape: IngestShape, chunkOutcome: Array<ServiceError | undefined>): IngestReply {
+  private reply(body: IngestBodyResult | StoredSingleEvent, shape: IngestShape, chunkOutcome: ChunkOutcome[]): IngestReply {
     // Its chunk's key was checked right before the commit (finish).
-    if (typeof body === "number") return chunkOutcome[body] === undefined ? singleStored : { ok: false, error: chunkOutcome[body] };
+    if (typeof body === "number") {
+      const outcome = chunkOutcome[body];
+      return outcome.kind === "committed" ? singleStored : { ok: false, error: outcome.error };
+    }
     if (body.kind === "rejected") return { ok: false, error: body.error };
     if (body.apiKey === undefined) return { ok: false, error: unauthorized };
     // A body with committed rows had its key checked right before the commit (finish, via chunkOutcome).
     // Checking it again here would answer 401 for rows already stored when a revoke lands during the fsync.
     if (body.chunkIndex < 0 && this.credentials.workspaceIdForApiKey(body.apiKey) === undefined) return { ok: false, error: unauthorized };
     if (body.error) return { ok: false, error: body.error };
+    let errors = body.errors;
+    let acceptedCount = body.acceptedCount;
     if (body.chunkIndex >= 0) {
-      const failure = chunkOutcome[body.chunkIndex];
-      if (failure) return { ok: false, error: failure };
+      const outcome = chunkOutcome[body.chunkIndex];
+      if (outcome.kind === "failed") return { ok: false, error: outcome.error };
+      if (outcome.refusals.length > 0 && shape === "batch") {
+        // A batch's chunk is its own: its rows are its accepted events, in order.
+        const refused = outcome.refusals.map((refusal): EventError => ({ index: body.eventIndexOfRow?.[refusal.row] ?? refusal.row, code: "invalid_request", message: refusalMessage(refusal) }));
+        errors = [...errors, ...refused].sort((left, right) => left.index - right.index).slice(0, limits.batchErrorsReportedMax);
+        acceptedCount -= refused.length;
+      }
     }
     if (shape === "single") return singleStored;
-    const answer: { ok: true; accepted: number; errors?: IngestBodyResult extends never ? never : unknown[] } = { ok: true, accepted: body.acceptedCount };
-    if (body.errors.length > 0) answer.errors = body.errors;
+    const answer: { ok: true; accepted: number; errors?: EventError[] } = { ok: true, accepted: acceptedCount };
+    if (errors.length > 0) answer.errors = errors;
     return { ok: true, body: JSON.stringify(answer) };
   }
 
@@ -219,7 +283,8 @@ export class IngestService {
     const builder = new ChunkBuilder();
     builder.addRow(timeMs, "test_event", "test_event", Buffer.from(eventId.replaceAll("-", ""), "hex"));
     try {
-      await this.store.commit(workspaceId, builder.finish());
+      const { refusals } = await this.store.commit(workspaceId, builder.finish());
+      if (refusals.length > 0) return { ok: false, error: { code: "invalid_request", message: refusalMessage(refusals[0]) } };
     } catch (error) {
       console.error(`test-event: commit failed: ${(error as Error).message}`);
       return { ok: false, error: { code: "unavailable", message: "event could not be stored durably, retry later" } };

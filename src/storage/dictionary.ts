@@ -63,6 +63,11 @@ export class Dictionary {
     return id < 0 ? undefined : id;
   }
 
+  /** Whether the UTF-8 text `source[start, end)` is in the dictionary. */
+  containsUtf8(source: Uint8Array, start: number, end: number): boolean {
+    return this.find(source, start, end, hashBytes(source, start, end)) >= 0;
+  }
+
   intern(text: string): number {
     const length = writeUtf8Scratch(text);
     return this.internUtf8(utf8Scratch(), 0, length, text);

@@ -20,6 +20,7 @@ import { basename, dirname, join } from "node:path";
 import { limits } from "../config/limits.js";
 import { decodeChunk, filterChunk, type DecodedChunk } from "../ingest/chunk-codec.js";
 import { ActiveProperties, ValueIdCache } from "./active-properties.js";
+import { CardinalityReservations, type RowRefusal } from "./cardinality.js";
 import { SharedColumn } from "./column-builder.js";
 import { Dictionary } from "./dictionary.js";
 import { injectFault } from "./fault-injection.js";
@@ -180,6 +181,7 @@ export class WorkspaceStore {
   readonly users: Dictionary;
   readonly keys: Dictionary;
   readonly uuids = new UuidSet();
+  readonly cardinality = new CardinalityReservations();
   /**
    * True while sealed segments' uuids are still being added to `uuids` (start-up
    * rebuilds the set in the background, so queries are served at once); a commit
@@ -243,6 +245,8 @@ export class WorkspaceStore {
 export interface CommitResult {
   /** Rows stored (uuid repeats of earlier events removed). */
   storedCount: number;
+  /** Rows refused by a cardinality cap, in row order (rows of the chunk as committed). */
+  refusals: RowRefusal[];
 }
 
 /** An active segment frozen by a checkpoint: in its partition's `sealing` list until sealed. */
@@ -450,6 +454,13 @@ export class Store {
     const commitId = ++this.commitSequence;
     workspace.uuids.advance(Date.now());
 
+    // Before the uuids are claimed: a refused row's uuid stays free for a retry.
+    const admission = workspace.cardinality.admit(workspace.events, workspace.keys, chunk);
+    if (admission.keep) {
+      bytes = new Uint8Array(filterChunk(chunk, admission.keep));
+      chunk = decodeChunk(bytes);
+    }
+
     // Claim uuids now, so a concurrent retry of the same events is recognised
     // while this one is still on its way to disk. A repeat of a uuid whose
     // commit is still in flight waits for that commit — and fails with it —
@@ -479,9 +490,13 @@ export class Store {
         chunk = decodeChunk(bytes);
       }
     }
-    const durable = chunk.rowCount === 0 ? Promise.resolve() : this.appendAndApply(workspace, chunk, bytes, originalUuidBytes, claimedUuids, commitId);
-    await Promise.all([durable, ...awaitedCommits]);
-    return { storedCount: chunk.rowCount };
+    try {
+      const durable = chunk.rowCount === 0 ? Promise.resolve() : this.appendAndApply(workspace, chunk, bytes, originalUuidBytes, claimedUuids, commitId);
+      await Promise.all([durable, ...awaitedCommits]);
+    } finally {
+      admission.release();
+    }
+    return { storedCount: chunk.rowCount, refusals: admission.refusals };
   }
 
   private appendAndApply(

@@ -25,7 +25,18 @@ export interface IngestTask {
   bodies: ArrayBuffer;
   /** Transferred: bodySliceFields numbers per body (see above). */
   slices: Float64Array<ArrayBuffer>;
+  /** Batch: see BatchKeyCheck; absent when the body opens with an apiKey the registry knows. */
+  keyCheck?: BatchKeyCheck;
 }
+
+/**
+ * What the main thread knows of a batch's apiKey before a worker parses it: a
+ * key it opens with that the registry does not know, or none read (a gzip body
+ * that would not inflate a little, a key written later or with escapes). The
+ * worker then checks the body's syntax and reads its apiKey before any parse,
+ * so a body with an unknown key is refused for the cost of that alone.
+ */
+export type BatchKeyCheck = { kind: "unknown"; apiKey: string } | { kind: "unread" };
 
 /**
  * A single event stored in chunk `n` with nothing else to report (no error, one
@@ -38,6 +49,12 @@ export interface IngestTaskResult {
   kind: "ingest";
   results: Array<IngestBodyResult | StoredSingleEvent>;
   chunks: KeyedChunk[];
+  /**
+   * A checked batch (keyCheck) whose apiKey the main thread has yet to judge:
+   * results and chunks are empty, and the body comes back inflated
+   * (transferred) to be posted again once the key is known.
+   */
+  keyRead?: { apiKey: string; plainBody: ArrayBuffer };
 }
 
 export interface SealTask {

@@ -7,7 +7,7 @@ import { readlinkSync } from "node:fs";
 import { getPriority, setPriority } from "node:os";
 import { Piscina } from "piscina";
 import { limits } from "../config/limits.js";
-import { validateBodies, type BodyInput, type IngestBodyResult, type KeyedChunk } from "../ingest/event-validation.js";
+import { checkBatchApiKey, validateBodies, type BodyInput, type IngestBodyResult, type KeyedChunk } from "../ingest/event-validation.js";
 import { runQueryTask } from "../query/query-worker.js";
 import { loadSegment, sealSegment } from "../storage/segment-format.js";
 import { mergeSegments } from "../storage/segment-merge.js";
@@ -44,6 +44,15 @@ function runIngest(task: IngestTask): TaskResult {
   const bodies: BodyInput[] = [];
   for (let at = 0; at < slices.length; at += bodySliceFields) {
     bodies.push({ bytes: bytes.subarray(slices[at], slices[at] + slices[at + 1]), gzip: slices[at + 2] === 1, receivedAtMs: slices[at + 3] });
+  }
+  if (task.keyCheck !== undefined) {
+    const checked = checkBatchApiKey(bodies[0].bytes, bodies[0].gzip, task.keyCheck.kind === "unknown" ? task.keyCheck.apiKey : undefined);
+    if (checked.kind === "judged") return { kind: "ingest", results: [checked.result], chunks: [] };
+    const { plain } = checked;
+    // The request's own buffer when it was not gzip; an inflated body is moved back whole, or copied when it shares its buffer.
+    const plainBody = plain.byteOffset === 0 && plain.byteLength === plain.buffer.byteLength ? (plain.buffer as ArrayBuffer) : new Uint8Array(plain).buffer;
+    const result: TaskResult = { kind: "ingest", results: [], chunks: [], keyRead: { apiKey: checked.apiKey, plainBody } };
+    return Piscina.move({ [Piscina.transferableSymbol]: [plainBody], [Piscina.valueSymbol]: result } as never) as unknown as TaskResult;
   }
   const { results, chunks } = validateBodies(bodies, task.shape);
   const compact = task.shape === "single" ? results.map((result) => storedSingleEvent(result, chunks) ?? result) : results;

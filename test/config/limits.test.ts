@@ -1,7 +1,7 @@
 /**
  * Settings read from the environment when src/config/limits.ts loads: a bad
  * value stops the start-up with the variable's name, and only the rate limit
- * takes 0, which turns it off (the default).
+ * and the timestamp window take 0, which turns them off.
  */
 import { afterEach, expect, it, vi } from "vitest";
 
@@ -20,8 +20,8 @@ async function loadLimits() {
   return (await import("../../src/config/limits.js")).limits;
 }
 
-it("reads the rate limit as off when unset or 0, and as events per second otherwise", async () => {
-  expect((await loadLimits()).rateLimitEventsPerSecond).toBe(0);
+it("reads the rate limit as on by default, off when 0, and as events per second otherwise", async () => {
+  expect((await loadLimits()).rateLimitEventsPerSecond).toBe(1_000_000);
   process.env[rateLimit] = "0";
   expect((await loadLimits()).rateLimitEventsPerSecond).toBe(0);
   process.env[rateLimit] = "2500";

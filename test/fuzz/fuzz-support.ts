@@ -65,6 +65,11 @@ export async function startServerForFuzzing(): Promise<ServerHandle> {
       EVENTIDE_CHECKPOINT_WAL_BYTES_MAX: String(64 * 1024 ** 3),
       EVENTIDE_CHECKPOINT_PROPERTY_ENTRIES_MAX: String(1_000_000_000),
       EVENTIDE_CHECKPOINT_PROPERTY_TEXTS_MAX: String(1_000_000_000),
+      // The model is SPEC §2's: timestamps 1970–9999 and no cardinality caps (test/http/cardinality-caps.test.ts tests those).
+      EVENTIDE_TIMESTAMP_FUTURE_DAYS: "0",
+      EVENTIDE_BATCH_DAYS_MAX: "1000",
+      EVENTIDE_WORKSPACE_EVENT_NAMES_MAX: String(1_000_000_000),
+      EVENTIDE_WORKSPACE_PROPERTY_KEYS_MAX: String(1_000_000_000),
     },
   });
 }

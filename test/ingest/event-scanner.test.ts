@@ -235,7 +235,7 @@ describe("the byte scanner of flat events", () => {
     }));
     const text = JSON.stringify({ apiKey: "key", events });
     expectSameAnswer(text, "batch");
-    expect(scanBody(Buffer.from(text), "batch", 0)?.eventCount).toBe(50);
+    expect(scanBody(Buffer.from(text), "batch", receivedAtMs)?.eventCount).toBe(50);
     expectScannedShare(0.99);
     const gzipped = gzipSync(text);
     const builders = [new ChunkBuilder(), new ChunkBuilder()];

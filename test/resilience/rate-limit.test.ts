@@ -1,5 +1,5 @@
 /**
- * Per-workspace ingest rate limits (EVENTIDE_RATE_LIMIT_EVENTS_PER_SECOND, off
+ * Per-workspace ingest rate limits (EVENTIDE_RATE_LIMIT_EVENTS_PER_SECOND, 1 M events per second
  * by default): a token bucket per workspace holding one second of events (at
  * least one full batch), checked on the main thread before a commit. Over the
  * limit, ingest answers 429 `rate_limited` with Retry-After and stores nothing
