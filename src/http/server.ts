@@ -246,12 +246,19 @@ export async function startHttp({ config, credentials, ingest, query }: HttpDepe
     if (closing) return sendError(res, state, serviceError("unavailable", "server is shutting down"), headers, true);
     const route = routes.get(path);
     if (route === undefined) return sendError(res, state, serviceError("not_found", `no route ${path}`), headers);
+    // Every route takes a credential; one the registry can no longer confirm unrevoked is refused, not trusted.
+    if (credentials.stale && method !== "options") return sendError(res, state, serviceError("unavailable", "credentials cannot be checked right now (the registry is unreadable), retry later"), headers);
     if (preflight && method === "options") return send(res, state, "204 No Content", "", preflightHeaders);
     if (method !== route.method) {
       return sendError(res, state, serviceError("method_not_allowed", `${method.toUpperCase()} is not allowed on ${path}; use ${route.method.toUpperCase()}`), [
         ...headers,
         ["Allow", preflight ? "POST, OPTIONS" : "POST"],
       ]);
+    }
+    // uWS decodes chunked framing and nothing else: a body sent as "gzip, chunked" would reach us still compressed.
+    const transferEncoding = req.getHeader("transfer-encoding");
+    if (transferEncoding !== "" && transferEncoding.trim().toLowerCase() !== "chunked") {
+      return sendError(res, state, serviceError("invalid_request", "transfer-encoding: only chunked is supported (use Content-Encoding: gzip to compress)"), headers, true);
     }
     try {
       route.handler(res, req, state);

@@ -84,6 +84,12 @@ export interface BarrierTaskResult {
   started: number;
 }
 
+/** Given to every worker when it starts (Piscina's workerData). */
+export interface WorkerSettings {
+  /** This worker's share of the segment cache budget. */
+  segmentCacheBytesMax: number;
+}
+
 export type Task = IngestTask | SealTask | MergeTask | LoadSegmentTask | QueryTask | ParseQueryTask | BarrierTask;
 export type TaskResult = IngestTaskResult | LoadSegmentResult | QueryTaskResult | ParseQueryTaskResult | BarrierTaskResult;
 
