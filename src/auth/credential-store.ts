@@ -111,13 +111,15 @@ export class CredentialStore {
   }
 
   /**
-   * True when the registry could not be read (EMFILE, EIO, a hung disk) for
-   * longer than registryStaleMsMax: the snapshot may still hold a secret the
+   * True when the registry could not be read (EMFILE, EIO, a hung disk) and
+   * was last read more than registryStaleMsMax ago: the snapshot may still hold a secret the
    * CLI has revoked since, so the HTTP layer refuses credentials with 503
    * rather than accept them. Polling goes on, and the first good read ends it.
    */
   get stale(): boolean {
-    return Date.now() - this.checkedAtMs > limits.registryStaleMsMax;
+    // Only a failing or hanging read makes it stale: a main thread starved for seconds (a loaded machine) is not a reason.
+    const failing = this.pollErrorMessage !== undefined || this.refreshing !== undefined;
+    return failing && Date.now() - this.checkedAtMs > limits.registryStaleMsMax;
   }
 
   workspaceIds(): string[] {

@@ -5,7 +5,7 @@
  */
 import { Piscina } from "piscina";
 import { limits, workerSegmentCacheBytesMax } from "../config/limits.js";
-import type { WorkerSettings, BarrierTask, BarrierTaskResult, IngestTask, IngestTaskResult, LoadSegmentTask, MergeTask, SealTask } from "./protocol.js";
+import type { Task, TimedTask, WorkerSettings, BarrierTask, BarrierTaskResult, IngestTask, IngestTaskResult, LoadSegmentTask, MergeTask, SealTask } from "./protocol.js";
 import type { ParseQueryTask, ParseQueryTaskResult, QueryTask, QueryTaskResult } from "../query/query-protocol.js";
 import type { LoadSegmentResult } from "../storage/segment-format.js";
 
@@ -56,23 +56,33 @@ export class WorkerPool {
   }
 
   /**
-   * Runs a task with a time limit, alone on a worker: Piscina's balancer gives
+   * Runs a task with a limit on its running time (the wait in the queue is not
+   * counted: see TimedTask), alone on a worker: Piscina's balancer gives
    * a task that carries an abort signal an idle worker and queues nothing
    * behind it, so aborting it — which terminates its worker, and Piscina starts
    * another — takes no other task down. Long tasks want that anyway: a batch
    * queued behind a seal would wait out the whole seal.
    */
-  private async runLimited<T>(task: unknown, timeoutMs: number, what: string, transferList?: ArrayBuffer[], controller = new AbortController()): Promise<T> {
-    const timer = setTimeout(() => controller.abort(), Math.max(0, timeoutMs));
-    timer.unref();
+  private async runLimited<T>(task: Task, timeoutMs: number, what: string, transferList?: ArrayBuffer[], controller = new AbortController()): Promise<T> {
+    const timed: TimedTask = { kind: "timed", task, startedAtMs: new Float64Array(new SharedArrayBuffer(8)) };
+    // Armed for the whole limit, then again for what is left of it once the task has started.
+    let timer: NodeJS.Timeout;
+    const check = () => {
+      const startedAtMs = timed.startedAtMs[0];
+      const remainingMs = startedAtMs === 0 ? timeoutMs : startedAtMs + timeoutMs - Date.now();
+      if (remainingMs <= 0) return controller.abort();
+      timer = setTimeout(check, remainingMs);
+      timer.unref();
+    };
+    check();
     try {
       const options = transferList ? { transferList, signal: controller.signal } : { signal: controller.signal };
-      return (await this.piscina.run(task, options)) as T;
+      return (await this.piscina.run(timed, options)) as T;
     } catch (error) {
-      if (controller.signal.aborted) throw new PoolTaskTimeoutError(`${what} did not finish within ${Math.max(0, timeoutMs)} ms`);
+      if (controller.signal.aborted) throw new PoolTaskTimeoutError(`${what} ran longer than ${Math.max(0, timeoutMs)} ms`);
       throw error;
     } finally {
-      clearTimeout(timer);
+      clearTimeout(timer!);
     }
   }
 
@@ -82,7 +92,7 @@ export class WorkerPool {
   }
 
   /** A seal, merge or load: bounded by storeTaskTimeoutMs, and by the shutdown deadline once one is set. */
-  private async runStoreTask<T>(task: { kind: string }, transferList?: ArrayBuffer[]): Promise<T> {
+  private async runStoreTask<T>(task: SealTask | MergeTask | LoadSegmentTask, transferList?: ArrayBuffer[]): Promise<T> {
     const controller = new AbortController();
     this.storeTasks.add(controller);
     try {

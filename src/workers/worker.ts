@@ -105,6 +105,9 @@ export default function run(task: Task): TaskResult {
       return { kind: "parse-query", result: parseQueryBody(task.queryKind, new Uint8Array(task.body)) };
     case "barrier":
       return runBarrier(task);
+    case "timed":
+      task.startedAtMs[0] = Date.now();
+      return run(task.task);
     default:
       return assertNever(task);
   }
