@@ -39,6 +39,20 @@ function memoryBytesAvailable(): number {
   return bytes;
 }
 
+/** The soft limit on open files (/proc/self/limits), or undefined where it cannot be read. */
+function openFilesMax(): number | undefined {
+  try {
+    const line = readFileSync("/proc/self/limits", "utf8").split("\n").find((text) => text.startsWith("Max open files"));
+    const soft = Number(line?.split(/\s{2,}/)[1]);
+    return Number.isSafeInteger(soft) && soft > 0 ? soft : undefined;
+  } catch {
+    return undefined;
+  }
+}
+
+/** Descriptors kept for the store, the workers and libuv when the open-files limit bounds requests in flight. */
+const reservedFileDescriptors = 256;
+
 export const limits = Object.freeze({
   // SPEC §6 — request limits.
   batchEventsMax: integerFromEnvironment("EVENTIDE_BATCH_EVENTS_MAX", 1000),
@@ -104,6 +118,15 @@ export const limits = Object.freeze({
   /** A registry that cannot be read for this long may hide revocations: credentials are then refused with 503 until it reads again. */
   registryStaleMsMax: integerFromEnvironment("EVENTIDE_REGISTRY_STALE_MS_MAX", 2_000),
   shutdownTimeoutMs: 9_000,
+  /**
+   * Requests whose headers have arrived and whose answer has not been sent,
+   * on both listeners together; more are answered 503 overloaded and their
+   * connection closed. Each holds a connection, so the default stays below
+   * the open-files limit: at that limit the listener's accept fails with
+   * EMFILE on every turn of the event loop, spinning the main thread, and the
+   * registry can no longer be read.
+   */
+  httpRequestsInFlightMax: integerFromEnvironment("EVENTIDE_HTTP_REQUESTS_IN_FLIGHT_MAX", Math.max(64, (openFilesMax() ?? 4096) - reservedFileDescriptors)),
   /** Slow or idle HTTP clients are cut off after this long without progress. */
   idleTimeoutSeconds: 10,
 });

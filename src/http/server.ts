@@ -244,6 +244,8 @@ export async function startHttp({ config, credentials, ingest, query }: HttpDepe
     let path = req.getUrl();
     if (path.length > 1 && path.endsWith("/")) path = path.slice(0, -1);
     if (closing) return sendError(res, state, serviceError("unavailable", "server is shutting down"), headers, true);
+    // Closing the connection gives its descriptor back: see limits.httpRequestsInFlightMax.
+    if (inFlight > limits.httpRequestsInFlightMax) return sendError(res, state, serviceError("overloaded", "too many requests in flight, retry later"), headers, true);
     const route = routes.get(path);
     if (route === undefined) return sendError(res, state, serviceError("not_found", `no route ${path}`), headers);
     // Every route takes a credential; one the registry can no longer confirm unrevoked is refused, not trusted.

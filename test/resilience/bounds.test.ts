@@ -6,7 +6,7 @@
  * the server does not decode is refused, not ignored.
  */
 import { mkdirSync, readdirSync, renameSync, rmdirSync, rmSync, statSync, writeFileSync } from "node:fs";
-import { connect } from "node:net";
+import { connect, type Socket } from "node:net";
 import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { serverLockPath, registryPath } from "../../src/storage/paths.js";
@@ -226,6 +226,33 @@ describe("the data directory", () => {
     const second = await start({ dataDir: first.dataDir, workers: 1, credentials });
     const counted = expectOk(await sendJson(`${second.queryUrl}/api/v1/query/trend`, { event: "locked", dateFrom: day, dateTo: day }, { token: second.token }));
     expect(counted.data).toEqual([{ date: day, count: 1 }]);
+  });
+});
+
+describe("connections", () => {
+  it("answers requests beyond the in-flight cap with 503 and closes their connections, and serves again once they are gone", async () => {
+    const server = await start({ workers: 1, env: { EVENTIDE_HTTP_REQUESTS_IN_FLIGHT_MAX: "20" } });
+    const { port } = new URL(server.ingestUrl);
+    // Half-sent bodies: headers complete, 100 bytes announced, 5 sent. Each is a request in flight until cut off.
+    const answers: string[] = [];
+    const sockets: Socket[] = Array.from({ length: 60 }, () => {
+      const socket = connect(Number(port), "127.0.0.1");
+      socket.on("error", () => {});
+      socket.setEncoding("utf8");
+      socket.on("data", (chunk: string) => answers.push(chunk));
+      socket.write(`POST /ingest HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n{"a":`);
+      return socket;
+    });
+    await elapsedUntil(async () => answers.length >= 40, 20_000);
+    for (const answer of answers) {
+      expect(answer).toMatch(/^HTTP\/1\.1 503 /);
+      expect(answer).toMatch(/\r\nRetry-After: \d+\r\n/i);
+      expect(JSON.parse(answer.slice(answer.indexOf("\r\n\r\n") + 4)).error.code).toBe("overloaded");
+    }
+    // Refused connections are closed by the server, giving their descriptors back.
+    await elapsedUntil(async () => sockets.filter((socket) => socket.readableEnded || socket.destroyed).length >= 40, 20_000);
+    for (const socket of sockets) socket.destroy();
+    await elapsedUntil(async () => (await ingestBatch(server, server.apiKey, [])).status === 200, 20_000);
   });
 });
 
