@@ -4,15 +4,15 @@
  * stdout (SPEC §0) and shuts down cleanly on SIGTERM/SIGINT: stop accepting,
  * answer what is in flight, seal and fsync, exit 0.
  */
-import { mkdirSync } from "node:fs";
 import { CredentialStore } from "./auth/credential-store.js";
-import { holdLockFile, serverLockWaitMs } from "./auth/registry-lock.js";
+import { holdServerLock } from "./auth/registry-lock.js";
 import { loadConfig } from "./config/config.js";
 import { limits } from "./config/limits.js";
 import { startHttp } from "./http/server.js";
 import { IngestService } from "./ingest/ingest-service.js";
 import { QueryService } from "./query/query-service.js";
 import { serverLockPath } from "./storage/paths.js";
+import { makeDataDirectoryPrivate } from "./storage/files.js";
 import { Store } from "./storage/store.js";
 import { WorkerPool } from "./workers/pool.js";
 
@@ -39,11 +39,11 @@ for (const signal of ["SIGTERM", "SIGINT"] as const) {
 async function main(): Promise<void> {
   const config = loadConfig();
   const startedAtMs = Date.now();
-  mkdirSync(config.dataDir, { recursive: true });
+  makeDataDirectoryPrivate(config.dataDir);
   const lockPath = serverLockPath(config.dataDir);
-  const releaseDataDir = await holdLockFile(
+  const releaseDataDir = await holdServerLock(
+    config.dataDir,
     lockPath,
-    serverLockWaitMs,
     (holder) => new Error(`the data directory ${config.dataDir} is in use by ${holder}; stop that server first (if none is running, delete ${lockPath})`),
   );
   const store = Store.open(config.dataDir, config.fsync);
@@ -91,8 +91,10 @@ async function main(): Promise<void> {
     deadline.unref();
     try {
       await http.close(limits.shutdownTimeoutMs / 3);
-      // Sealing may take what is left but a margin for closing the WAL and the pool.
-      await store.close(Date.now() + limits.shutdownTimeoutMs / 3);
+      // Sealing may take what is left but a margin for closing the WAL and the pool; a seal still running then is abandoned.
+      const sealDeadlineMs = Date.now() + limits.shutdownTimeoutMs / 3;
+      pool.abandonStoreTasksAt(sealDeadlineMs);
+      await store.close(sealDeadlineMs);
       credentials.close();
       // Released before the pool closes, so that exit follows the pool's close at once.
       await releaseDataDir();

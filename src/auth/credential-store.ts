@@ -70,6 +70,9 @@ export class CredentialStore {
   private refreshing: Promise<void> | undefined;
   /** An unexpected poll failure (say, EACCES) is reported when it first appears, not on every tick. */
   private pollErrorMessage: string | undefined;
+  /** When the last successful check of the file began: the snapshot is known to hold no revocation older than this. */
+  private checkedAtMs = Date.now();
+  private staleReported = false;
 
   private constructor(dataDir: string, options: CredentialStoreOptions) {
     this.dataDir = dataDir;
@@ -107,6 +110,18 @@ export class CredentialStore {
     return this.snapshot.workspaceIdByTokenHash.get(secretHash(token));
   }
 
+  /**
+   * True when the registry could not be read (EMFILE, EIO, a hung disk) and
+   * was last read more than registryStaleMsMax ago: the snapshot may still hold a secret the
+   * CLI has revoked since, so the HTTP layer refuses credentials with 503
+   * rather than accept them. Polling goes on, and the first good read ends it.
+   */
+  get stale(): boolean {
+    // Only a failing or hanging read makes it stale: a main thread starved for seconds (a loaded machine) is not a reason.
+    const failing = this.pollErrorMessage !== undefined || this.refreshing !== undefined;
+    return failing && Date.now() - this.checkedAtMs > limits.registryStaleMsMax;
+  }
+
   workspaceIds(): string[] {
     return [...this.snapshot.workspaceIds];
   }
@@ -132,13 +147,22 @@ export class CredentialStore {
   private async poll(): Promise<void> {
     // A slow disk must not pile up overlapping reloads.
     if (this.refreshing !== undefined) return;
+    const startedMs = Date.now();
     try {
       await this.refresh({ throwOnInvalid: false });
       this.pollErrorMessage = undefined;
+      this.checkedAtMs = startedMs;
+      if (this.staleReported) process.stderr.write(`${JSON.stringify({ event: "registry-readable", message: "credentials are accepted again" })}\n`);
+      this.staleReported = false;
     } catch (error) {
       const message = (error as Error).message;
       if (message !== this.pollErrorMessage) this.onReloadError(error as Error);
       this.pollErrorMessage = message;
+      if (this.stale && !this.staleReported) {
+        this.staleReported = true;
+        const staleMessage = `the registry has not been readable for ${limits.registryStaleMsMax} ms; credentials are refused (503) until it is: ${message}`;
+        process.stderr.write(`${JSON.stringify({ event: "registry-stale", message: staleMessage })}\n`);
+      }
     }
   }
 

@@ -14,7 +14,9 @@
  * stale and is broken. A live owner is waited for, but only for a bounded time.
  */
 import { randomBytes } from "node:crypto";
+import { statSync } from "node:fs";
 import { open, readFile, stat, unlink, type FileHandle } from "node:fs/promises";
+import { createServer } from "node:net";
 import { hostname } from "node:os";
 import { setTimeout as sleep } from "node:timers/promises";
 
@@ -102,6 +104,42 @@ export const serverLockWaitMs = unreadableLockStaleMs + 1_000;
 export async function holdLockFile(lockPath: string, waitMs: number, lockedError: (holder: string) => Error): Promise<() => Promise<void>> {
   const owner = await acquire(lockPath, waitMs, lockedError);
   return () => release(lockPath, owner);
+}
+
+/**
+ * The lock a server holds on its data directory: first a kernel-owned name,
+ * then the lock file (holdLockFile), which says who holds it. A lock file
+ * alone is defeated by an `rm`, after which a second server would append to
+ * the same WAL. The kernel name is a Unix socket in Linux's abstract namespace
+ * named after the directory's device and inode: no file to delete, a second
+ * bind fails with EADDRINUSE, and the kernel releases it when the process
+ * dies, however it dies. Node has no flock; this needs no native addon.
+ * The namespace is per network namespace (two containers sharing a volume do
+ * not see each other's names): there the lock file still guards.
+ */
+export async function holdServerLock(dataDir: string, lockPath: string, lockedError: (holder: string) => Error): Promise<() => Promise<void>> {
+  const { dev, ino } = statSync(dataDir, { bigint: true });
+  const name = `\0eventide-data-${dev}-${ino}`;
+  const server = createServer((socket) => socket.destroy());
+  if (process.platform === "linux") {
+    try {
+      await new Promise<void>((resolve, reject) => {
+        server.once("error", reject);
+        server.listen({ path: name, exclusive: true }, resolve);
+      });
+    } catch (error) {
+      if (errorCode(error) !== "EADDRINUSE") throw error;
+      const holder = await readOwner(lockPath);
+      throw lockedError(holder ? `process ${holder.pid} on ${holder.host} since ${holder.acquiredAt}` : "another eventide server");
+    }
+    // Held for the life of the process, without keeping it alive.
+    server.unref();
+  }
+  const releaseFile = await holdLockFile(lockPath, serverLockWaitMs, lockedError);
+  return async () => {
+    await releaseFile();
+    if (server.listening) await new Promise<void>((resolve) => server.close(() => resolve()));
+  };
 }
 
 function registryLocked(lockPath: string, waitMs: number) {

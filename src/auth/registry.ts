@@ -241,7 +241,8 @@ async function revokeSecret(dataDir: string, secret: string, kind: SecretKind, o
  * throws RegistryError to refuse, in which case nothing is written.
  */
 async function updateRegistry<T>(dataDir: string, options: RegistryOptions, change: (registry: RegistryDocument) => T): Promise<T> {
-  await mkdir(dataDir, { recursive: true });
+  // Private like everything in it (the server makes it 0700 too: storage/files.ts).
+  await mkdir(dataDir, { recursive: true, mode: 0o700 });
   return withRegistryLock(
     dataDir,
     async () => {

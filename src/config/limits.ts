@@ -6,6 +6,8 @@
  * than in the middle of a request.
  */
 import { strict as assert } from "node:assert";
+import { readFileSync } from "node:fs";
+import { totalmem } from "node:os";
 
 /** `minimum` is 1 for every bound; 0 only where it means "off". */
 function integerFromEnvironment(name: string, fallback: number, minimum = 1): number {
@@ -18,6 +20,38 @@ function integerFromEnvironment(name: string, fallback: number, minimum = 1): nu
 }
 
 const mebibyte = 1024 * 1024;
+
+/**
+ * The memory this process may use: the machine's, or less when a cgroup
+ * (a container's memory limit) says so. cgroup v2 writes "max" for no limit,
+ * v1 a huge number; either way the smaller of the two figures wins.
+ */
+function memoryBytesAvailable(): number {
+  let bytes = totalmem();
+  for (const path of ["/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory/memory.limit_in_bytes"]) {
+    try {
+      const limit = Number(readFileSync(path, "utf8").trim());
+      if (Number.isSafeInteger(limit) && limit > 0) bytes = Math.min(bytes, limit);
+    } catch {
+      // No such cgroup file: not in a container, or another cgroup version.
+    }
+  }
+  return bytes;
+}
+
+/** The soft limit on open files (/proc/self/limits), or undefined where it cannot be read. */
+function openFilesMax(): number | undefined {
+  try {
+    const line = readFileSync("/proc/self/limits", "utf8").split("\n").find((text) => text.startsWith("Max open files"));
+    const soft = Number(line?.split(/\s{2,}/)[1]);
+    return Number.isSafeInteger(soft) && soft > 0 ? soft : undefined;
+  } catch {
+    return undefined;
+  }
+}
+
+/** Descriptors kept for the store, the workers and libuv when the open-files limit bounds requests in flight. */
+const reservedFileDescriptors = 256;
 
 export const limits = Object.freeze({
   // SPEC §6 — request limits.
@@ -38,6 +72,8 @@ export const limits = Object.freeze({
   // Write path: how much may wait for the disk before ingest answers 503.
   writeQueueBytesMax: integerFromEnvironment("EVENTIDE_WRITE_QUEUE_BYTES_MAX", 256 * mebibyte),
   workerQueueTasksMax: integerFromEnvironment("EVENTIDE_WORKER_QUEUE_TASKS_MAX", 256),
+  /** Ingest bodies handed to the pool and not yet parsed: 256 tasks of 20 MiB bodies would otherwise hold 5 GiB. */
+  workerQueueBytesMax: integerFromEnvironment("EVENTIDE_WORKER_QUEUE_BYTES_MAX", 256 * mebibyte),
   /** How much lower than the main thread worker threads run (nice steps, Linux); 0 keeps them equal. See worker.ts. */
   workerNiceSteps: integerFromEnvironment("EVENTIDE_WORKER_NICE", 10, 0),
   /** Single events gathered into one pool task (a task costs ~80 µs, an event ~2 µs). */
@@ -91,13 +127,33 @@ export const limits = Object.freeze({
   uuidProbeSlotsMax: 128,
 
   // Queries.
-  segmentCacheBytesMax: integerFromEnvironment("EVENTIDE_SEGMENT_CACHE_BYTES_MAX", 8 * 1024 * mebibyte),
+  /** Decoded sealed segments kept in memory by all threads together (main half, workers the other): half the memory by default. */
+  segmentCacheBytesMax: integerFromEnvironment("EVENTIDE_SEGMENT_CACHE_BYTES_MAX", Math.floor(memoryBytesAvailable() / 2)),
+  /** One query task longer than this has its worker replaced and the query answers 503: a worker is not held for minutes. */
+  queryTaskTimeoutMs: integerFromEnvironment("EVENTIDE_QUERY_TASK_TIMEOUT_MS", 30_000),
+  /** A seal, merge or segment load longer than this is abandoned (its worker replaced); a checkpoint retries later. */
+  storeTaskTimeoutMs: integerFromEnvironment("EVENTIDE_STORE_TASK_TIMEOUT_MS", 300_000),
+  /** Filters in one query: a dashboard uses a handful. */
+  queryFiltersMax: integerFromEnvironment("EVENTIDE_QUERY_FILTERS_MAX", 100),
+  /** Characters of all filter values of one query together. */
+  queryFilterValueCharactersMax: integerFromEnvironment("EVENTIDE_QUERY_FILTER_VALUE_CHARACTERS_MAX", 64 * 1024),
   retentionCacheBytesMax: integerFromEnvironment("EVENTIDE_RETENTION_CACHE_BYTES_MAX", 64 * mebibyte),
   retentionCacheTtlMs: 60_000,
 
   // Credentials written by the CLI reach the running server within this long (SPEC: 1 s).
   registryPollIntervalMs: 250,
+  /** A registry that cannot be read for this long may hide revocations: credentials are then refused with 503 until it reads again. */
+  registryStaleMsMax: integerFromEnvironment("EVENTIDE_REGISTRY_STALE_MS_MAX", 2_000),
   shutdownTimeoutMs: 9_000,
+  /**
+   * Requests whose headers have arrived and whose answer has not been sent,
+   * on both listeners together; more are answered 503 overloaded and their
+   * connection closed. Each holds a connection, so the default stays below
+   * the open-files limit: at that limit the listener's accept fails with
+   * EMFILE on every turn of the event loop, spinning the main thread, and the
+   * registry can no longer be read.
+   */
+  httpRequestsInFlightMax: integerFromEnvironment("EVENTIDE_HTTP_REQUESTS_IN_FLIGHT_MAX", Math.max(64, (openFilesMax() ?? 4096) - reservedFileDescriptors)),
   /** Slow or idle HTTP clients are cut off after this long without progress. */
   idleTimeoutSeconds: 10,
 });
@@ -107,6 +163,18 @@ export const limits = Object.freeze({
  * full batch: a bucket smaller than the largest valid batch would refuse that
  * batch forever, however long its client waited.
  */
+/**
+ * The segment cache's one budget, split so that all threads together stay
+ * within it: the main thread (the store's loaded segments) keeps half, and the
+ * workers' caches of views share the other half. A worker's view may keep a
+ * segment's memory alive after the store let it go, so the halves can hold
+ * different segments and are counted apart.
+ */
+export const mainThreadSegmentCacheBytesMax = Math.floor(limits.segmentCacheBytesMax / 2);
+export function workerSegmentCacheBytesMax(workerCount: number): number {
+  return Math.floor((limits.segmentCacheBytesMax - mainThreadSegmentCacheBytesMax) / workerCount);
+}
+
 export const rateLimitBurstEvents = Math.max(limits.rateLimitEventsPerSecond, limits.batchEventsMax);
 
 assert(limits.ingestBodyBytesMax <= limits.batchBodyBytesMax, "EVENTIDE_INGEST_BODY_BYTES_MAX must not exceed EVENTIDE_BATCH_BODY_BYTES_MAX");
@@ -115,3 +183,4 @@ assert(limits.groupCommitBytesMax <= limits.writeQueueBytesMax, `EVENTIDE_WRITE_
 assert(limits.workerNiceSteps <= 19, "EVENTIDE_WORKER_NICE must be 0–19");
 assert(limits.registryPollIntervalMs * 2 < 1000, "credential changes must reach the server within 1 s");
 assert(limits.shutdownTimeoutMs < 10_000, "SPEC: exit within 10 s of SIGTERM");
+assert(limits.registryStaleMsMax > limits.registryPollIntervalMs, `EVENTIDE_REGISTRY_STALE_MS_MAX must exceed the registry poll interval (${limits.registryPollIntervalMs} ms)`);

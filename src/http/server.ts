@@ -244,14 +244,23 @@ export async function startHttp({ config, credentials, ingest, query }: HttpDepe
     let path = req.getUrl();
     if (path.length > 1 && path.endsWith("/")) path = path.slice(0, -1);
     if (closing) return sendError(res, state, serviceError("unavailable", "server is shutting down"), headers, true);
+    // Closing the connection gives its descriptor back: see limits.httpRequestsInFlightMax.
+    if (inFlight > limits.httpRequestsInFlightMax) return sendError(res, state, serviceError("overloaded", "too many requests in flight, retry later"), headers, true);
     const route = routes.get(path);
     if (route === undefined) return sendError(res, state, serviceError("not_found", `no route ${path}`), headers);
+    // Every route takes a credential; one the registry can no longer confirm unrevoked is refused, not trusted.
+    if (credentials.stale && method !== "options") return sendError(res, state, serviceError("unavailable", "credentials cannot be checked right now (the registry is unreadable), retry later"), headers);
     if (preflight && method === "options") return send(res, state, "204 No Content", "", preflightHeaders);
     if (method !== route.method) {
       return sendError(res, state, serviceError("method_not_allowed", `${method.toUpperCase()} is not allowed on ${path}; use ${route.method.toUpperCase()}`), [
         ...headers,
         ["Allow", preflight ? "POST, OPTIONS" : "POST"],
       ]);
+    }
+    // uWS decodes chunked framing and nothing else: a body sent as "gzip, chunked" would reach us still compressed.
+    const transferEncoding = req.getHeader("transfer-encoding");
+    if (transferEncoding !== "" && transferEncoding.trim().toLowerCase() !== "chunked") {
+      return sendError(res, state, serviceError("invalid_request", "transfer-encoding: only chunked is supported (use Content-Encoding: gzip to compress)"), headers, true);
     }
     try {
       route.handler(res, req, state);

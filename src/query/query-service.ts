@@ -8,7 +8,7 @@
 import { limits } from "../config/limits.js";
 import type { ServiceReply } from "../http/errors.js";
 import type { Store, WorkspaceStore } from "../storage/store.js";
-import type { WorkerPool } from "../workers/pool.js";
+import { PoolTaskTimeoutError, type WorkerPool } from "../workers/pool.js";
 import { dayMs, retentionLayout, retentionPeriodLabels, trendBucketLabels, trendLayout } from "./buckets.js";
 import type { FilterPlan } from "./filters.js";
 import { retentionCountsByPair } from "./kernels/retention.js";
@@ -63,6 +63,16 @@ export class QueryService {
   ) {}
 
   async run(kind: QueryKind, workspaceId: string, bytes: Uint8Array): Promise<ServiceReply> {
+    try {
+      return await this.runQuery(kind, workspaceId, bytes);
+    } catch (error) {
+      if (!(error instanceof PoolTaskTimeoutError)) throw error;
+      const message = `the query ran past its time limit of ${limits.queryTaskTimeoutMs} ms and was stopped; narrow it (fewer filters, a shorter range) or retry later`;
+      return { ok: false, error: { code: "overloaded", message } };
+    }
+  }
+
+  private async runQuery(kind: QueryKind, workspaceId: string, bytes: Uint8Array): Promise<ServiceReply> {
     const parsed = await this.parse(kind, bytes);
     if (!parsed.ok) return parsed;
     const query = parsed.query;
@@ -129,7 +139,8 @@ export class QueryService {
     const workspace = this.store.workspaces.get(workspaceId);
     const layout = trendLayout(request.dateFrom, request.dateTo, request.groupBy);
     const filters: FilterPlan[] = request.filters.map((filter) => ({ keyId: workspace?.keys.idOf(filter.property), op: filter.op, value: filter.value }));
-    const filterKeyIds = filters.flatMap((filter) => (filter.keyId === undefined ? [] : [filter.keyId]));
+    // Each key once: an active segment's snapshot copies a key's texts per id listed, on the main thread.
+    const filterKeyIds = [...new Set(filters.flatMap((filter) => (filter.keyId === undefined ? [] : [filter.keyId])))];
     const eventId = workspace?.events.idOf(request.event);
     const counts =
       eventId === undefined

@@ -115,7 +115,28 @@ const filter = z
     }),
   );
 
-const filters = z.array(filter, { error: "expected an array of filters" }).default([]);
+/**
+ * A filter is compiled against every distinct text of its property, so a
+ * query's filter work is (filters × distinct values): both the count and the
+ * values' total length are bounded here, before any work starts; the pool's
+ * task time limit bounds what the data itself makes of them.
+ */
+const filtersMessage = `expected an array of at most ${limits.queryFiltersMax} filters`;
+const filters = z
+  .array(filter, { error: filtersMessage })
+  .max(limits.queryFiltersMax, { error: `${filtersMessage} (EVENTIDE_QUERY_FILTERS_MAX)` })
+  .check((context) => {
+    let characters = 0;
+    for (const { value } of context.value) characters += value?.length ?? 0;
+    if (characters > limits.queryFilterValueCharactersMax) {
+      context.issues.push({
+        code: "custom",
+        input: context.value,
+        message: `the filter values hold ${characters} characters, more than the limit of ${limits.queryFilterValueCharactersMax} (EVENTIDE_QUERY_FILTER_VALUE_CHARACTERS_MAX)`,
+      });
+    }
+  })
+  .default([]);
 
 const stepsMessage = `expected an array of 1 to ${limits.funnelStepsMax} event names`;
 const steps = z

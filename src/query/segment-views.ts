@@ -111,6 +111,12 @@ function activeView(descriptor: ActiveSegmentDescriptor): SegmentView {
 /** Least recently used sealed views, bounded by the bytes they keep alive. */
 const sealedViews = new Map<string, SealedView>();
 let sealedViewBytes = 0;
+/** This thread's share of the segment cache; the pool sets each worker's (limits.ts splits the budget). */
+let sealedViewBytesMax = limits.segmentCacheBytesMax;
+
+export function setSealedViewBytesMax(bytes: number): void {
+  sealedViewBytesMax = bytes;
+}
 
 function sealedView(descriptor: SealedSegmentDescriptor): SealedView {
   const cached = sealedViews.get(descriptor.key);
@@ -124,7 +130,7 @@ function sealedView(descriptor: SealedSegmentDescriptor): SealedView {
   sealedViews.set(descriptor.key, view);
   sealedViewBytes += view.memoryBytes;
   for (const [key, victim] of sealedViews) {
-    if (sealedViewBytes <= limits.segmentCacheBytesMax) break;
+    if (sealedViewBytes <= sealedViewBytesMax) break;
     if (victim === view) continue;
     sealedViews.delete(key);
     sealedViewBytes -= victim.memoryBytes;

@@ -11,6 +11,7 @@
  *
  *   {"wal.fsync": {"errno": "EIO"}}                   every wal.fsync fails until the entry is removed
  *   {"wal.write": {"errno": "ENOSPC", "count": 3}}    the next 3 wal.write calls fail, then it clears itself
+ *   {"segment.write": {"errno": "HANG"}}               the operation never returns (pool workers only: a hung disk)
  *   {}                                                nothing armed
  *
  * The file is re-read when its identity (inode, size, mtime) changes, checked
@@ -111,6 +112,8 @@ export function injectedFault(operation: FaultOperation, path: string): NodeJS.E
     fault.remaining--;
   }
   console.error(`eventide: injected ${fault.errno} into ${operation} ${path}`);
+  // A thread stuck in a syscall: only terminating its worker ends it.
+  if (fault.errno === "HANG") for (;;) Atomics.wait(new Int32Array(new SharedArrayBuffer(4)), 0, 0);
   const errno = (constants.errno as Record<string, number | undefined>)[fault.errno] ?? constants.errno.EIO;
   const error: NodeJS.ErrnoException = new Error(`${fault.errno}: injected fault, ${operation} '${path}'`);
   error.code = fault.errno;

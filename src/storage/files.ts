@@ -6,10 +6,24 @@
  * directory has been fsynced, so every helper that creates one fsyncs the
  * parent before returning.
  */
-import { closeSync, existsSync, fsyncSync, mkdirSync, openSync, renameSync, rmSync, writeSync } from "node:fs";
+import { chmodSync, closeSync, existsSync, fsyncSync, mkdirSync, openSync, renameSync, rmSync, writeSync } from "node:fs";
 import { open } from "node:fs/promises";
 import { basename, dirname, join } from "node:path";
 import { recordCreate, recordDirectorySync } from "./fault-injection.js";
+
+/**
+ * Makes the data directory the owner's alone: it holds every event and the
+ * credential hashes. The process's umask becomes 077, so every file and
+ * directory any thread creates from now on is 0600 / 0700 whatever mode its
+ * creator asked for; the directory itself is created, or changed, to 0700,
+ * which also closes what an older version created 0644 / 0755 below it
+ * (nobody else can reach past a 0700 directory).
+ */
+export function makeDataDirectoryPrivate(dataDir: string): void {
+  process.umask(0o077);
+  mkdirSync(dataDir, { recursive: true, mode: 0o700 });
+  chmodSync(dataDir, 0o700);
+}
 
 export function fsyncDirectory(path: string): void {
   const fd = openSync(path, "r");

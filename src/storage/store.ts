@@ -17,7 +17,7 @@
 import { strict as assert } from "node:assert";
 import { existsSync, readdirSync, readFileSync, rmSync, statSync } from "node:fs";
 import { basename, dirname, join } from "node:path";
-import { limits } from "../config/limits.js";
+import { limits, mainThreadSegmentCacheBytesMax } from "../config/limits.js";
 import { decodeChunk, filterChunk, type DecodedChunk } from "../ingest/chunk-codec.js";
 import { ActiveProperties, ValueIdCache } from "./active-properties.js";
 import { CardinalityReservations, type RowRefusal } from "./cardinality.js";
@@ -906,7 +906,7 @@ export class Store {
   private touch(segment: SealedSegment, bytes: number): void {
     segment.lastUsed = ++this.useClock;
     this.cachedBytes += bytes;
-    if (this.cachedBytes <= limits.segmentCacheBytesMax) return;
+    if (this.cachedBytes <= mainThreadSegmentCacheBytesMax) return;
     // Over budget: drop the least recently loaded segments from memory (they reload on demand).
     const loaded: SealedSegment[] = [];
     for (const workspace of this.workspaces.values()) {
@@ -914,7 +914,7 @@ export class Store {
     }
     loaded.sort((a, b) => a.lastUsed - b.lastUsed);
     for (const victim of loaded) {
-      if (this.cachedBytes <= limits.segmentCacheBytesMax) break;
+      if (this.cachedBytes <= mainThreadSegmentCacheBytesMax) break;
       this.cachedBytes -= victim.layout.memoryBytes;
       victim.memory = undefined;
     }

@@ -4,15 +4,24 @@
  * `PoolSaturatedError`, which ingest answers with 503 + Retry-After.
  */
 import { Piscina } from "piscina";
-import { limits } from "../config/limits.js";
-import type { BarrierTask, BarrierTaskResult, IngestTask, IngestTaskResult, LoadSegmentTask, MergeTask, SealTask } from "./protocol.js";
+import { limits, workerSegmentCacheBytesMax } from "../config/limits.js";
+import type { Task, TimedTask, WorkerSettings, BarrierTask, BarrierTaskResult, IngestTask, IngestTaskResult, LoadSegmentTask, MergeTask, SealTask } from "./protocol.js";
 import type { ParseQueryTask, ParseQueryTaskResult, QueryTask, QueryTaskResult } from "../query/query-protocol.js";
 import type { LoadSegmentResult } from "../storage/segment-format.js";
 
 export class PoolSaturatedError extends Error {}
 
+/** A task ran past its time limit: its worker was terminated and replaced. */
+export class PoolTaskTimeoutError extends Error {}
+
 export class WorkerPool {
   private readonly piscina: Piscina;
+  /** Bytes of ingest bodies posted to the pool whose results are not back yet. */
+  private ingestBytesQueued = 0;
+  /** Seal, merge and load tasks running or queued, so that shutdown can abandon them at its deadline. */
+  private readonly storeTasks = new Set<AbortController>();
+  /** Set by abandonStoreTasksAt: no store task may outlive it. */
+  private storeTaskDeadlineMs = Number.POSITIVE_INFINITY;
 
   constructor(readonly threadCount: number) {
     this.piscina = new Piscina({
@@ -23,11 +32,12 @@ export class WorkerPool {
       // already in its port when one ends. With one, a worker sat idle from the
       // end of a task until the main thread had taken its result and posted the
       // next — ~3–5 ms of every ~3 ms batch under load, since the main thread is
-      // busy committing. Long tasks (seal, merge, load) run alone: see `runAlone`.
+      // busy committing. Long tasks (seal, merge, load) and queries run alone: see `runLimited`.
       concurrentTasksPerWorker: 3,
       // The queue bound is applied to ingest only (see `ingest`): a checkpoint's seal
       // tasks and queries must never be refused because ingest filled the queue.
       idleTimeout: Number.MAX_SAFE_INTEGER,
+      workerData: { segmentCacheBytesMax: workerSegmentCacheBytesMax(threadCount) } satisfies WorkerSettings,
       // Workers must not keep a stopping process alive, and must not die of a big sort.
       resourceLimits: { maxOldGenerationSizeMb: 16 * 1024 },
     });
@@ -38,7 +48,7 @@ export class WorkerPool {
   }
 
   get saturated(): boolean {
-    return this.piscina.queueSize >= limits.workerQueueTasksMax;
+    return this.piscina.queueSize >= limits.workerQueueTasksMax || this.ingestBytesQueued >= limits.workerQueueBytesMax;
   }
 
   private async run<T>(task: unknown, transferList?: ArrayBuffer[]): Promise<T> {
@@ -46,15 +56,65 @@ export class WorkerPool {
   }
 
   /**
-   * Runs a long task (hundreds of milliseconds: sealing 2 M rows takes ~1 s)
-   * alone on a worker. Piscina's balancer gives a task that carries an abort
-   * signal an idle worker and queues nothing behind it; a batch queued behind
-   * a seal would wait out the whole seal. The signal is never aborted:
-   * aborting would terminate the worker mid-write.
+   * Runs a task with a limit on its running time (the wait in the queue is not
+   * counted: see TimedTask), alone on a worker: Piscina's balancer gives
+   * a task that carries an abort signal an idle worker and queues nothing
+   * behind it, so aborting it — which terminates its worker, and Piscina starts
+   * another — takes no other task down. Long tasks want that anyway: a batch
+   * queued behind a seal would wait out the whole seal.
    */
-  private async runAlone<T>(task: unknown, transferList?: ArrayBuffer[]): Promise<T> {
-    const signal = new AbortController().signal;
-    return (await this.piscina.run(task, transferList ? { transferList, signal } : { signal })) as T;
+  private async runLimited<T>(task: Task, timeoutMs: number, what: string, transferList?: ArrayBuffer[], controller = new AbortController()): Promise<T> {
+    const timed: TimedTask = { kind: "timed", task, startedAtMs: new Float64Array(new SharedArrayBuffer(8)) };
+    // Armed for the whole limit, then again for what is left of it once the task has started.
+    let timer: NodeJS.Timeout;
+    const check = () => {
+      const startedAtMs = timed.startedAtMs[0];
+      const remainingMs = startedAtMs === 0 ? timeoutMs : startedAtMs + timeoutMs - Date.now();
+      if (remainingMs <= 0) return controller.abort();
+      timer = setTimeout(check, remainingMs);
+      timer.unref();
+    };
+    check();
+    try {
+      const options = transferList ? { transferList, signal: controller.signal } : { signal: controller.signal };
+      return (await this.piscina.run(timed, options)) as T;
+    } catch (error) {
+      if (controller.signal.aborted) throw new PoolTaskTimeoutError(`${what} ran longer than ${Math.max(0, timeoutMs)} ms`);
+      throw error;
+    } finally {
+      clearTimeout(timer!);
+    }
+  }
+
+  /** As runLimited, never aborted: a worker terminated while it loads roaring's addon aborts the process (see ready). */
+  private async runAlone<T>(task: unknown): Promise<T> {
+    return (await this.piscina.run(task, { signal: new AbortController().signal })) as T;
+  }
+
+  /** A seal, merge or load: bounded by storeTaskTimeoutMs, and by the shutdown deadline once one is set. */
+  private async runStoreTask<T>(task: SealTask | MergeTask | LoadSegmentTask, transferList?: ArrayBuffer[]): Promise<T> {
+    const controller = new AbortController();
+    this.storeTasks.add(controller);
+    try {
+      const timeoutMs = Math.min(limits.storeTaskTimeoutMs, this.storeTaskDeadlineMs - Date.now());
+      return await this.runLimited<T>(task, timeoutMs, `a ${task.kind} task`, transferList, controller);
+    } finally {
+      this.storeTasks.delete(controller);
+    }
+  }
+
+  /**
+   * Shutdown: every seal, merge and load still running at `deadlineMs` is
+   * abandoned (its worker terminated; a half-written segment is a tmp_
+   * directory that start-up removes), so a hung disk cannot hold the process
+   * past SPEC's 10 s. A checkpoint abandoned so loses nothing: its rows stay
+   * in the WAL.
+   */
+  abandonStoreTasksAt(deadlineMs: number): void {
+    this.storeTaskDeadlineMs = deadlineMs;
+    setTimeout(() => {
+      for (const controller of this.storeTasks) controller.abort();
+    }, Math.max(0, deadlineMs - Date.now())).unref();
   }
 
   /**
@@ -64,7 +124,7 @@ export class WorkerPool {
    * registration), so the server is announced, and the pool closed, only after
    * this. `threadCount` barrier tasks each hold their worker until all have
    * started; a task that carries an abort signal is given an idle worker of
-   * its own (see runAlone), so they take every worker. Rejects when not every
+   * its own (see runLimited), so they take every worker. Rejects when not every
    * worker started within `timeoutMs`.
    */
   async ready(timeoutMs: number): Promise<void> {
@@ -76,27 +136,34 @@ export class WorkerPool {
     if (fewest < this.threadCount) throw new Error(`only ${fewest} of ${this.threadCount} workers started within ${timeoutMs} ms`);
   }
 
-  ingest(task: IngestTask): Promise<IngestTaskResult> {
-    if (this.saturated) return Promise.reject(new PoolSaturatedError("worker queue is full"));
-    return this.run(task, [task.bodies, task.slices.buffer]);
+  async ingest(task: IngestTask): Promise<IngestTaskResult> {
+    if (this.saturated) throw new PoolSaturatedError("worker queue is full");
+    const bytes = task.bodies.byteLength;
+    this.ingestBytesQueued += bytes;
+    try {
+      return await this.run<IngestTaskResult>(task, [task.bodies, task.slices.buffer]);
+    } finally {
+      this.ingestBytesQueued -= bytes;
+    }
   }
 
   seal(task: SealTask): Promise<LoadSegmentResult> {
     // Every array of the message was made for it: moved, not copied (a day of 3 M keys copied 48 MB).
     const { packed, keyIds, entryCounts, textCounts, textEnds } = task.properties;
-    return this.runAlone(task, [packed, keyIds.buffer, entryCounts.buffer, textCounts.buffer, textEnds.buffer]);
+    return this.runStoreTask(task, [packed, keyIds.buffer, entryCounts.buffer, textCounts.buffer, textEnds.buffer]);
   }
 
   merge(task: MergeTask): Promise<LoadSegmentResult> {
-    return this.runAlone(task);
+    return this.runStoreTask(task);
   }
 
   load(task: LoadSegmentTask): Promise<LoadSegmentResult> {
-    return this.runAlone(task);
+    return this.runStoreTask(task);
   }
 
+  /** Rejects with PoolTaskTimeoutError past EVENTIDE_QUERY_TASK_TIMEOUT_MS (time queued included). */
   query(task: QueryTask): Promise<QueryTaskResult> {
-    return this.run(task);
+    return this.runLimited(task, limits.queryTaskTimeoutMs, "a query task");
   }
 
   parseQuery(task: ParseQueryTask): Promise<ParseQueryTaskResult> {

@@ -101,7 +101,25 @@ export interface BarrierTaskResult {
   started: number;
 }
 
-export type Task = IngestTask | SealTask | MergeTask | LoadSegmentTask | QueryTask | ParseQueryTask | BarrierTask;
+/**
+ * A task with a time limit (WorkerPool.runLimited): the worker writes the
+ * time it starts `task` into `startedAtMs[0]`, so the limit counts running
+ * time only, not the wait in the queue (a query queued behind a replaced
+ * worker's start-up is not the query's fault).
+ */
+export interface TimedTask {
+  kind: "timed";
+  task: Task;
+  startedAtMs: Float64Array<SharedArrayBuffer>;
+}
+
+/** Given to every worker when it starts (Piscina's workerData). */
+export interface WorkerSettings {
+  /** This worker's share of the segment cache budget. */
+  segmentCacheBytesMax: number;
+}
+
+export type Task = IngestTask | SealTask | MergeTask | LoadSegmentTask | QueryTask | ParseQueryTask | BarrierTask | TimedTask;
 export type TaskResult = IngestTaskResult | LoadSegmentResult | QueryTaskResult | ParseQueryTaskResult | BarrierTaskResult;
 
 export function assertNever(value: never): never {

@@ -9,11 +9,12 @@ import { Piscina } from "piscina";
 import { limits } from "../config/limits.js";
 import { checkBatchApiKey, validateBodies, type BodyInput, type IngestBodyResult, type KeyedChunk } from "../ingest/event-validation.js";
 import { runQueryTask } from "../query/query-worker.js";
+import { setSealedViewBytesMax } from "../query/segment-views.js";
 import { loadSegment, sealSegment } from "../storage/segment-format.js";
 import { mergeSegments } from "../storage/segment-merge.js";
 import { unpackPropertyEntries } from "../storage/property-transfer.js";
 import { parseQueryBody } from "../query/schemas.js";
-import { assertNever, bodySliceFields, type BarrierTask, type IngestTask, type SealTask, type StoredSingleEvent, type Task, type TaskResult } from "./protocol.js";
+import { assertNever, bodySliceFields, type WorkerSettings, type BarrierTask, type IngestTask, type SealTask, type StoredSingleEvent, type Task, type TaskResult } from "./protocol.js";
 
 /**
  * Runs this worker thread `steps` nice steps below the main thread (Linux
@@ -37,6 +38,7 @@ function lowerThreadPriority(steps: number): void {
 }
 
 lowerThreadPriority(limits.workerNiceSteps);
+setSealedViewBytesMax((Piscina.workerData as WorkerSettings).segmentCacheBytesMax);
 
 function runIngest(task: IngestTask): TaskResult {
   const bytes = new Uint8Array(task.bodies);
@@ -112,6 +114,9 @@ export default function run(task: Task): TaskResult {
       return { kind: "parse-query", result: parseQueryBody(task.queryKind, new Uint8Array(task.body)) };
     case "barrier":
       return runBarrier(task);
+    case "timed":
+      task.startedAtMs[0] = Date.now();
+      return run(task.task);
     default:
       return assertNever(task);
   }

@@ -51,3 +51,13 @@ it("names both variables when two settings contradict each other", async () => {
     delete process.env.EVENTIDE_INGEST_BODY_BYTES_MAX;
   }
 });
+
+it("derives the segment cache from the memory there is, and splits it so that all threads together stay within it", async () => {
+  const { totalmem } = await import("node:os");
+  vi.resetModules();
+  const module = await import("../../src/config/limits.js");
+  expect(module.limits.segmentCacheBytesMax).toBeLessThanOrEqual(totalmem() / 2);
+  for (const workers of [1, 2, 7, 64]) {
+    expect(module.mainThreadSegmentCacheBytesMax + workers * module.workerSegmentCacheBytesMax(workers)).toBeLessThanOrEqual(module.limits.segmentCacheBytesMax);
+  }
+});
