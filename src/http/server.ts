@@ -14,7 +14,7 @@ import type { Config } from "../config/config.js";
 import type { CredentialStore } from "../auth/credential-store.js";
 import type { IngestReply, IngestService } from "../ingest/ingest-service.js";
 import type { QueryKind, QueryService } from "../query/query-service.js";
-import { errorBody, errorStatus, serviceError, type ServiceError } from "./errors.js";
+import { errorBody, errorStatus, serviceError, type ServiceError } from "../errors.js";
 
 interface RequestState {
   aborted: boolean;

@@ -29,7 +29,7 @@
  */
 import { BatchDays, timestampWindowError } from "./batch-cardinality.js";
 import { limits } from "../config/limits.js";
-import { byteKeys, bytesEqual, finishHash, fnvPrime, hashBasis, hashBytes, type ChunkBuilder } from "./chunk-codec.js";
+import { byteKeys, bytesEqual, finishHash, fnvPrime, hashBasis, hashBytes, type ChunkBuilder } from "../storage/chunk-codec.js";
 import { parseTimestampBytes, parseUuidBytes } from "./event-fields.js";
 
 /**

@@ -8,12 +8,11 @@
  * cap), JSON, then the envelope; the main thread then checks the apiKey and the
  * batch size before the per-event errors found here are reported.
  */
-import { isUtf8 } from "node:buffer";
-import { gunzipSync } from "node:zlib";
 import { limits } from "../config/limits.js";
-import type { ServiceError } from "../http/errors.js";
-import { PrintedValue, checkEnvelope, parseBodyBytes } from "./body-bytes.js";
-import { ChunkBuilder } from "./chunk-codec.js";
+import type { ServiceError } from "../errors.js";
+import { PrintedValue, checkEnvelope, parseBodyBytes } from "../json/body-bytes.js";
+import { invalidJson, notAnObject, parseJsonObject, plainUtf8Body } from "../json/body.js";
+import { ChunkBuilder } from "../storage/chunk-codec.js";
 import { parseTimestampMs, parseUuid } from "./event-fields.js";
 import { scanBody } from "./event-scanner.js";
 import { BatchDays, batchDaysExceeded, timestampWindowError } from "./batch-cardinality.js";
@@ -100,46 +99,6 @@ export function bodyBytesMax(shape: IngestShape): number {
   return shape === "batch" ? limits.batchBodyBytesMax : limits.ingestBodyBytesMax;
 }
 
-/** Inflates (when gzip) and parses a body with JSON.parse; a ServiceError result is the rejection. */
-export function parseBody(bytes: Uint8Array, gzip: boolean, maxBytes: number): { value: unknown } | ServiceError {
-  const plain = plainUtf8Body(bytes, gzip, maxBytes);
-  return plain instanceof Uint8Array ? parseJsonObject(plain) : plain;
-}
-
-function parseJsonObject(plain: Uint8Array): { value: unknown } | ServiceError {
-  let value: unknown;
-  try {
-    value = JSON.parse(Buffer.from(plain.buffer, plain.byteOffset, plain.byteLength).toString("utf8"));
-  } catch {
-    return invalidJson;
-  }
-  return value === null || typeof value !== "object" || Array.isArray(value) ? notAnObject : { value };
-}
-
-const invalidJson: ServiceError = { code: "invalid_json", message: "body is not valid JSON" };
-const notAnObject: ServiceError = { code: "invalid_json", message: "body must be a JSON object" };
-
-/** The body's bytes, inflated when gzip, checked to be UTF-8 and within `maxBytes`. */
-function plainUtf8Body(bytes: Uint8Array, gzip: boolean, maxBytes: number): Uint8Array | ServiceError {
-  let plain: Uint8Array = bytes;
-  if (gzip) {
-    try {
-      // maxOutputLength stops inflation at the limit, so a gzip bomb costs at most maxBytes of memory.
-      plain = gunzipSync(bytes, { maxOutputLength: maxBytes });
-    } catch (error) {
-      if ((error as NodeJS.ErrnoException).code === "ERR_BUFFER_TOO_LARGE") {
-        return { code: "payload_too_large", message: `body is larger than ${maxBytes} bytes after decompression` };
-      }
-      return { code: "invalid_json", message: "body is not valid gzip" };
-    }
-    if (plain.length > maxBytes) {
-      return { code: "payload_too_large", message: `body is larger than ${maxBytes} bytes after decompression` };
-    }
-  }
-  // Invalid UTF-8 is refused rather than silently replaced, so what is stored is what was sent.
-  if (!isUtf8(plain)) return { code: "invalid_json", message: "body is not valid UTF-8" };
-  return plain;
-}
 
 /**
  * Which parser reads an ingest body: V8's JSON.parse ("native") or body-bytes.ts

@@ -7,13 +7,13 @@
  */
 import { limits, rateLimitBurstEvents } from "../config/limits.js";
 import type { CredentialStore } from "../auth/credential-store.js";
-import type { ServiceError, ServiceReply } from "../http/errors.js";
+import type { ServiceError, ServiceReply } from "../errors.js";
 import type { RowRefusal } from "../storage/cardinality.js";
 import type { Store } from "../storage/store.js";
 import { PoolSaturatedError, type WorkerPool } from "../workers/pool.js";
 import { bodySliceFields, type BatchKeyCheck, type IngestTaskResult, type StoredSingleEvent } from "../workers/protocol.js";
 import type { EventError, IngestBodyResult, IngestShape } from "./event-validation.js";
-import { ChunkBuilder } from "./chunk-codec.js";
+import { ChunkBuilder } from "../storage/chunk-codec.js";
 import { leadingApiKey } from "./leading-api-key.js";
 
 /** Ingest's constant answer comes encoded: uWS sends a Uint8Array's bytes as they are, where it would convert a string on every call. */

@@ -6,7 +6,7 @@
  * are cached 60 s per workspace and request (SPEC §4).
  */
 import { limits } from "../config/limits.js";
-import type { ServiceReply } from "../http/errors.js";
+import type { ServiceReply } from "../errors.js";
 import type { Store, WorkspaceStore } from "../storage/store.js";
 import { PoolTaskTimeoutError, type WorkerPool } from "../workers/pool.js";
 import { dayMs, retentionLayout, retentionPeriodLabels, trendBucketLabels, trendLayout } from "./buckets.js";

@@ -1,7 +1,7 @@
 /**
  * Worker side of a query task: descriptors → views → one kernel call.
  */
-import { assertNever } from "../workers/protocol.js";
+import { assertNever } from "../errors.js";
 import { funnelPartial } from "./kernels/funnel.js";
 import { retentionPartial } from "./kernels/retention.js";
 import { trendPartial } from "./kernels/trend.js";

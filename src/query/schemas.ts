@@ -16,8 +16,8 @@
  */
 import { z } from "zod";
 import { limits } from "../config/limits.js";
-import type { ServiceError } from "../http/errors.js";
-import { parseBody } from "../ingest/event-validation.js";
+import type { ServiceError } from "../errors.js";
+import { parseBody } from "../json/body.js";
 import {
   groupByValues,
   isCalendarDate,

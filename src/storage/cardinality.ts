@@ -12,7 +12,7 @@
  * cannot pass the cap together.
  */
 import { limits } from "../config/limits.js";
-import type { DecodedChunk } from "../ingest/chunk-codec.js";
+import type { DecodedChunk } from "./chunk-codec.js";
 import type { Dictionary } from "./dictionary.js";
 
 /** Why a row was refused; the values never change (SPEC §2 per-event errors are built from them). */

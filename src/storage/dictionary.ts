@@ -19,7 +19,7 @@
 import { closeSync, constants, existsSync, fsyncSync, ftruncateSync, openSync, readFileSync, writeSync } from "node:fs";
 import { dirname } from "node:path";
 import { crc32 } from "node:zlib";
-import { bytesEqual, hashBytes, utf8Scratch, writeUtf8Scratch } from "../ingest/chunk-codec.js";
+import { bytesEqual, hashBytes, utf8Scratch, writeUtf8Scratch } from "./chunk-codec.js";
 import { injectFault, recordCreate, recordSync } from "./fault-injection.js";
 import { fsyncDirectory } from "./files.js";
 

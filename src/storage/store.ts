@@ -18,7 +18,7 @@ import { strict as assert } from "node:assert";
 import { existsSync, readdirSync, readFileSync, rmSync, statSync } from "node:fs";
 import { basename, dirname, join } from "node:path";
 import { limits, mainThreadSegmentCacheBytesMax } from "../config/limits.js";
-import { decodeChunk, filterChunk, type DecodedChunk } from "../ingest/chunk-codec.js";
+import { decodeChunk, filterChunk, type DecodedChunk } from "./chunk-codec.js";
 import { ActiveProperties, ValueIdCache } from "./active-properties.js";
 import { CardinalityReservations, type RowRefusal } from "./cardinality.js";
 import { SharedColumn } from "./column-builder.js";

@@ -122,6 +122,3 @@ export interface WorkerSettings {
 export type Task = IngestTask | SealTask | MergeTask | LoadSegmentTask | QueryTask | ParseQueryTask | BarrierTask | TimedTask;
 export type TaskResult = IngestTaskResult | LoadSegmentResult | QueryTaskResult | ParseQueryTaskResult | BarrierTaskResult;
 
-export function assertNever(value: never): never {
-  throw new Error(`unhandled variant: ${JSON.stringify(value)}`);
-}

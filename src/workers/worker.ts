@@ -14,7 +14,8 @@ import { loadSegment, sealSegment } from "../storage/segment-format.js";
 import { mergeSegments } from "../storage/segment-merge.js";
 import { unpackPropertyEntries } from "../storage/property-transfer.js";
 import { parseQueryBody } from "../query/schemas.js";
-import { assertNever, bodySliceFields, type WorkerSettings, type BarrierTask, type IngestTask, type SealTask, type StoredSingleEvent, type Task, type TaskResult } from "./protocol.js";
+import { bodySliceFields, type WorkerSettings, type BarrierTask, type IngestTask, type SealTask, type StoredSingleEvent, type Task, type TaskResult } from "./protocol.js";
+import { assertNever } from "../errors.js";
 
 /**
  * Runs this worker thread `steps` nice steps below the main thread (Linux

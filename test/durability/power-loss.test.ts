@@ -15,7 +15,7 @@
 import { appendFileSync, cpSync, readdirSync, readFileSync, statSync, truncateSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { decodeChunk } from "../../src/ingest/chunk-codec.js";
+import { decodeChunk } from "../../src/storage/chunk-codec.js";
 import { encodeRecord, readWalFile } from "../../src/storage/wal.js";
 import { dayMs, isoDay, isoTime, sumCounts, trend } from "../helpers/events.js";
 import { Random } from "../helpers/random.js";

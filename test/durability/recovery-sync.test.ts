@@ -15,7 +15,7 @@ import { appendFileSync, readdirSync } from "node:fs";
 import { join } from "node:path";
 import { crc32 } from "node:zlib";
 import { afterAll, describe, expect, it } from "vitest";
-import { ChunkBuilder } from "../../src/ingest/chunk-codec.js";
+import { ChunkBuilder } from "../../src/storage/chunk-codec.js";
 import { encodeRecord } from "../../src/storage/wal.js";
 import { dayMs, isoDay, isoTime, sumCounts, trend } from "../helpers/events.js";
 import { losePower } from "../helpers/power-loss.js";

@@ -12,10 +12,10 @@ import fc from "fast-check";
 import { gzipSync } from "node:zlib";
 import { beforeEach, describe, expect, it } from "vitest";
 import { limits } from "../../src/config/limits.js";
-import { ChunkBuilder } from "../../src/ingest/chunk-codec.js";
+import { ChunkBuilder } from "../../src/storage/chunk-codec.js";
 import { scanBody } from "../../src/ingest/event-scanner.js";
 import { type IngestParser, type IngestShape, validateBody } from "../../src/ingest/event-validation.js";
-import { damaged } from "./damaged-json.js";
+import { damaged } from "../helpers/damaged-json.js";
 
 const receivedAtMs = Date.UTC(2024, 4, 1, 12);
 

@@ -6,7 +6,7 @@
  * it is told to, with their properties and uuids.
  */
 import { describe, expect, it } from "vitest";
-import { ChunkBuilder, ChunkFormatError, decodeChunk, filterChunk, type DecodedChunk } from "../../src/ingest/chunk-codec.js";
+import { ChunkBuilder, ChunkFormatError, decodeChunk, filterChunk, type DecodedChunk } from "../../src/storage/chunk-codec.js";
 import { Random } from "../helpers/random.js";
 
 interface PlainRow {

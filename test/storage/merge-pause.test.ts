@@ -20,7 +20,7 @@ import type { Store as StoreType, StoreTasks } from "../../src/storage/store.js"
 
 const idleMs = 2000;
 process.env.EVENTIDE_CHECKPOINT_IDLE_MS = String(idleMs);
-const { ChunkBuilder } = await import("../../src/ingest/chunk-codec.js");
+const { ChunkBuilder } = await import("../../src/storage/chunk-codec.js");
 const { loadSegment } = await import("../../src/storage/segment-format.js");
 const { sealInline } = await import("../helpers/seal-inline.js");
 const { mergeSegments } = await import("../../src/storage/segment-merge.js");

@@ -11,7 +11,7 @@ import { appendFileSync, cpSync, existsSync, mkdtempSync, readdirSync, readFileS
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterEach, beforeEach, describe, expect, it } from "vitest";
-import { ChunkBuilder } from "../../src/ingest/chunk-codec.js";
+import { ChunkBuilder } from "../../src/storage/chunk-codec.js";
 import { checkpointPath, walFilePath } from "../../src/storage/paths.js";
 import { unpackPropertyEntries } from "../../src/storage/property-transfer.js";
 import { loadSegment, PropertyDirectory, sealSegment, type LoadSegmentResult } from "../../src/storage/segment-format.js";

@@ -8,7 +8,7 @@ import { mkdtempSync, readdirSync, rmSync, utimesSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterEach, beforeEach, describe, expect, it } from "vitest";
-import { ChunkBuilder } from "../../src/ingest/chunk-codec.js";
+import { ChunkBuilder } from "../../src/storage/chunk-codec.js";
 import { limits } from "../../src/config/limits.js";
 import { loadSegment } from "../../src/storage/segment-format.js";
 import { mergeSegments } from "../../src/storage/segment-merge.js";

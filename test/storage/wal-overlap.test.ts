@@ -16,7 +16,7 @@ const scratch = mkdtempSync(join(tmpdir(), "eventide-wal-overlap-"));
 const faultsFile = join(scratch, "faults.json");
 process.env.EVENTIDE_FAULTS_FILE = faultsFile;
 
-const { ChunkBuilder, decodeChunk } = await import("../../src/ingest/chunk-codec.js");
+const { ChunkBuilder, decodeChunk } = await import("../../src/storage/chunk-codec.js");
 const { walFilePath } = await import("../../src/storage/paths.js");
 const { encodeRecord, readWalFile, WriteAheadLog } = await import("../../src/storage/wal.js");
 

@@ -8,7 +8,7 @@ import { appendFileSync, existsSync, mkdtempSync, readFileSync, rmSync, statSync
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterEach, beforeEach, describe, expect, it } from "vitest";
-import { ChunkBuilder, decodeChunk } from "../../src/ingest/chunk-codec.js";
+import { ChunkBuilder, decodeChunk } from "../../src/storage/chunk-codec.js";
 import { walFilePath } from "../../src/storage/paths.js";
 import { encodeRecord, listWalSequences, readWalFile, truncateWalFile, WriteAheadLog } from "../../src/storage/wal.js";
 import { Random } from "../helpers/random.js";

@@ -1,7 +1,9 @@
 /**
  * The error catalog (SPEC §1): one stable code → HTTP status, used by every
  * handler. Anything not in the catalog is logged and answered 500 without
- * internals (Fastify lib/errors.js, Hono HTTPException).
+ * internals (Fastify lib/errors.js, Hono HTTPException). It sits at the root
+ * of src/ because http, ingest and query all answer with it, and none of them
+ * may import another's module for it.
  */
 export const errorStatus = {
   invalid_json: "400 Bad Request",
@@ -33,4 +35,9 @@ export function serviceError(code: ErrorCode, message: string): ServiceError {
 
 export function errorBody(error: ServiceError): string {
   return JSON.stringify({ ok: false, error: { code: error.code, message: error.message } });
+}
+
+/** The end of an exhaustive switch: a new variant does not compile until it is handled (a programmer error if reached). */
+export function assertNever(value: never): never {
+  throw new Error(`unhandled variant: ${JSON.stringify(value)}`);
 }

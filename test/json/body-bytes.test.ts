@@ -8,10 +8,10 @@
  */
 import fc from "fast-check";
 import { describe, expect, it } from "vitest";
-import { ChunkBuilder } from "../../src/ingest/chunk-codec.js";
+import { ChunkBuilder } from "../../src/storage/chunk-codec.js";
 import { type IngestParser, type IngestShape, validateBody } from "../../src/ingest/event-validation.js";
 import { limits } from "../../src/config/limits.js";
-import { damaged } from "./damaged-json.js";
+import { damaged } from "../helpers/damaged-json.js";
 
 function validate(text: string | Uint8Array, shape: IngestShape, parser: IngestParser) {
   const builder = new ChunkBuilder();
