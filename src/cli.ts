@@ -6,9 +6,8 @@
  *
  * Every command prints exactly one JSON line on stdout, errors included
  * (`{"error":"…"}`, exit 1), so scripts parse one stream. Commands live in one
- * table: a new one is one more entry. `bench` runs the benchmark suite
- * (dist/bench/suite/main.js, imported only when asked for): its progress goes
- * to stderr and its one JSON line names the files it wrote.
+ * table: a new one is one more entry. The benchmark suite is not shipped in
+ * the command: `npm run bench` is its own entry point.
  */
 import { resolve } from "node:path";
 
@@ -18,10 +17,8 @@ import { createApiKey, createToken, createWorkspace, listWorkspaces, revokeApiKe
 export interface CliIo {
   /** Receives one output line, without its newline. */
   writeLine(line: string): void;
-  /** Unexpected failures get a stack trace here; the JSON error line still goes to writeLine. Long-running commands (bench) report progress here too. */
+  /** Unexpected failures get a stack trace here; the JSON error line still goes to writeLine. */
   writeDiagnostic(text: string): void;
-  /** Whether the diagnostic stream is a terminal (progress redraws one line in place). */
-  diagnosticIsTTY?: boolean;
   environment: Readonly<Record<string, string | undefined>>;
   workingDirectory: string;
 }
@@ -97,35 +94,7 @@ export const cliCommands: CliCommand[] = [
     summary: "revoke an access token",
     run: ([token], { dataDir }) => revokeToken(dataDir, token),
   },
-  {
-    words: ["bench"],
-    operands: [],
-    variadic: true,
-    summary: "run the benchmark suite (as npm run bench; eventide bench --help for its options); progress on stderr, a summary line on stdout",
-    run: (operands, { io }) => runBench(operands, io),
-  },
 ];
-
-/** The bench suite's entry (dist/bench/suite/main.js), loaded only when asked for, so other commands start fast. */
-async function runBench(operands: readonly string[], io: CliIo): Promise<unknown> {
-  let suite: typeof import("../bench/suite/main.js");
-  try {
-    suite = await import("../bench/suite/main.js");
-  } catch (error) {
-    if ((error as NodeJS.ErrnoException)?.code === "ERR_MODULE_NOT_FOUND" && String((error as Error).message).includes("bench/suite/main.js")) {
-      throw new CliCommandError("the bench suite is not built (dist/bench/suite/main.js is missing): run npm run build in the Eventide checkout");
-    }
-    throw error;
-  }
-  try {
-    // Human output goes to stderr: stdout keeps the one JSON line every command prints.
-    return await suite.runBenchSuite(operands, { write: (text) => io.writeDiagnostic(text), isTTY: io.diagnosticIsTTY === true, workingDirectory: io.workingDirectory });
-  } catch (error) {
-    if (error instanceof suite.SuiteUsageError) throw new CliUsageError(error.message);
-    if (error instanceof suite.ResultsFileError) throw new CliCommandError(error.message);
-    throw error;
-  }
-}
 
 export function commandUsage(command: CliCommand): string {
   const variadic = command.variadic ? " [ARGUMENT…]" : "";
@@ -195,7 +164,6 @@ export function processIo(): CliIo {
     writeDiagnostic: (text) => {
       process.stderr.write(text);
     },
-    diagnosticIsTTY: process.stderr.isTTY === true,
     environment: process.env,
     workingDirectory: process.cwd(),
   };
