@@ -10,10 +10,14 @@
  * (dist/bench/suite/main.js, imported only when asked for): its progress goes
  * to stderr and its one JSON line names the files it wrote.
  */
+import { existsSync } from "node:fs";
 import { resolve } from "node:path";
 
 import { isRegistryError } from "./auth/registry-error.js";
+import { holdLockFile, serverLockWaitMs } from "./auth/registry-lock.js";
 import { createApiKey, createToken, createWorkspace, listWorkspaces, revokeApiKey, revokeToken } from "./auth/registry.js";
+import { serverLockPath } from "./storage/paths.js";
+import { repairStore } from "./storage/repair.js";
 
 export interface CliIo {
   /** Receives one output line, without its newline. */
@@ -98,6 +102,12 @@ export const cliCommands: CliCommand[] = [
     run: ([token], { dataDir }) => revokeToken(dataDir, token),
   },
   {
+    words: ["repair"],
+    operands: [],
+    summary: "with the server stopped: move damaged store files aside (into damaged-<time>/), keep every intact record; one JSON line per step on stderr",
+    run: (_operands, { dataDir, io }) => runRepair(dataDir, io),
+  },
+  {
     words: ["bench"],
     operands: [],
     variadic: true,
@@ -105,6 +115,19 @@ export const cliCommands: CliCommand[] = [
     run: (operands, { io }) => runBench(operands, io),
   },
 ];
+
+/** `eventide repair` holds the server's lock: repairing files a running server writes would race it. */
+async function runRepair(dataDir: string, io: CliIo): Promise<unknown> {
+  if (!existsSync(dataDir)) throw new CliCommandError(`no data directory at ${dataDir}`);
+  const lockPath = serverLockPath(dataDir);
+  const release = await holdLockFile(lockPath, serverLockWaitMs, (holder) => new CliCommandError(`the data directory ${dataDir} is in use by ${holder}; stop the server first`));
+  try {
+    const report = repairStore(dataDir, (entry) => io.writeDiagnostic(`${JSON.stringify({ level: "warn", time: new Date().toISOString(), msg: "repair", ...entry })}\n`));
+    return { repaired: true, quarantine: report.quarantine ?? null, actions: report.actions };
+  } finally {
+    await release();
+  }
+}
 
 /** The bench suite's entry (dist/bench/suite/main.js), loaded only when asked for, so other commands start fast. */
 async function runBench(operands: readonly string[], io: CliIo): Promise<unknown> {
