@@ -777,6 +777,7 @@ export function readSegmentLayout(directory: string): SegmentLayout {
 /**
  * Reads every file of a sealed segment and checks it against its layout
  * (start-up and repair): throws SegmentCorruptError naming the first bad file.
+ * The uuid files too: a damaged one would let a retried event be stored twice.
  */
 export function verifySegment(directory: string, layout: SegmentLayout): void {
   const spans = [layout.time, layout.user, layout.eventStart, layout.bitmaps, layout.bitmapEnds, layout.properties?.span, layout.uuidRows, layout.uuids];

@@ -11,13 +11,13 @@
  * blocks used to be dropped, and a new name took id 0: a trend answered 2
  * where 1 was true).
  */
-import { execFile } from "node:child_process";
 import { existsSync, readdirSync, readFileSync, statSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { afterAll, describe, expect, it } from "vitest";
 import { encodeRecord, readWalFile } from "../../src/storage/wal.js";
 import { dayMs, isoDay, isoTime, sumCounts, trend } from "../helpers/events.js";
-import { type ServerHandle, ingestAll, makeDataDir, removeDataDir, repoRoot, startServer } from "../helpers/server.js";
+import { runRepair } from "../helpers/repair.js";
+import { type ServerHandle, ingestAll, makeDataDir, removeDataDir, startServer } from "../helpers/server.js";
 
 /** Rows stay in the WAL: no idle or timed checkpoint seals them before the kill. */
 const walOnly = { EVENTIDE_CHECKPOINT_IDLE_MS: "600000", EVENTIDE_CHECKPOINT_INTERVAL_MS: "600000" };
@@ -31,27 +31,6 @@ afterAll(async () => {
   for (const server of servers) await server.kill();
   for (const directory of directories) removeDataDir(directory);
 });
-
-export interface RepairResult {
-  code: number | null;
-  output: { repaired?: boolean; quarantine?: string | null; actions?: Array<Record<string, unknown>> } | undefined;
-  stderr: string;
-}
-
-/** `eventide repair` as an operator runs it, on `dataDir`. */
-export function runRepair(dataDir: string): Promise<RepairResult> {
-  return new Promise((resolve) => {
-    execFile(process.execPath, [join(repoRoot, "bin", "eventide.js"), "repair"], { cwd: repoRoot, env: { ...process.env, EVENTIDE_DATA_DIR: dataDir }, timeout: 60_000 }, (error, stdout, stderr) => {
-      let output: RepairResult["output"];
-      try {
-        output = JSON.parse(stdout);
-      } catch {
-        output = undefined;
-      }
-      resolve({ code: error ? (typeof error.code === "number" ? error.code : null) : 0, output, stderr });
-    });
-  });
-}
 
 async function start(dataDir: string, previous?: ServerHandle): Promise<ServerHandle> {
   const credentials = previous ? { apiKey: previous.apiKey, token: previous.token, workspaceId: previous.workspaceId } : undefined;
