@@ -14,7 +14,7 @@ import { existsSync } from "node:fs";
 import { resolve } from "node:path";
 
 import { isRegistryError } from "./auth/registry-error.js";
-import { holdLockFile, serverLockWaitMs } from "./auth/registry-lock.js";
+import { holdLockFile } from "./auth/registry-lock.js";
 import { createApiKey, createToken, createWorkspace, listWorkspaces, revokeApiKey, revokeToken } from "./auth/registry.js";
 import { serverLockPath } from "./storage/paths.js";
 import { repairStore } from "./storage/repair.js";
@@ -116,11 +116,14 @@ export const cliCommands: CliCommand[] = [
   },
 ];
 
+/** A live server holds its lock for its whole life: waiting longer than this for it would only delay the refusal. */
+const repairLockWaitMs = 1_000;
+
 /** `eventide repair` holds the server's lock: repairing files a running server writes would race it. */
 async function runRepair(dataDir: string, io: CliIo): Promise<unknown> {
   if (!existsSync(dataDir)) throw new CliCommandError(`no data directory at ${dataDir}`);
   const lockPath = serverLockPath(dataDir);
-  const release = await holdLockFile(lockPath, serverLockWaitMs, (holder) => new CliCommandError(`the data directory ${dataDir} is in use by ${holder}; stop the server first`));
+  const release = await holdLockFile(lockPath, repairLockWaitMs, (holder) => new CliCommandError(`the data directory ${dataDir} is in use by ${holder}; stop the server first`));
   try {
     const report = repairStore(dataDir, (entry) => io.writeDiagnostic(`${JSON.stringify({ level: "warn", time: new Date().toISOString(), msg: "repair", ...entry })}\n`));
     return { repaired: true, quarantine: report.quarantine ?? null, actions: report.actions };

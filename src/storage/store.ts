@@ -15,7 +15,7 @@
  * files holding their rows stay, and the next checkpoint seals them again.
  */
 import { strict as assert } from "node:assert";
-import { existsSync, readdirSync, readFileSync, rmSync } from "node:fs";
+import { existsSync, readdirSync, rmSync } from "node:fs";
 import { basename, dirname, join } from "node:path";
 import { limits } from "../config/limits.js";
 import { decodeChunk, filterChunk, type DecodedChunk } from "../ingest/chunk-codec.js";

@@ -143,3 +143,23 @@ describe("a byte flipped in the first block of _events.dict", () => {
     expect(await server.stop()).toBe(0);
   });
 });
+
+describe("eventide repair on a healthy store", () => {
+  it("refuses while the server runs, and once it is stopped changes nothing and says so", async () => {
+    const dataDir = newDataDir();
+    let server = await start(dataDir);
+    await ingestAll(server, [{ event: "kept", distinctId: "a", timestamp: isoTime(timeMs) }]);
+    const whileRunning = await runRepair(dataDir);
+    expect(whileRunning.code).toBe(1);
+    expect(JSON.stringify(whileRunning.output)).toContain("stop the server first");
+    await server.kill();
+
+    const repair = await runRepair(dataDir);
+    expect(repair.code, repair.stderr).toBe(0);
+    expect(repair.output).toEqual({ repaired: true, quarantine: null, actions: [{ action: "nothing-to-repair" }] });
+    expect(readdirSync(dataDir).filter((name) => name.startsWith("damaged-"))).toEqual([]);
+    server = await start(dataDir, server);
+    expect(await count(server, "kept")).toBe(1);
+    expect(await server.stop()).toBe(0);
+  });
+});
