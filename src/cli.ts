@@ -17,7 +17,6 @@ import { isRegistryError } from "./auth/registry-error.js";
 import { holdLockFile } from "./auth/registry-lock.js";
 import { createApiKey, createToken, createWorkspace, listWorkspaces, revokeApiKey, revokeToken } from "./auth/registry.js";
 import { serverLockPath } from "./storage/paths.js";
-import { repairStore } from "./storage/repair.js";
 
 export interface CliIo {
   /** Receives one output line, without its newline. */
@@ -119,9 +118,14 @@ export const cliCommands: CliCommand[] = [
 /** A live server holds its lock for its whole life: waiting longer than this for it would only delay the refusal. */
 const repairLockWaitMs = 1_000;
 
-/** `eventide repair` holds the server's lock: repairing files a running server writes would race it. */
+/**
+ * `eventide repair` holds the server's lock: repairing files a running server
+ * writes would race it. The storage modules (roaring among them) are loaded
+ * only when asked for, so other commands start fast.
+ */
 async function runRepair(dataDir: string, io: CliIo): Promise<unknown> {
   if (!existsSync(dataDir)) throw new CliCommandError(`no data directory at ${dataDir}`);
+  const { repairStore } = await import("./storage/repair.js");
   const lockPath = serverLockPath(dataDir);
   const release = await holdLockFile(lockPath, repairLockWaitMs, (holder) => new CliCommandError(`the data directory ${dataDir} is in use by ${holder}; stop the server first`));
   try {
