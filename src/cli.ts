@@ -9,10 +9,13 @@
  * table: a new one is one more entry. The benchmark suite is not shipped in
  * the command: `npm run bench` is its own entry point.
  */
+import { existsSync } from "node:fs";
 import { resolve } from "node:path";
 
 import { isRegistryError } from "./auth/registry-error.js";
+import { holdLockFile } from "./auth/registry-lock.js";
 import { createApiKey, createToken, createWorkspace, listWorkspaces, revokeApiKey, revokeToken } from "./auth/registry.js";
+import { serverLockPath } from "./storage/paths.js";
 
 export interface CliIo {
   /** Receives one output line, without its newline. */
@@ -94,7 +97,35 @@ export const cliCommands: CliCommand[] = [
     summary: "revoke an access token",
     run: ([token], { dataDir }) => revokeToken(dataDir, token),
   },
+  {
+    words: ["repair"],
+    operands: [],
+    summary: "with the server stopped: move damaged store files aside (into damaged-<time>/), keep every intact record; one JSON line per step on stderr",
+    run: (_operands, { dataDir, io }) => runRepair(dataDir, io),
+  },
+
 ];
+
+/** A live server holds its lock for its whole life: waiting longer than this for it would only delay the refusal. */
+const repairLockWaitMs = 1_000;
+
+/**
+ * `eventide repair` holds the server's lock: repairing files a running server
+ * writes would race it. The storage modules (roaring among them) are loaded
+ * only when asked for, so other commands start fast.
+ */
+async function runRepair(dataDir: string, io: CliIo): Promise<unknown> {
+  if (!existsSync(dataDir)) throw new CliCommandError(`no data directory at ${dataDir}`);
+  const { repairStore } = await import("./storage/repair.js");
+  const lockPath = serverLockPath(dataDir);
+  const release = await holdLockFile(lockPath, repairLockWaitMs, (holder) => new CliCommandError(`the data directory ${dataDir} is in use by ${holder}; stop the server first`));
+  try {
+    const report = repairStore(dataDir, (entry) => io.writeDiagnostic(`${JSON.stringify({ level: "warn", time: new Date().toISOString(), msg: "repair", ...entry })}\n`));
+    return { repaired: true, quarantine: report.quarantine ?? null, actions: report.actions };
+  } finally {
+    await release();
+  }
+}
 
 export function commandUsage(command: CliCommand): string {
   const variadic = command.variadic ? " [ARGUMENT…]" : "";

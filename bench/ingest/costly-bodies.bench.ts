@@ -19,7 +19,7 @@ import { resolve } from "node:path";
 import { isDeepStrictEqual } from "node:util";
 import { costlyBodies, manyNewKeysBody } from "../fixtures/costly-bodies.js";
 import { startEventide } from "../runner/server.js";
-import { ChunkBuilder } from "../../src/ingest/chunk-codec.js";
+import { ChunkBuilder } from "../../src/storage/chunk-codec.js";
 import { type IngestParser, validateBody } from "../../src/ingest/event-validation.js";
 import { limits } from "../../src/config/limits.js";
 

@@ -20,6 +20,7 @@ import { closeSync, constants, existsSync, fsyncSync, ftruncateSync, openSync, r
 import { dirname } from "node:path";
 import { crc32 } from "node:zlib";
 import { bytesEqual, hashBytes, utf8Scratch, writeUtf8Scratch } from "./chunk-codec.js";
+import { StoreCorruptionError } from "./corruption.js";
 import { injectFault, recordCreate, recordSync } from "./fault-injection.js";
 import { fsyncDirectory } from "./files.js";
 
@@ -127,27 +128,36 @@ export class Dictionary {
    * Loads the valid blocks of a dictionary file, cutting a torn tail, and
    * fsyncs what it keeps: a killed process may have left its last block in the
    * page cache only, and the next checkpoint relies on every loaded id.
+   *
+   * `durableBytes` is what the last published checkpoint recorded as fsynced.
+   * A bad block below it, or any bad block followed by a valid one (blocks are
+   * written one at a time, each fsynced before the next), is corruption, not a
+   * torn tail: cutting it would hand its ids to other texts, and every sealed
+   * segment using them would answer for the wrong names. Then nothing is cut
+   * and StoreCorruptionError is thrown.
    */
-  static load(path: string, fsync = true): Dictionary {
+  static load(path: string, fsync = true, durableBytes = 0): Dictionary {
     const dictionary = new Dictionary();
-    if (!existsSync(path)) return dictionary;
+    if (!existsSync(path)) {
+      if (durableBytes > 0) throw new StoreCorruptionError(path, 0, `missing, though a checkpoint made ${durableBytes} bytes of it durable`);
+      return dictionary;
+    }
     const bytes = readFileSync(path);
-    let offset = 0;
-    while (offset + blockHeaderBytes <= bytes.length) {
-      if (bytes.readUInt32LE(offset) !== blockMagic) break;
-      const count = bytes.readUInt32LE(offset + 4);
-      const length = bytes.readUInt32LE(offset + 8);
-      const end = offset + blockHeaderBytes + length;
-      if (end > bytes.length) break;
-      if (crc32(bytes.subarray(offset + blockHeaderBytes, end)) !== bytes.readUInt32LE(offset + 12)) break;
-      let cursor = offset + blockHeaderBytes;
-      for (let index = 0; index < count; index++) {
+    const { blocks, damage } = scanDictionaryBlocks(bytes);
+    if (damage !== undefined && (damage.nextBlock !== undefined || damage.offset < durableBytes)) {
+      const reason = damage.nextBlock !== undefined ? `a damaged block followed by a valid one at byte ${damage.nextBlock}` : `a damaged block below the ${durableBytes} bytes a checkpoint made durable`;
+      throw new StoreCorruptionError(path, damage.offset, reason);
+    }
+    if (bytes.length < durableBytes) throw new StoreCorruptionError(path, bytes.length, `${bytes.length} bytes, though a checkpoint made ${durableBytes} durable`);
+    for (const block of blocks) {
+      let cursor = block.start + blockHeaderBytes;
+      for (let index = 0; index < block.count; index++) {
         const textBytes = bytes.readUInt32LE(cursor);
         dictionary.internUtf8(bytes, cursor + 4, cursor + 4 + textBytes);
         cursor += 4 + textBytes;
       }
-      offset = end;
     }
+    const offset = damage?.offset ?? bytes.length;
     if (offset < bytes.length || fsync) {
       const fd = openSync(path, "r+");
       try {
@@ -161,6 +171,11 @@ export class Dictionary {
     dictionary.persistedCount = dictionary.size;
     dictionary.persistedBytes = offset;
     return dictionary;
+  }
+
+  /** Byte length of the file's valid blocks, all fsynced (when fsync is on): what a checkpoint records. */
+  get durableBytes(): number {
+    return this.persistedBytes;
   }
 
   /** Appends entries [persistedCount, upTo) as one block and fsyncs. */
@@ -207,6 +222,56 @@ export class Dictionary {
     this.persistedCount = upTo;
     this.persistedBytes = end;
   }
+}
+
+/** One valid block of a dictionary file. */
+export interface DictionaryBlock {
+  start: number;
+  end: number;
+  count: number;
+}
+
+/** The block at `offset` when whole, checksummed and well formed; undefined otherwise. */
+function blockAt(bytes: Buffer, offset: number): DictionaryBlock | undefined {
+  if (offset + blockHeaderBytes > bytes.length || bytes.readUInt32LE(offset) !== blockMagic) return undefined;
+  const count = bytes.readUInt32LE(offset + 4);
+  const end = offset + blockHeaderBytes + bytes.readUInt32LE(offset + 8);
+  if (end > bytes.length) return undefined;
+  if (crc32(bytes.subarray(offset + blockHeaderBytes, end)) !== bytes.readUInt32LE(offset + 12)) return undefined;
+  // The entries must fill the block exactly: a count that disagrees would read texts out of thin air.
+  let cursor = offset + blockHeaderBytes;
+  for (let index = 0; index < count; index++) {
+    if (cursor + 4 > end) return undefined;
+    cursor += 4 + bytes.readUInt32LE(cursor);
+  }
+  return cursor === end ? { start: offset, end, count } : undefined;
+}
+
+const blockMagicBytes = Buffer.from([0x44, 0x49, 0x43, 0x31]);
+
+/**
+ * The valid blocks before the first damaged byte, and the damage: where it
+ * starts and where the next valid block after it starts, if any (blocks are
+ * not aligned: every offset holding the magic is tried).
+ */
+export function scanDictionaryBlocks(bytes: Buffer): { blocks: DictionaryBlock[]; damage: { offset: number; nextBlock: number | undefined } | undefined } {
+  const blocks: DictionaryBlock[] = [];
+  let offset = 0;
+  while (offset < bytes.length) {
+    const block = blockAt(bytes, offset);
+    if (block === undefined) break;
+    blocks.push(block);
+    offset = block.end;
+  }
+  if (offset === bytes.length) return { blocks, damage: undefined };
+  let nextBlock: number | undefined;
+  for (let at = bytes.indexOf(blockMagicBytes, offset + 1); at >= 0; at = bytes.indexOf(blockMagicBytes, at + 1)) {
+    if (blockAt(bytes, at) !== undefined) {
+      nextBlock = at;
+      break;
+    }
+  }
+  return { blocks, damage: { offset, nextBlock } };
 }
 
 function grownTo<T extends Uint8Array | Uint32Array>(array: T, length: number): T {

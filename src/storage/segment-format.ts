@@ -739,7 +739,7 @@ export function sealSegment(input: SealInput): LoadSegmentResult {
     writeFileDurably(join(temporary, uuidRowsSpan.file), asBytes(uuidRows), input.fsync);
     writeFileDurably(join(temporary, uuidsSpan!.file), uuids, input.fsync);
   }
-  writeFileDurably(join(temporary, "_meta.json"), JSON.stringify(layout), input.fsync);
+  writeFileDurably(join(temporary, "_meta.json"), encodeLayout(layout), input.fsync);
   if (input.fsync) fsyncDirectory(temporary);
   injectFault("segment.rename", input.directory);
   renameIntoPlace(temporary, input.directory, input.fsync);
@@ -748,14 +748,51 @@ export function sealSegment(input: SealInput): LoadSegmentResult {
 
 export class SegmentCorruptError extends Error {}
 
+/** The key `_meta.json` ends with: the CRC32 of the text before it, closed by "}". */
+const layoutChecksumKey = ',"crc32":';
+
+/** `_meta.json`'s text: the layout's JSON with its own checksum as the last key. */
+function encodeLayout(layout: SegmentLayout): string {
+  const text = JSON.stringify(layout);
+  return `${text.slice(0, -1)}${layoutChecksumKey}${crc32(text)}}`;
+}
+
 export function readSegmentLayout(directory: string): SegmentLayout {
-  const layout = JSON.parse(readFileSync(join(directory, "_meta.json"), "utf8")) as SegmentLayout;
-  if (layout.format !== segmentFormatVersion) throw new SegmentCorruptError(`${directory}: unknown segment format ${layout.format}`);
+  const path = join(directory, "_meta.json");
+  const text = readFileSync(path, "utf8");
+  const keyAt = text.lastIndexOf(layoutChecksumKey);
+  // Segments written before the checksum existed have none; a flip that hides the key leaves the rest intact.
+  const body = keyAt < 0 ? text : `${text.slice(0, keyAt)}}`;
+  if (keyAt >= 0 && String(crc32(body)) !== text.slice(keyAt + layoutChecksumKey.length, -1)) throw new SegmentCorruptError(`${path}: checksum mismatch`);
+  let layout: SegmentLayout;
+  try {
+    layout = JSON.parse(body) as SegmentLayout;
+  } catch (error) {
+    throw new SegmentCorruptError(`${path}: unreadable (${(error as Error).message})`);
+  }
+  if (layout?.format !== segmentFormatVersion) throw new SegmentCorruptError(`${directory}: unknown segment format ${layout?.format}`);
   return layout;
+}
+
+/**
+ * Reads every file of a sealed segment and checks it against its layout
+ * (start-up and repair): throws SegmentCorruptError naming the first bad file.
+ * The uuid files too: a damaged one would let a retried event be stored twice.
+ */
+export function verifySegment(directory: string, layout: SegmentLayout): void {
+  const spans = [layout.time, layout.user, layout.eventStart, layout.bitmaps, layout.bitmapEnds, layout.properties?.span, layout.uuidRows, layout.uuids];
+  let largest = 0;
+  for (const span of spans) if (span) largest = Math.max(largest, span.bytes);
+  const scratch = new Uint8Array(largest);
+  for (const span of spans) if (span) readSpan(directory, span, scratch);
+  if (layout.time.bytes !== layout.rowCount * 4 || layout.user.bytes !== layout.rowCount * 4 || layout.eventStart.bytes !== (layout.eventCount + 1) * 4) {
+    throw new SegmentCorruptError(`${directory}: column sizes disagree with its row count`);
+  }
 }
 
 function readSpan(directory: string, span: ColumnSpan, target: Uint8Array): void {
   const path = join(directory, span.file);
+  if (!existsSync(path)) throw new SegmentCorruptError(`${path}: missing`);
   const fd = openSync(path, "r");
   try {
     let read = 0;

@@ -22,6 +22,8 @@ import { decodeChunk, filterChunk, type DecodedChunk } from "./chunk-codec.js";
 import { ActiveProperties, ValueIdCache } from "./active-properties.js";
 import { CardinalityReservations, type RowRefusal } from "./cardinality.js";
 import { SharedColumn } from "./column-builder.js";
+import { encodeCheckpointFile, readCheckpointFile } from "./checkpoint-file.js";
+import { StoreCorruptionError } from "./corruption.js";
 import { Dictionary } from "./dictionary.js";
 import { injectFault } from "./fault-injection.js";
 import { fsyncDirectory, makeDirectoryDurably, publishFileAtomically, removeDirectory } from "./files.js";
@@ -36,9 +38,9 @@ import {
   workspacesDirectory,
 } from "./paths.js";
 import type { ActiveSegmentDescriptor, SealedSegmentDescriptor, SegmentDescriptor } from "./segment-descriptor.js";
-import { readSegmentLayout, readSegmentUuids, segmentExists, type LoadSegmentResult, type SegmentLayout } from "./segment-format.js";
+import { readSegmentLayout, readSegmentUuids, SegmentCorruptError, segmentExists, verifySegment, type LoadSegmentResult, type SegmentLayout } from "./segment-format.js";
 import { UuidSet } from "./uuid-set.js";
-import { encodeRecord, listWalSequences, readWalFile, truncateWalFile, WriteAheadLog } from "./wal.js";
+import { encodeRecord, listWalSequences, scanWalFile, truncateWalFile, WriteAheadLog } from "./wal.js";
 
 export const dayMs = 86_400_000;
 /** Days larger than this are left as several segments rather than rewritten whole. */
@@ -85,6 +87,22 @@ interface AppliedRows {
  */
 function writtenAtMs(directory: string): number {
   return statSync(directory).mtimeMs;
+}
+
+/**
+ * Reads a published segment's layout or, with `layout`, checks every file of
+ * it: a damaged sealed segment refuses the start (repair moves it aside)
+ * rather than failing queries later or answering from flipped bits.
+ */
+function checkedSegment(directory: string, layout?: SegmentLayout): SegmentLayout {
+  try {
+    if (layout === undefined) return readSegmentLayout(directory);
+    verifySegment(directory, layout);
+    return layout;
+  } catch (error) {
+    if (error instanceof SegmentCorruptError) throw new StoreCorruptionError(directory, undefined, `damaged sealed segment (${error.message})`);
+    throw error;
+  }
 }
 
 export function dayLabel(dayStartMs: number): string {
@@ -203,11 +221,13 @@ export class WorkspaceStore {
     readonly directory: string,
     dataDir: string,
     fsync = true,
+    /** Bytes of each dictionary the last checkpoint made durable (recovery: damage below them is corruption). */
+    durableBytes: readonly [number, number, number] = [0, 0, 0],
   ) {
     makeDirectoryDurably(directory, fsync);
-    this.events = Dictionary.load(dictionaryPath(dataDir, id, "events"), fsync);
-    this.users = Dictionary.load(dictionaryPath(dataDir, id, "users"), fsync);
-    this.keys = Dictionary.load(dictionaryPath(dataDir, id, "keys"), fsync);
+    this.events = Dictionary.load(dictionaryPath(dataDir, id, "events"), fsync, durableBytes[0]);
+    this.users = Dictionary.load(dictionaryPath(dataDir, id, "users"), fsync, durableBytes[1]);
+    this.keys = Dictionary.load(dictionaryPath(dataDir, id, "keys"), fsync, durableBytes[2]);
   }
 
   partition(dayStartMs: number): DayPartition {
@@ -315,6 +335,8 @@ export class Store {
   private mergeCount = 0;
   /** Commits that claimed uuids and are not yet durable, by commit id. */
   private readonly commitsInFlight = new Map<number, Promise<void>>();
+  /** Per workspace, the dictionary bytes the last published checkpoint made durable (see checkpoint-file.ts). */
+  private durableDictionaryBytes = new Map<string, [number, number, number]>();
 
   private constructor(
     readonly dataDir: string,
@@ -325,9 +347,14 @@ export class Store {
   static open(dataDir: string, fsync: boolean): Store {
     const store = new Store(dataDir, fsync);
     makeDirectoryDurably(workspacesDirectory(dataDir), fsync);
-    store.checkpointSequence = existsSync(checkpointPath(dataDir))
-      ? (JSON.parse(readFileSync(checkpointPath(dataDir), "utf8")) as { walSequence: number }).walSequence
-      : 0;
+    const checkpoint = readCheckpointFile(dataDir);
+    store.checkpointSequence = checkpoint.walSequence;
+    store.durableDictionaryBytes = checkpoint.dictionaryBytes;
+    for (const [workspaceId, bytes] of checkpoint.dictionaryBytes) {
+      if (bytes.some((length) => length > 0) && !existsSync(workspaceDirectory(dataDir, workspaceId))) {
+        throw new StoreCorruptionError(workspaceDirectory(dataDir, workspaceId), undefined, "missing, though a checkpoint made its dictionaries durable");
+      }
+    }
 
     for (const workspaceId of readdirSync(workspacesDirectory(dataDir))) {
       if (!isWorkspaceId(workspaceId)) continue;
@@ -350,7 +377,7 @@ export class Store {
             removed = true;
             continue;
           }
-          layouts.set(segmentName, readSegmentLayout(directory));
+          layouts.set(segmentName, checkedSegment(directory));
         }
         // A merge publishes its segment before deleting the ones it replaces; finish that deletion.
         for (const layout of [...layouts.values()]) {
@@ -362,6 +389,7 @@ export class Store {
         }
         for (const [segmentName, layout] of layouts) {
           const directory = segmentDirectory(dataDir, workspaceId, day, segmentName);
+          checkedSegment(directory, layout);
           const segment = new SealedSegment(`${workspaceId}/${day}/${segmentName}`, directory, dayStartMs, layout);
           workspace.partition(dayStartMs).sealed.push(segment);
           // Its uuids join the workspace's set in the background (warmUuids), after the server serves;
@@ -380,10 +408,17 @@ export class Store {
     for (const sequence of sequences) {
       if (sequence < store.checkpointSequence) continue;
       const path = walFilePath(dataDir, sequence);
-      const { records, validBytes, fileBytes } = readWalFile(path);
+      const { records, validBytes, fileBytes, state } = scanWalFile(path);
+      if (state.kind === "corrupt") {
+        throw new StoreCorruptionError(path, state.offset, `${state.damagedBytes} damaged bytes, followed by ${state.recordsAfter} intact records that prove them durable (acknowledged data, not a torn write)`);
+      }
       // Cut a torn tail, and make what is replayed durable: the killed process may have left it in the
       // page cache only, and once replayed it is counted, and a uuid retry of it acknowledged as stored.
       if (validBytes < fileBytes || fsync) truncateWalFile(path, validBytes);
+      if (validBytes < fileBytes) {
+        // Never silent: unacknowledged bytes only (no later record proves them durable), but said.
+        console.error(JSON.stringify({ level: "warn", time: new Date().toISOString(), msg: "write-ahead log torn tail cut", file: path, offset: validBytes, bytes: fileBytes - validBytes }));
+      }
       for (const record of records) {
         if (!isWorkspaceId(record.workspaceId)) continue;
         const chunk = decodeChunk(record.payload);
@@ -428,7 +463,7 @@ export class Store {
   workspace(workspaceId: string): WorkspaceStore {
     let workspace = this.workspaces.get(workspaceId);
     if (workspace === undefined) {
-      workspace = new WorkspaceStore(workspaceId, workspaceDirectory(this.dataDir, workspaceId), this.dataDir, this.fsync);
+      workspace = new WorkspaceStore(workspaceId, workspaceDirectory(this.dataDir, workspaceId), this.dataDir, this.fsync, this.durableDictionaryBytes.get(workspaceId));
       this.workspaces.set(workspaceId, workspace);
     }
     return workspace;
@@ -793,7 +828,7 @@ export class Store {
         workspace.keys.persist(dictionaryPath(this.dataDir, workspace.id, "keys"), keys, this.fsync);
       }
       injectFault("checkpoint.publish", checkpointPath(this.dataDir));
-      publishFileAtomically(checkpointPath(this.dataDir), JSON.stringify({ walSequence: newSequence }), this.fsync);
+      publishFileAtomically(checkpointPath(this.dataDir), encodeCheckpointFile({ walSequence: newSequence, dictionaryBytes: this.dictionaryBytes() }), this.fsync);
       // As if the directory fsync that ends the publish had failed, after the rename.
       injectFault("checkpoint.directory-fsync", checkpointPath(this.dataDir));
     } catch (error) {
@@ -837,10 +872,17 @@ export class Store {
   /** The WAL sequence `_checkpoint.json` names now (0 when absent or unreadable). */
   private publishedSequence(): number {
     try {
-      return (JSON.parse(readFileSync(checkpointPath(this.dataDir), "utf8")) as { walSequence: number }).walSequence;
+      return readCheckpointFile(this.dataDir).walSequence;
     } catch {
       return 0;
     }
+  }
+
+  /** Every workspace's durable dictionary lengths, for `_checkpoint.json`. */
+  private dictionaryBytes(): Map<string, [number, number, number]> {
+    const bytes = new Map<string, [number, number, number]>();
+    for (const workspace of this.workspaces.values()) bytes.set(workspace.id, [workspace.events.durableBytes, workspace.users.durableBytes, workspace.keys.durableBytes]);
+    return bytes;
   }
 
   private pastSealDeadline(): boolean {

@@ -5,10 +5,20 @@
  * disk's fsync rate. A record's promise resolves only after the fdatasync that
  * covers it succeeded: that is the moment ingest may answer 200 (SPEC §2).
  *
- * Record: u32 magic, u32 payload bytes, u32 crc32(payload), u32 workspace id
- * bytes; then the workspace id (ASCII) padded to 8, then the chunk, padded to 8.
- * A torn, zeroed or garbage tail fails the magic/length/CRC check and is cut off
- * at start-up.
+ * Record (EWL2): u32 magic, u32 crc32 of header bytes [8, 32), u32 payload
+ * bytes, u32 workspace id bytes, u32 crc32(workspace id + payload), u32 zero,
+ * f64 synced bytes; then the workspace id (ASCII) padded to 8, then the chunk,
+ * padded to 8. "Synced bytes" is how much of the file was fdatasynced when the
+ * record's group was started: a damaged byte below it was durable before, so
+ * it is corruption, not a torn write (TigerBeetle's rule). Records of the
+ * first format (EWL1: magic, payload bytes, crc32, workspace id bytes) are
+ * still read; they claim nothing.
+ *
+ * At start-up a file is scanned past a bad record for later valid ones. Bad
+ * bytes that no later record proves durable are a torn tail (at most the
+ * groups in flight at the crash, never acknowledged) and are cut off; bad
+ * bytes below a later record's synced bytes are corruption, and the server
+ * refuses to start until `eventide repair` has moved them aside.
  *
  * One WAL for all workspaces: one fdatasync per group covers every workspace.
  * Files rotate at checkpoints; a file is deleted once a checkpoint has sealed
@@ -24,8 +34,21 @@ import { walDirectory, walFilePath } from "./paths.js";
 import { injectedFault, injectFault, recordCreate, recordSync } from "./fault-injection.js";
 import { fsyncDirectory, fsyncDirectoryInPool, makeDirectoryDurably } from "./files.js";
 
-const recordMagic = 0x314c5745; // "EWL1"
-const recordHeaderBytes = 16;
+const legacyRecordMagic = 0x314c5745; // "EWL1"
+const legacyHeaderBytes = 16;
+const recordMagic = 0x324c5745; // "EWL2"
+const recordHeaderBytes = 32;
+/** Header field offsets of an EWL2 record. */
+const enum Header {
+  Magic = 0,
+  HeaderCrc = 4,
+  PayloadBytes = 8,
+  IdBytes = 12,
+  PayloadCrc = 16,
+  SyncedBytes = 24,
+}
+/** Workspace ids are at most 64 ASCII characters (paths.ts). */
+const workspaceIdBytesMax = 64;
 
 function align8(value: number): number {
   return (value + 7) & ~7;
@@ -47,7 +70,11 @@ interface PendingGroupEntry {
 
 export class WalUnavailableError extends Error {}
 
-export function encodeRecord(workspaceId: string, chunk: Uint8Array): Buffer {
+/**
+ * Encodes one record. `syncedBytes` is stamped again when the record's group
+ * starts (stampSyncedBytes); 0 claims nothing.
+ */
+export function encodeRecord(workspaceId: string, chunk: Uint8Array, syncedBytes = 0): Buffer {
   const idBytes = Buffer.from(workspaceId, "ascii");
   const payloadOffset = align8(recordHeaderBytes + idBytes.length);
   const total = align8(payloadOffset + chunk.length);
@@ -57,36 +84,153 @@ export function encodeRecord(workspaceId: string, chunk: Uint8Array): Buffer {
   record.fill(0, payloadOffset + chunk.length, total);
   idBytes.copy(record, recordHeaderBytes);
   record.set(chunk, payloadOffset);
-  record.writeUInt32LE(recordMagic, 0);
-  record.writeUInt32LE(chunk.length, 4);
+  record.writeUInt32LE(recordMagic, Header.Magic);
+  record.writeUInt32LE(chunk.length, Header.PayloadBytes);
+  record.writeUInt32LE(idBytes.length, Header.IdBytes);
   // The CRC covers the workspace id and the payload, so a record cannot be misfiled.
-  record.writeUInt32LE(crc32(record.subarray(recordHeaderBytes, payloadOffset + chunk.length)), 8);
-  record.writeUInt32LE(idBytes.length, 12);
+  record.writeUInt32LE(crc32(record.subarray(recordHeaderBytes, payloadOffset + chunk.length)), Header.PayloadCrc);
+  record.writeUInt32LE(0, Header.PayloadCrc + 4);
+  stampSyncedBytes(record, syncedBytes);
   return record;
+}
+
+/** Writes a record's synced-bytes claim and the header checksum over it. */
+function stampSyncedBytes(record: Buffer, syncedBytes: number): void {
+  record.writeDoubleLE(syncedBytes, Header.SyncedBytes);
+  record.writeUInt32LE(crc32(record.subarray(Header.PayloadBytes, recordHeaderBytes)), Header.HeaderCrc);
+}
+
+/** A valid record found in a file, where it lies and what it claims. */
+export interface LocatedWalRecord extends WalRecord {
+  start: number;
+  end: number;
+  /** Bytes of the file that were durable when it was written (0 for EWL1 records: no claim). */
+  syncedBytes: number;
+}
+
+/** The record at `offset` when it is whole and its checksums match; undefined otherwise. */
+function recordAt(bytes: Buffer, offset: number): LocatedWalRecord | undefined {
+  if (offset + legacyHeaderBytes > bytes.length) return undefined;
+  const magic = bytes.readUInt32LE(offset);
+  let payloadBytes: number;
+  let idBytes: number;
+  let expectedCrc: number;
+  let headerBytes: number;
+  let syncedBytes = 0;
+  if (magic === recordMagic) {
+    headerBytes = recordHeaderBytes;
+    if (offset + headerBytes > bytes.length) return undefined;
+    if (crc32(bytes.subarray(offset + Header.PayloadBytes, offset + headerBytes)) !== bytes.readUInt32LE(offset + Header.HeaderCrc)) return undefined;
+    payloadBytes = bytes.readUInt32LE(offset + Header.PayloadBytes);
+    idBytes = bytes.readUInt32LE(offset + Header.IdBytes);
+    expectedCrc = bytes.readUInt32LE(offset + Header.PayloadCrc);
+    syncedBytes = bytes.readDoubleLE(offset + Header.SyncedBytes);
+    if (!Number.isSafeInteger(syncedBytes) || syncedBytes < 0) return undefined;
+  } else if (magic === legacyRecordMagic) {
+    headerBytes = legacyHeaderBytes;
+    payloadBytes = bytes.readUInt32LE(offset + 4);
+    expectedCrc = bytes.readUInt32LE(offset + 8);
+    idBytes = bytes.readUInt32LE(offset + 12);
+  } else {
+    return undefined;
+  }
+  if (idBytes > workspaceIdBytesMax) return undefined;
+  const payloadOffset = offset + align8(headerBytes + idBytes);
+  const payloadEnd = payloadOffset + payloadBytes;
+  if (payloadEnd > bytes.length) return undefined;
+  if (crc32(bytes.subarray(offset + headerBytes, payloadEnd)) !== expectedCrc) return undefined;
+  const workspaceId = bytes.toString("ascii", offset + headerBytes, offset + headerBytes + idBytes);
+  // Copy so the payload is 8-byte aligned for typed-array views.
+  const payload = new Uint8Array(bytes.subarray(payloadOffset, payloadEnd));
+  return { workspaceId, payload, start: offset, end: Math.min(payloadOffset + align8(payloadBytes), bytes.length), syncedBytes };
+}
+
+const magicPatterns = [recordMagic, legacyRecordMagic].map((magic) => {
+  const pattern = Buffer.alloc(4);
+  pattern.writeUInt32LE(magic);
+  return pattern;
+});
+
+/** The first valid record starting at an 8-aligned offset at or after `from`; records are 8-aligned from the file's start. */
+function nextRecord(bytes: Buffer, from: number): LocatedWalRecord | undefined {
+  let cursor = align8(from);
+  while (cursor < bytes.length) {
+    let found = -1;
+    for (const pattern of magicPatterns) {
+      const at = bytes.indexOf(pattern, cursor);
+      if (at >= 0 && (found < 0 || at < found)) found = at;
+    }
+    if (found < 0) return undefined;
+    if (found % 8 === 0) {
+      const record = recordAt(bytes, found);
+      if (record) return record;
+    }
+    cursor = align8(found + 1);
+  }
+  return undefined;
+}
+
+/**
+ * What start-up makes of a WAL file's bytes:
+ *  - intact: every byte belongs to a valid record;
+ *  - torn-tail: bad bytes from `offset` that no later record proves durable: cut them;
+ *  - corrupt: bad bytes at `offset` below a later record's synced bytes: acknowledged
+ *    records lie beyond them, so nothing may be cut; `eventide repair` decides.
+ */
+export type WalFileState =
+  | { kind: "intact" }
+  | { kind: "torn-tail"; offset: number }
+  | { kind: "corrupt"; offset: number; damagedBytes: number; recordsAfter: number };
+
+export interface WalFileScan {
+  /** Valid records before the first bad byte. */
+  records: WalRecord[];
+  /** Every valid record, those past bad bytes included (repair keeps them all). */
+  allRecords: LocatedWalRecord[];
+  /** [start, end) of each run of bad bytes. */
+  damaged: Array<{ start: number; end: number }>;
+  state: WalFileState;
+  /** Byte length of the valid prefix. */
+  validBytes: number;
+  fileBytes: number;
+}
+
+/** Scans one WAL file: its valid records, its bad runs, and whether they are a torn tail or corruption. */
+export function scanWalFile(path: string): WalFileScan {
+  const bytes = readFileSync(path);
+  const allRecords: LocatedWalRecord[] = [];
+  const damaged: Array<{ start: number; end: number }> = [];
+  let offset = 0;
+  while (offset < bytes.length) {
+    const record = recordAt(bytes, offset);
+    if (record) {
+      allRecords.push(record);
+      offset = record.end;
+      continue;
+    }
+    const next = nextRecord(bytes, offset + 1);
+    damaged.push({ start: offset, end: next?.start ?? bytes.length });
+    if (next === undefined) break;
+    offset = next.start;
+  }
+  const firstBad = damaged[0]?.start ?? bytes.length;
+  const records: WalRecord[] = allRecords.filter((record) => record.end <= firstBad);
+  let state: WalFileState = { kind: "intact" };
+  if (damaged.length > 0) {
+    const after = allRecords.filter((record) => record.start > firstBad);
+    // Only a group started after the bad bytes were fdatasynced can claim them: those bytes were durable.
+    const proven = after.some((record) => record.syncedBytes > firstBad);
+    state = proven
+      ? { kind: "corrupt", offset: firstBad, damagedBytes: damaged.reduce((sum, run) => sum + run.end - run.start, 0), recordsAfter: after.length }
+      : { kind: "torn-tail", offset: firstBad };
+  }
+  return { records, allRecords, damaged, state, validBytes: firstBad, fileBytes: bytes.length };
 }
 
 /** Reads the valid records of one WAL file; returns them and the byte length of the valid prefix. */
 export function readWalFile(path: string): { records: WalRecord[]; validBytes: number; fileBytes: number } {
-  const bytes = readFileSync(path);
-  const records: WalRecord[] = [];
-  let offset = 0;
-  while (offset + recordHeaderBytes <= bytes.length) {
-    if (bytes.readUInt32LE(offset) !== recordMagic) break;
-    const payloadBytes = bytes.readUInt32LE(offset + 4);
-    const expectedCrc = bytes.readUInt32LE(offset + 8);
-    const idBytes = bytes.readUInt32LE(offset + 12);
-    if (idBytes > 64) break;
-    const payloadOffset = offset + align8(recordHeaderBytes + idBytes);
-    const end = payloadOffset + payloadBytes;
-    if (end > bytes.length) break;
-    if (crc32(bytes.subarray(offset + recordHeaderBytes, end)) !== expectedCrc) break;
-    const workspaceId = bytes.toString("ascii", offset + recordHeaderBytes, offset + recordHeaderBytes + idBytes);
-    // Copy so the payload is 8-byte aligned for typed-array views.
-    records.push({ workspaceId, payload: new Uint8Array(bytes.subarray(payloadOffset, end)) });
-    offset = payloadOffset + align8(payloadBytes);
-    if (offset > bytes.length) offset = bytes.length;
-  }
-  return { records, validBytes: offset, fileBytes: bytes.length };
+  const { records, validBytes, fileBytes } = scanWalFile(path);
+  return { records, validBytes, fileBytes };
 }
 
 export function listWalSequences(dataDir: string): number[] {
@@ -254,6 +398,8 @@ export class WriteAheadLog {
       if (groupBytes >= limits.groupCommitBytesMax) break;
     }
     const group: GroupInFlight = { entries: this.pending.splice(0, count), start: this.writePosition, end: this.writePosition + groupBytes, done: false, error: undefined };
+    // Every byte below `position` is durable now: a record of this group that survives proves it.
+    for (const entry of group.entries) stampSyncedBytes(entry.bytes, this.position);
     this.pendingBytes -= groupBytes;
     this.writePosition = group.end;
     this.groupsInFlight.push(group);

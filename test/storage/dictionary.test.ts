@@ -7,6 +7,7 @@ import { appendFileSync, mkdtempSync, readFileSync, rmSync, statSync, truncateSy
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterEach, beforeEach, describe, expect, it } from "vitest";
+import { StoreCorruptionError } from "../../src/storage/corruption.js";
 import { Dictionary } from "../../src/storage/dictionary.js";
 
 const blockHeaderBytes = 16;
@@ -114,6 +115,39 @@ describe("a dictionary file", () => {
     recovered.persist(path, recovered.size, false);
     const reloaded = Dictionary.load(path);
     expect(reloaded.texts).toEqual([...firstTexts, ...secondTexts, "new after recovery"]);
+  });
+});
+
+describe("a damaged dictionary block", () => {
+  it("followed by a valid block is corruption: nothing is cut and no id is handed to another text", () => {
+    writeTwoBlocks();
+    const bytes = readFileSync(path);
+    bytes[blockHeaderBytes + 4 + 1] ^= 0x02; // a letter of "signup"
+    writeFileSync(path, bytes);
+    expect(() => Dictionary.load(path)).toThrow(StoreCorruptionError);
+    expect(() => Dictionary.load(path)).toThrow(`corruption in ${path} at byte 0`);
+    expect(statSync(path).size).toBe(bytes.length);
+  });
+
+  it("below the bytes a checkpoint made durable is corruption, even as the last block", () => {
+    const firstBlockEnd = writeTwoBlocks();
+    const bytes = readFileSync(path);
+    bytes[bytes.length - 2] ^= 0x40;
+    writeFileSync(path, bytes);
+    expect(() => Dictionary.load(path, false, bytes.length)).toThrow(`corruption in ${path} at byte ${firstBlockEnd}`);
+    // Past the durable length it is a block a checkpoint never published: a torn tail, cut.
+    expect(Dictionary.load(path, false, firstBlockEnd).texts).toEqual(firstTexts);
+    expect(statSync(path).size).toBe(firstBlockEnd);
+  });
+
+  it("or a file shorter than its durable length, or missing, is corruption", () => {
+    const firstBlockEnd = writeTwoBlocks();
+    const size = statSync(path).size;
+    truncateSync(path, firstBlockEnd);
+    expect(() => Dictionary.load(path, false, size)).toThrow(StoreCorruptionError);
+    rmSync(path);
+    expect(() => Dictionary.load(path, false, size)).toThrow(`corruption in ${path}`);
+    expect(Dictionary.load(path, false, 0).size).toBe(0);
   });
 });
 

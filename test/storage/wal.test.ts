@@ -10,7 +10,7 @@ import { join } from "node:path";
 import { afterEach, beforeEach, describe, expect, it } from "vitest";
 import { ChunkBuilder, decodeChunk } from "../../src/storage/chunk-codec.js";
 import { walFilePath } from "../../src/storage/paths.js";
-import { encodeRecord, listWalSequences, readWalFile, truncateWalFile, WriteAheadLog } from "../../src/storage/wal.js";
+import { encodeRecord, listWalSequences, readWalFile, scanWalFile, truncateWalFile, WriteAheadLog } from "../../src/storage/wal.js";
 import { Random } from "../helpers/random.js";
 
 let dataDir: string;
@@ -154,6 +154,50 @@ describe("WAL records", () => {
     truncateWalFile(path, validBytes);
     expect(statSync(path).size).toBe(written.ends[2]);
     expectPrefix(path, written, 3);
+  });
+});
+
+/** Appends `count` records one at a time, each durable before the next: every record claims the ones before it. */
+async function appendOneByOne(count: number): Promise<string> {
+  const log = WriteAheadLog.open(dataDir, 1, true);
+  for (let index = 0; index < count; index++) await log.append(encodeRecord(workspaceIds[index % 2], chunkOf(2 + index, `one-by-one-${index}`)), () => undefined);
+  await log.close();
+  return walFilePath(dataDir, 1);
+}
+
+describe("damage in a WAL file", () => {
+  it("is corruption when a later record proves the damaged bytes were durable, and nothing is hidden: every intact record is found", async () => {
+    const path = await appendOneByOne(5);
+    const intact = scanWalFile(path);
+    expect(intact.state).toEqual({ kind: "intact" });
+    const second = intact.allRecords[1];
+    // The claims: each record's group started once the records before it were synced.
+    expect(intact.allRecords.map((record) => record.syncedBytes)).toEqual(intact.allRecords.map((record) => record.start));
+    for (const [label, offset] of [["payload", second.end - 9], ["header", second.start + 9], ["magic", second.start]] as const) {
+      const bytes = readFileSync(path);
+      bytes[offset] ^= 0x10;
+      const damagedPath = join(dataDir, `damaged-${label}.wal`);
+      writeFileSync(damagedPath, bytes);
+      const scan = scanWalFile(damagedPath);
+      expect(scan.state, label).toMatchObject({ kind: "corrupt", offset: second.start, recordsAfter: 3 });
+      expect(scan.records, label).toHaveLength(1);
+      expect(scan.allRecords.map((record) => record.start), label).toEqual(intact.allRecords.filter((_, index) => index !== 1).map((record) => record.start));
+      expect(scan.damaged, label).toEqual([{ start: second.start, end: second.end }]);
+    }
+  });
+
+  it("is a torn tail when it hits the last record, or records no later one proves durable", async () => {
+    const path = await appendOneByOne(4);
+    const { allRecords } = scanWalFile(path);
+    const bytes = readFileSync(path);
+    bytes[allRecords[3].end - 9] ^= 0x01;
+    writeFileSync(path, bytes);
+    expect(scanWalFile(path).state).toEqual({ kind: "torn-tail", offset: allRecords[3].start });
+    // A power loss may keep a later page of the unsynced window and lose an earlier one:
+    // records written in one group claim only what was synced before the group.
+    const inFlight = Buffer.concat([bytes.subarray(0, allRecords[3].start), Buffer.alloc(200), encodeRecord(workspaceIds[0], chunkOf(3, "later page"), allRecords[3].start)]);
+    writeFileSync(path, inFlight);
+    expect(scanWalFile(path).state).toEqual({ kind: "torn-tail", offset: allRecords[3].start });
   });
 });
 

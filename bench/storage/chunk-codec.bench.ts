@@ -1,7 +1,7 @@
 /**
- * Micro-benchmark of the chunk codec (src/ingest/chunk-codec.ts): the
+ * Micro-benchmark of the chunk codec (src/storage/chunk-codec.ts): the
  * columnar form validated events travel in, from a worker to the WAL and the
- * active segments. Run: `node dist/bench/ingest/chunk-codec.bench.js`.
+ * active segments. Run: `node dist/bench/storage/chunk-codec.bench.js`.
  *
  * Estimate for 1 000 events of the ingest fixtures (~6 properties each):
  * - encode: per row three interns (event name, distinctId, plus the uuid copy)
@@ -15,7 +15,7 @@
  */
 import { buildBatchBodies, type BenchEvent } from "../fixtures/events.js";
 import { runMicroBench } from "../runner/micro-bench.js";
-import { ChunkBuilder, decodeChunk } from "../../src/ingest/chunk-codec.js";
+import { ChunkBuilder, decodeChunk } from "../../src/storage/chunk-codec.js";
 import { parseUuid } from "../../src/ingest/event-fields.js";
 import { propertyText } from "../../src/ingest/event-validation.js";
 
