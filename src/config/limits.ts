@@ -94,10 +94,13 @@ export const limits = Object.freeze({
   // is refused on its own (a per-event invalid_request); the rest of its batch is stored.
   /** Oldest accepted timestamp, in days before receipt; 0 keeps SPEC's floor (1970) so backfills of any age work. */
   timestampPastDays: integerFromEnvironment("EVENTIDE_TIMESTAMP_PAST_DAYS", 0, 0),
-  /** Latest accepted timestamp, in days after receipt (clock skew, not years ahead); 0 keeps SPEC's ceiling (9999). */
-  timestampFutureDays: integerFromEnvironment("EVENTIDE_TIMESTAMP_FUTURE_DAYS", 1, 0),
-  /** Distinct UTC days in one batch: each is an active segment and a sealed segment's files. */
-  batchDaysMax: integerFromEnvironment("EVENTIDE_BATCH_DAYS_MAX", 31),
+  /**
+   * Latest accepted timestamp, in days after receipt; 0 (the default) keeps the contract's ceiling
+   * (year 9999). Production stores should set 1: no client sends events from years ahead.
+   */
+  timestampFutureDays: integerFromEnvironment("EVENTIDE_TIMESTAMP_FUTURE_DAYS", 0, 0),
+  /** Distinct UTC days in one batch: each is an active segment and a sealed segment's files; a quarter's backfill in random order fits. */
+  batchDaysMax: integerFromEnvironment("EVENTIDE_BATCH_DAYS_MAX", 100),
   /** Distinct event names a workspace keeps (Mixpanel's soft limit is 5 000, Amplitude's 2 000): names live in memory for good. */
   workspaceEventNamesMax: integerFromEnvironment("EVENTIDE_WORKSPACE_EVENT_NAMES_MAX", 10_000),
   /** Distinct property keys a workspace keeps; keys, like names, live in memory for good. */
@@ -109,6 +112,8 @@ export const limits = Object.freeze({
   /** …or this many property values (entries), or new distinct property texts, bounding the memory active segments hold. */
   checkpointPropertyEntriesMax: integerFromEnvironment("EVENTIDE_CHECKPOINT_PROPERTY_ENTRIES_MAX", 16_000_000),
   checkpointPropertyTextsMax: integerFromEnvironment("EVENTIDE_CHECKPOINT_PROPERTY_TEXTS_MAX", 2_000_000),
+  /** …or this many active segments (one per workspace and day touched): batches spread over many days cannot pile up memory. */
+  checkpointActiveSegmentsMax: integerFromEnvironment("EVENTIDE_CHECKPOINT_ACTIVE_SEGMENTS_MAX", 4096),
   /** Active rows are sealed at least this often, so restarts replay little. */
   checkpointIntervalMs: integerFromEnvironment("EVENTIDE_CHECKPOINT_INTERVAL_MS", 60_000),
   /** …and once ingest has paused this long: sealed rows answer queries far faster than active ones. */

@@ -215,6 +215,8 @@ export class WorkspaceStore {
    */
   applying: Promise<void> | undefined;
   private activeSequence = 0;
+  /** Active segments opened since the last checkpoint froze them (Store.checkpointDue bounds them). */
+  activeSegmentsSinceCheckpoint = 0;
 
   constructor(
     readonly id: string,
@@ -241,7 +243,10 @@ export class WorkspaceStore {
 
   activeSegment(dayStartMs: number): ActiveSegment {
     const partition = this.partition(dayStartMs);
-    partition.active ??= new ActiveSegment(`${this.id}/${dayLabel(dayStartMs)}/active-${++this.activeSequence}`, dayStartMs);
+    if (partition.active === undefined) {
+      partition.active = new ActiveSegment(`${this.id}/${dayLabel(dayStartMs)}/active-${++this.activeSequence}`, dayStartMs);
+      this.activeSegmentsSinceCheckpoint++;
+    }
     return partition.active;
   }
 
@@ -721,8 +726,16 @@ export class Store {
       this.rowsSinceCheckpoint >= limits.checkpointRowsMax ||
       this.propertyEntriesSinceCheckpoint >= limits.checkpointPropertyEntriesMax ||
       this.propertyTextsSinceCheckpoint >= limits.checkpointPropertyTextsMax ||
-      this.wal.fileBytes >= limits.checkpointWalBytesMax
+      this.wal.fileBytes >= limits.checkpointWalBytesMax ||
+      this.activeSegmentsSinceCheckpoint() >= limits.checkpointActiveSegmentsMax
     );
+  }
+
+  /** Each distinct day a chunk touches opens an active segment (tens of KiB before its first row): days arriving in random order must not pile them up. */
+  private activeSegmentsSinceCheckpoint(): number {
+    let count = 0;
+    for (const workspace of this.workspaces.values()) count += workspace.activeSegmentsSinceCheckpoint;
+    return count;
   }
 
   /** Starts a checkpoint unless one failed less than `checkpointRetryDelayMs` ago. */
@@ -786,6 +799,7 @@ export class Store {
             }
           }
           dictionarySizes.set(workspace, [workspace.events.size, workspace.users.size, workspace.keys.size]);
+          workspace.activeSegmentsSinceCheckpoint = 0;
         }
         this.rowsSinceCheckpoint = 0;
         this.propertyEntriesSinceCheckpoint = 0;

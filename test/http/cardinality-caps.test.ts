@@ -6,6 +6,8 @@
  * their own, with a per-event `invalid_request` naming the field and the
  * setting (a single event: 400); the rest of the batch is stored.
  */
+import { existsSync } from "node:fs";
+import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { removeDataDir, startServer, type ServerHandle } from "../helpers/server.js";
 import { countEvents, elapsedUntil, eventideOk, expectError, expectOk, ingestBatch, ingestOne, trendData, uniqueName, utcDate } from "../helpers/http.js";
@@ -17,9 +19,12 @@ const keysMax = 20;
 let server: ServerHandle;
 
 beforeAll(async () => {
-  // The future window and the days per batch keep their defaults (1 day, 31 days).
+  // The future window is off by default (the contract accepts years up to 9999): this server sets the
+  // production value of 1 day; the days per batch are lowered to 31 to keep the test's batches small.
   server = await startServer({
     env: {
+      EVENTIDE_TIMESTAMP_FUTURE_DAYS: "1",
+      EVENTIDE_BATCH_DAYS_MAX: "31",
       EVENTIDE_TIMESTAMP_PAST_DAYS: String(pastDays),
       EVENTIDE_WORKSPACE_EVENT_NAMES_MAX: String(namesMax),
       EVENTIDE_WORKSPACE_PROPERTY_KEYS_MAX: String(keysMax),
@@ -145,5 +150,25 @@ describe("distinct property keys per workspace", () => {
     // Nothing of the refused event was kept: none of its keys counts it.
     const [withK0] = await trendData(server, workspace.token, { event: "wide", dateFrom: day, dateTo: day, filters: [{ property: "k0", op: "is_set" }] });
     expect(withK0.count).toBe(1);
+  });
+});
+
+describe("active segments between checkpoints", () => {
+  it("seals once batches spread over many days have opened the configured number of active segments", async () => {
+    const spread = await startServer({
+      env: { EVENTIDE_CHECKPOINT_ACTIVE_SEGMENTS_MAX: "50", EVENTIDE_CHECKPOINT_IDLE_MS: "600000", EVENTIDE_CHECKPOINT_INTERVAL_MS: "600000" },
+    });
+    try {
+      const event = uniqueName("spread");
+      const firstDayMs = Math.floor(Date.now() / dayMs) * dayMs - 400 * dayMs;
+      // 60 distinct days: past the 50 active segments, while rows, bytes and time stay far below their triggers.
+      const events = Array.from({ length: 60 }, (_, day) => ({ event, distinctId: `u${day}`, timestamp: isoTime(firstDayMs + day * dayMs) }));
+      expect(expectOk(await ingestBatch(spread, spread.apiKey, events)).accepted).toBe(60);
+      await elapsedUntil(async () => existsSync(join(spread.dataDir, "_checkpoint.json")), 30_000);
+      expect(await countEvents(spread, spread.token, event, utcDate(firstDayMs), utcDate(firstDayMs + 59 * dayMs))).toBe(60);
+    } finally {
+      await spread.stop();
+      removeDataDir(spread.dataDir);
+    }
   });
 });
