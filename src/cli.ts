@@ -13,7 +13,7 @@ import { existsSync } from "node:fs";
 import { resolve } from "node:path";
 
 import { isRegistryError } from "./auth/registry-error.js";
-import { holdLockFile } from "./auth/registry-lock.js";
+import { holdLockFile } from "./storage/lock-file.js";
 import { createApiKey, createToken, createWorkspace, listWorkspaces, revokeApiKey, revokeToken } from "./auth/registry.js";
 import { serverLockPath } from "./storage/paths.js";
 

@@ -5,7 +5,7 @@
  * answer what is in flight, seal and fsync, exit 0.
  */
 import { CredentialStore } from "./auth/credential-store.js";
-import { holdServerLock } from "./auth/registry-lock.js";
+import { holdServerLock } from "./storage/lock-file.js";
 import { loadConfig } from "./config/config.js";
 import { limits } from "./config/limits.js";
 import { startHttp } from "./http/server.js";

@@ -10,7 +10,7 @@ import type { BigIntStats } from "node:fs";
 
 import { limits } from "../config/limits.js";
 import { registryPath } from "../storage/paths.js";
-import { errorCode } from "./registry-lock.js";
+import { errorCode } from "../storage/lock-file.js";
 import { createDefaultWorkspaceIfEmpty, emptyRegistry, parseRegistry, type CreatedWorkspace, type RegistryDocument } from "./registry.js";
 import { secretHash, secretLengthMax } from "./secrets.js";
 

@@ -17,7 +17,8 @@ import { z } from "zod";
 
 import { isWorkspaceId, registryPath } from "../storage/paths.js";
 import { RegistryError } from "./registry-error.js";
-import { errorCode, withRegistryLock, type RegistryLockOptions } from "./registry-lock.js";
+import { errorCode } from "../storage/lock-file.js";
+import { withRegistryLock, type RegistryLockOptions } from "./registry-lock.js";
 import { claimedSecretKind, newSecret, secretHash, type SecretKind } from "./secrets.js";
 
 export { RegistryError, isRegistryError, type RegistryErrorCode } from "./registry-error.js";
