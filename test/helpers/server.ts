@@ -10,6 +10,7 @@ import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join, resolve } from "node:path";
 import { createInterface } from "node:readline";
+import { afterAll, beforeAll } from "vitest";
 import { serverNodeFlags } from "../../src/config/node-flags.js";
 
 export const repoRoot = resolve(import.meta.dirname, "..", "..");
@@ -188,4 +189,22 @@ export async function ingestAll(server: Pick<ServerHandle, "ingestUrl" | "apiKey
       throw new Error(`batch ingest failed: ${response.status} ${response.text.slice(0, 500)}`);
     }
   }
+}
+
+/**
+ * One server for a whole test file: started before its first test, stopped and
+ * its data directory removed after its last. The handle is filled in when the
+ * server has started, so tests use it as they would startServer's answer.
+ */
+export function serverPerFile(options: StartOptions = {}): ServerHandle {
+  const handle = {} as ServerHandle;
+  beforeAll(async () => {
+    Object.assign(handle, await startServer(options));
+  });
+  afterAll(async () => {
+    if (handle.process === undefined) return;
+    await handle.stop();
+    removeDataDir(handle.dataDir);
+  });
+  return handle;
 }

@@ -7,22 +7,13 @@
  * `apiKey` member.
  */
 import { gzipSync } from "node:zlib";
-import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { removeDataDir, startServer, type ServerHandle } from "../helpers/server.js";
+import { describe, expect, it } from "vitest";
+import { serverPerFile } from "../helpers/server.js";
 import { countEvents, expectError, expectOk, mebibyte, send, uniqueName } from "../helpers/http.js";
 
 const madeUpKey = "made-up-key-0123456789abcdefghijklmnopqrstu";
 const day = "2024-06-03";
-let server: ServerHandle;
-
-beforeAll(async () => {
-  server = await startServer();
-});
-
-afterAll(async () => {
-  await server?.stop();
-  if (server) removeDataDir(server.dataDir);
-});
+const server = serverPerFile();
 
 /** `count` events with nested property values (the byte scanner leaves those to a full parse), as JSON text. */
 function eventsText(event: string, count: number, keysPerEvent: number): string {

@@ -3,20 +3,11 @@
  * judged alone, errors carry the event's index (at most the first 100), and
  * the 1 000-event limit holds at exactly 1 000 and refuses 1 001 whole.
  */
-import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { removeDataDir, startServer, type ServerHandle } from "../helpers/server.js";
+import { describe, expect, it } from "vitest";
+import { serverPerFile } from "../helpers/server.js";
 import { countEvents, expectError, expectOk, ingestBatch, ingestOne, send, sendJson, uniqueName } from "../helpers/http.js";
 
-let server: ServerHandle;
-
-beforeAll(async () => {
-  server = await startServer();
-});
-
-afterAll(async () => {
-  await server?.stop();
-  if (server) removeDataDir(server.dataDir);
-});
+const server = serverPerFile();
 
 const day = "2024-06-01";
 const at = `${day}T08:00:00Z`;

@@ -3,8 +3,8 @@
  * accepts and refuses (at exactly its limit and one past), and what is stored,
  * checked by querying it back rather than trusting the 200.
  */
-import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { removeDataDir, startServer, type ServerHandle } from "../helpers/server.js";
+import { describe, expect, it } from "vitest";
+import { serverPerFile } from "../helpers/server.js";
 import {
   countEvents,
   expectError,
@@ -18,17 +18,8 @@ import {
   utcDate,
 } from "../helpers/http.js";
 
-let server: ServerHandle;
-
-beforeAll(async () => {
-  // SPEC §2's whole 1970–9999 range: by default the server refuses timestamps over a day ahead (test/http/cardinality-caps.test.ts).
-  server = await startServer({ env: { EVENTIDE_TIMESTAMP_FUTURE_DAYS: "0" } });
-});
-
-afterAll(async () => {
-  await server?.stop();
-  if (server) removeDataDir(server.dataDir);
-});
+// SPEC §2's whole 1970–9999 range: by default the server refuses timestamps over a day ahead (test/http/cardinality-caps.test.ts).
+const server = serverPerFile({ env: { EVENTIDE_TIMESTAMP_FUTURE_DAYS: "0" } });
 
 const day = "2024-05-01";
 const at = `${day}T12:00:00Z`;

@@ -5,20 +5,11 @@
  * one-task queue (EVENTIDE_WORKER_QUEUE_TASKS_MAX); the answer's rules are the
  * same at any depth.
  */
-import { afterAll, beforeAll, expect, it } from "vitest";
-import { removeDataDir, startServer, type ServerHandle } from "../helpers/server.js";
+import { expect, it } from "vitest";
+import { serverPerFile } from "../helpers/server.js";
 import { countEvents, expectError, ingestBatch, type HttpAnswer } from "../helpers/http.js";
 
-let server: ServerHandle;
-
-beforeAll(async () => {
-  server = await startServer({ workers: 1, env: { EVENTIDE_WORKER_QUEUE_TASKS_MAX: "1" } });
-});
-
-afterAll(async () => {
-  await server?.stop();
-  if (server) removeDataDir(server.dataDir);
-});
+const server = serverPerFile({ workers: 1, env: { EVENTIDE_WORKER_QUEUE_TASKS_MAX: "1" } });
 
 const day = "2024-10-01";
 

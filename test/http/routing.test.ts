@@ -3,8 +3,8 @@
  * shape, the order in which checks answer (route → size → Bearer → JSON →
  * apiKey → batch size → fields), and CORS on the ingest listener.
  */
-import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { removeDataDir, startServer, type ServerHandle } from "../helpers/server.js";
+import { describe, expect, it } from "vitest";
+import { serverPerFile } from "../helpers/server.js";
 import {
   countEvents,
   expectError,
@@ -17,16 +17,7 @@ import {
   uniqueName,
 } from "../helpers/http.js";
 
-let server: ServerHandle;
-
-beforeAll(async () => {
-  server = await startServer();
-});
-
-afterAll(async () => {
-  await server?.stop();
-  if (server) removeDataDir(server.dataDir);
-});
+const server = serverPerFile();
 
 const queryPaths = ["/api/v1/query/trend", "/api/v1/query/funnel", "/api/v1/query/retention", "/api/v1/internal/test-event"];
 const ingestPaths = ["/ingest", "/ingest/batch"];

@@ -3,20 +3,11 @@
  * `test_event` at server time, answered with its id and a UTC timestamp
  * `YYYY-MM-DD HH:MM:SS.mmm`, and visible to the very next trend query.
  */
-import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { removeDataDir, startServer, type ServerHandle } from "../helpers/server.js";
+import { describe, expect, it } from "vitest";
+import { serverPerFile } from "../helpers/server.js";
 import { aroundToday, countEvents, expectError, expectOk, ingestOne, send, trendData } from "../helpers/http.js";
 
-let server: ServerHandle;
-
-beforeAll(async () => {
-  server = await startServer();
-});
-
-afterAll(async () => {
-  await server?.stop();
-  if (server) removeDataDir(server.dataDir);
-});
+const server = serverPerFile();
 
 const path = "/api/v1/internal/test-event";
 const uuidPattern = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i;

@@ -20,15 +20,13 @@
 import { readFileSync } from "node:fs";
 import { Agent, request as httpRequest } from "node:http";
 import { connect, type Socket } from "node:net";
-import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { removeDataDir, startServer, type ServerHandle } from "../helpers/server.js";
+import { describe, expect, it } from "vitest";
+import { serverPerFile } from "../helpers/server.js";
 import { countEvents, ingestBatch, sendJson, trendData } from "../helpers/http.js";
 
 const workerQueueTasksMax = 4;
 const mebibyte = 1024 * 1024;
 const day = "2024-11-05";
-
-let server: ServerHandle;
 
 /**
  * No checkpoint runs while this file measures. About two million rows are
@@ -52,14 +50,7 @@ const noCheckpoints = {
   EVENTIDE_CHECKPOINT_IDLE_MS: String(24 * 3_600_000),
 };
 
-beforeAll(async () => {
-  server = await startServer({ workers: 1, env: { EVENTIDE_WORKER_QUEUE_TASKS_MAX: String(workerQueueTasksMax), ...noCheckpoints } });
-});
-
-afterAll(async () => {
-  await server?.stop();
-  if (server) removeDataDir(server.dataDir);
-});
+const server = serverPerFile({ workers: 1, env: { EVENTIDE_WORKER_QUEUE_TASKS_MAX: String(workerQueueTasksMax), ...noCheckpoints } });
 
 /** A /proc/<pid>/status field in MiB (VmRSS: now; VmHWM: the peak since the process started). */
 function memoryMebibytes(field: "VmRSS" | "VmHWM"): number {

@@ -6,8 +6,8 @@
  * of the refused request; other workspaces are not affected; the bucket refills
  * at the configured rate.
  */
-import { afterAll, beforeAll, expect, it } from "vitest";
-import { removeDataDir, startServer, type ServerHandle } from "../helpers/server.js";
+import { expect, it } from "vitest";
+import { serverPerFile } from "../helpers/server.js";
 import { countEvents, elapsedUntil, eventideOk, expectError, ingestBatch, type HttpAnswer } from "../helpers/http.js";
 
 const eventsPerSecond = 2000;
@@ -15,16 +15,7 @@ const eventsPerSecond = 2000;
 const burstEvents = Math.max(eventsPerSecond, 1000);
 const day = "2024-12-02";
 
-let server: ServerHandle;
-
-beforeAll(async () => {
-  server = await startServer({ env: { EVENTIDE_RATE_LIMIT_EVENTS_PER_SECOND: String(eventsPerSecond) } });
-});
-
-afterAll(async () => {
-  await server?.stop();
-  if (server) removeDataDir(server.dataDir);
-});
+const server = serverPerFile({ env: { EVENTIDE_RATE_LIMIT_EVENTS_PER_SECOND: String(eventsPerSecond) } });
 
 function batch(event: string, size = 1000): object[] {
   return Array.from({ length: size }, (_, index) => ({ event, distinctId: `u${index}`, timestamp: `${day}T08:00:00Z` }));
