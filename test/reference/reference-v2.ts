@@ -127,8 +127,8 @@ const formatters = new Map<string, Intl.DateTimeFormat>();
 
 /**
  * The zone's offset at an instant, in ms (local wall clock minus UTC), read from
- * Intl's wall-clock parts. Intl shows whole seconds, so the instant's
- * milliseconds are set aside and added back.
+ * Intl's wall clock (`M/D/YYYY, HH:MM:SS` in en-US, parsed strictly). Intl shows
+ * whole seconds, so the instant's milliseconds are set aside and added back.
  */
 export function offsetAt(zone: string, timeMs: number): number {
   let formatter = formatters.get(zone);
@@ -139,21 +139,19 @@ export function offsetAt(zone: string, timeMs: number): number {
       year: "numeric",
       month: "numeric",
       day: "numeric",
-      hour: "numeric",
-      minute: "numeric",
-      second: "numeric",
-      era: "short",
+      hour: "2-digit",
+      minute: "2-digit",
+      second: "2-digit",
     });
     formatters.set(zone, formatter);
   }
   const wholeSecondMs = Math.floor(timeMs / 1000) * 1000;
-  const parts: Record<string, string> = {};
-  for (const part of formatter.formatToParts(new Date(wholeSecondMs))) parts[part.type] = part.value;
-  const year = parts.era === "BC" ? 1 - Number(parts.year) : Number(parts.year);
-  const wallMs = Date.UTC(year, Number(parts.month) - 1, Number(parts.day), Number(parts.hour), Number(parts.minute), Number(parts.second));
-  // Date.UTC maps years 0–99 to 19xx; no instant a query can name is that early, so that is only asserted.
-  if (year < 100) throw new Error(`offsetAt: year ${year} out of the reference's reach`);
-  return wallMs - wholeSecondMs;
+  const text = formatter.format(new Date(wholeSecondMs));
+  const match = /^(\d{1,2})\/(\d{1,2})\/(\d{4}), (\d{2}):(\d{2}):(\d{2})$/.exec(text);
+  // Only instants of years 1000–9999 have this form; a query never reaches outside 1970–9999 by more than a day.
+  if (match === null) throw new Error(`offsetAt: unexpected wall clock ${JSON.stringify(text)} in ${zone}`);
+  const [, month, day, year, hour, minute, second] = match.map(Number);
+  return Date.UTC(year, month - 1, day, hour, minute, second) - wholeSecondMs;
 }
 
 /** One stretch of time with a constant offset: `[startMs, endMs)`. */
@@ -171,8 +169,8 @@ export interface OffsetPiece {
  */
 const transitionScanStepMs = 6 * 3_600_000;
 const pieceCache = new Map<string, OffsetPiece[]>();
-export function offsetPieces(zone: string, fromMs: number, toMs: number): OffsetPiece[] {
-  const key = `${zone}|${fromMs}|${toMs}`;
+export function offsetPieces(zone: string, fromMs: number, toMs: number, stepMs = transitionScanStepMs): OffsetPiece[] {
+  const key = `${zone}|${fromMs}|${toMs}|${stepMs}`;
   const cached = pieceCache.get(key);
   if (cached !== undefined) return cached;
   const pieces: OffsetPiece[] = [];
@@ -180,7 +178,7 @@ export function offsetPieces(zone: string, fromMs: number, toMs: number): Offset
   let offsetMs = offsetAt(zone, fromMs);
   let probeMs = fromMs;
   while (probeMs < toMs) {
-    const nextProbeMs = Math.min(probeMs + transitionScanStepMs, toMs);
+    const nextProbeMs = Math.min(probeMs + stepMs, toMs);
     const nextOffsetMs = offsetAt(zone, nextProbeMs);
     if (nextOffsetMs !== offsetMs) {
       // The first instant in (probeMs, nextProbeMs] whose offset differs from offsetMs.
