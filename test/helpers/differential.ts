@@ -56,3 +56,28 @@ export async function runConcurrently<T>(items: readonly T[], inFlightMax: numbe
 export function truncate(text: string, length = 4000): string {
   return text.length <= length ? text : `${text.slice(0, length)}… (${text.length} characters)`;
 }
+
+export type QueryKind = "trend" | "funnel" | "retention";
+
+/** The mix of a differential run: nine trends, seven funnels and four retentions in every twenty queries, interleaved. */
+export function queryKindAt(index: number): QueryKind {
+  const slot = index % 20;
+  return slot < 9 ? "trend" : slot < 16 ? "funnel" : "retention";
+}
+
+/**
+ * Funnel step names: now and then a repeat of an earlier step, often the name
+ * that follows the previous one (the generator's follow-ups take the next name,
+ * so this makes deep funnels), otherwise `randomName`'s pick.
+ */
+export function randomStepNames(random: Random, dataset: GeneratedDataset, stepCount: number, randomName: () => string): string[] {
+  const steps: string[] = [];
+  for (let index = 0; index < stepCount; index++) {
+    const previous = steps[index - 1];
+    if (previous !== undefined && random.chance(0.2)) steps.push(random.pick(steps));
+    else if (previous !== undefined && dataset.eventNames.includes(previous) && random.chance(0.4)) {
+      steps.push(dataset.eventNames[(dataset.eventNames.indexOf(previous) + 1) % dataset.eventNames.length]);
+    } else steps.push(randomName());
+  }
+  return steps;
+}

@@ -24,7 +24,7 @@ import {
   referenceRetention,
   referenceTrend,
 } from "../reference/reference.js";
-import { ingestInRandomOrder, runConcurrently, truncate } from "../helpers/differential.js";
+import { ingestInRandomOrder, queryKindAt, randomStepNames, runConcurrently, truncate } from "../helpers/differential.js";
 import { type GeneratedDataset, Random, generateDataset, numericFilterValues, seedsFromEnvironment, toStoredEvents } from "../helpers/random.js";
 import { post, removeDataDir, startServer } from "../helpers/server.js";
 
@@ -143,15 +143,7 @@ function randomTrend(random: Random, dataset: GeneratedDataset, ordinal: number)
 
 function randomFunnel(random: Random, dataset: GeneratedDataset): FunnelQuery {
   const stepCount = random.integer(1, 6);
-  const steps: string[] = [];
-  for (let index = 0; index < stepCount; index++) {
-    const previous = steps[index - 1];
-    if (previous !== undefined && random.chance(0.2)) steps.push(random.pick(steps));
-    else if (previous !== undefined && dataset.eventNames.includes(previous) && random.chance(0.4)) {
-      // The generator's follow-ups take the next name, so this makes deep funnels.
-      steps.push(dataset.eventNames[(dataset.eventNames.indexOf(previous) + 1) % dataset.eventNames.length]);
-    } else steps.push(randomEventName(random, dataset));
-  }
+  const steps = randomStepNames(random, dataset, stepCount, () => randomEventName(random, dataset));
   const body: FunnelQuery = { steps, ...randomDateRange(random, dataset) };
   const windowSeconds = random.pick([undefined, 1, 60, 3600, 86_400, 259_200, 604_800, 2_592_000, 31_536_000, -1]);
   if (windowSeconds !== undefined) body.conversionWindow = windowSeconds === -1 ? random.integer(1, 1_000_000) : windowSeconds;
@@ -171,10 +163,10 @@ function randomQueries(random: Random, dataset: GeneratedDataset, count: number)
   const queries: GeneratedQuery[] = [];
   let trendOrdinal = 0;
   for (let index = 0; index < count; index++) {
-    const slot = index % 20;
-    if (slot < 9) queries.push({ kind: "trend", body: randomTrend(random, dataset, trendOrdinal++) });
-    else if (slot < 16) queries.push({ kind: "funnel", body: randomFunnel(random, dataset) });
-    else queries.push({ kind: "retention", body: randomRetention(random, dataset) });
+    const kind = queryKindAt(index);
+    if (kind === "trend") queries.push({ kind, body: randomTrend(random, dataset, trendOrdinal++) });
+    else if (kind === "funnel") queries.push({ kind, body: randomFunnel(random, dataset) });
+    else queries.push({ kind, body: randomRetention(random, dataset) });
   }
   return queries;
 }
