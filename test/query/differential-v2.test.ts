@@ -315,6 +315,26 @@ function compare(query: GeneratedQuery, want: unknown, status: number, body: unk
   ].join("\n");
 }
 
+/**
+ * How much of the answers has substance, so that a generator drifting into
+ * empty answers fails loudly instead of passing on zeros: answers with a
+ * non-zero number anywhere, with two or more breakdown series, funnels reaching
+ * a second step, and answers in a zone other than UTC.
+ */
+function coverageOf(queries: readonly GeneratedQuery[], answers: readonly unknown[]): Record<string, number> {
+  const coverage = { nonZero: 0, breakdowns: 0, secondSteps: 0, zoned: 0 };
+  queries.forEach((query, index) => {
+    const text = JSON.stringify(answers[index]);
+    if (/"(count|value|total)":[1-9-]/.test(text)) coverage.nonZero += 1;
+    const series = (answers[index] as { breakdown?: unknown[] }).breakdown;
+    if (series !== undefined && series.length >= 2) coverage.breakdowns += 1;
+    if (query.kind === "funnel" && ((answers[index] as { steps: { count: number }[] }).steps[1]?.count ?? 0) > 0) coverage.secondSteps += 1;
+    if (query.body.timezone !== undefined && resolveZone(query.body.timezone) !== "UTC") coverage.zoned += 1;
+  });
+  return coverage;
+}
+const coverageMinimum: Record<string, number> = { nonZero: 80, breakdowns: 15, secondSteps: 10, zoned: 85 };
+
 // ---------------------------------------------------------------------------
 // Listings
 
@@ -362,6 +382,10 @@ describe("the query engine answers the v2 fields exactly as the reference on see
       const expected = queries.map((query) => JSON.parse(JSON.stringify(referenceAnswer(events, query))) as unknown);
       const mismatches: Mismatch[] = [];
       const notes: string[] = [];
+      const coverage = coverageOf(queries, expected);
+      for (const [name, minimum] of Object.entries(coverageMinimum)) {
+        if (coverage[name] < minimum) notes.push(`the generated queries lost substance: ${name} ${coverage[name]} < ${minimum} (${JSON.stringify(coverage)})`);
+      }
 
       let server = await startServer(serverOptions);
       const dataDir = server.dataDir;
