@@ -27,8 +27,9 @@ import {
   referenceRetentionV2,
   referenceTrendV2,
   resolveZone,
+  addDays,
 } from "../reference/reference-v2.js";
-import { edgeTimestamps } from "../reference/zone-transitions.js";
+import { edgeTimestamps, localDateOf, zoneTransitions } from "../reference/zone-transitions.js";
 import { ingestInRandomOrder, queryKindAt, randomStepNames, runConcurrently, truncate } from "../helpers/differential.js";
 import { type GeneratedDataset, type GeneratedEvent, Random, generateDataset, numericFilterValues, seedsFromEnvironment, toStoredEvents } from "../helpers/random.js";
 import { type ServerHandle, post, removeDataDir, startServer } from "../helpers/server.js";
@@ -81,7 +82,12 @@ type Variant = (typeof variants)[number];
  * clock changes, plus events at the instants around every change of the zones
  * (and at the first instants of the local days around them) for random users.
  */
-function datasetInDstSeason(random: Random): GeneratedDataset {
+/** A data set in a season of clock changes, and the local dates of those changes (zone and date). */
+interface SeasonDataset extends GeneratedDataset {
+  clockChanges: { zone: string; date: string }[];
+}
+
+function datasetInDstSeason(random: Random): SeasonDataset {
   const dataset = generateDataset(random);
   const shiftMs = random.pick(seasonStarts) + random.integer(0, 10) * dayMs - dataset.firstDayMs;
   const events: GeneratedEvent[] = dataset.events.map((event) => ({ ...event, timestampMs: event.timestampMs + shiftMs }));
@@ -95,7 +101,10 @@ function datasetInDstSeason(random: Random): GeneratedDataset {
       events.push(edge);
     }
   }
-  return { ...dataset, events, firstDayMs };
+  const clockChanges = canonicalZones.flatMap((zone) =>
+    zoneTransitions(zone, firstDayMs, firstDayMs + dataset.dayCount * dayMs, 6 * 3_600_000).map((transition) => ({ zone, date: localDateOf(zone, transition.atMs - 1) })),
+  );
+  return { ...dataset, events, firstDayMs, clockChanges };
 }
 
 // ---------------------------------------------------------------------------
@@ -152,9 +161,29 @@ function randomReference(random: Random, dataset: GeneratedDataset, name = rando
 }
 
 /** The optional fields every query kind takes: zone, breakdown and its limit. */
-function commonFields(random: Random, dataset: GeneratedDataset): { timezone?: string; breakdown?: string; breakdownLimit?: number } {
-  const fields: { timezone?: string; breakdown?: string; breakdownLimit?: number } = {};
-  if (random.chance(0.85)) fields.timezone = random.pick(zoneSpellings);
+interface CommonFields {
+  dateFrom: string;
+  dateTo: string;
+  timezone?: string;
+  breakdown?: string;
+  breakdownLimit?: number;
+}
+
+/**
+ * The fields every query kind takes: range, zone, breakdown and its limit. A
+ * third of the queries look at the local days of a clock change in the data's
+ * span, in that change's zone (in one of its spellings).
+ */
+function commonFields(random: Random, dataset: SeasonDataset): CommonFields {
+  let fields: CommonFields;
+  if (dataset.clockChanges.length > 0 && random.chance(0.35)) {
+    const change = random.pick(dataset.clockChanges);
+    const spellings = zoneSpellings.filter((spelling) => resolveZone(spelling) === change.zone);
+    fields = { dateFrom: addDays(change.date, -random.integer(0, 1)), dateTo: addDays(change.date, random.integer(0, 1)), timezone: random.pick(spellings) };
+  } else {
+    fields = randomDateRange(random, dataset);
+    if (random.chance(0.85)) fields.timezone = random.pick(zoneSpellings);
+  }
   if (random.chance(0.45)) {
     fields.breakdown = random.chance(0.08) ? "missing_key" : random.pick(dataset.propertyKeys);
     const limit = random.pick([undefined, 1, 2, 3, 5, 25, 1000]);
@@ -163,8 +192,8 @@ function commonFields(random: Random, dataset: GeneratedDataset): { timezone?: s
   return fields;
 }
 
-function randomTrend(random: Random, dataset: GeneratedDataset, ordinal: number): TrendQueryV2 {
-  const body: TrendQueryV2 = { event: randomReference(random, dataset), ...randomDateRange(random, dataset), ...commonFields(random, dataset) };
+function randomTrend(random: Random, dataset: SeasonDataset, ordinal: number): TrendQueryV2 {
+  const body: TrendQueryV2 = { event: randomReference(random, dataset), ...commonFields(random, dataset) };
   const groupBy = ([undefined, "hour", "day", "week", "month"] as const)[ordinal % 5];
   if (groupBy !== undefined) body.groupBy = groupBy;
   const math = ([undefined, "total", "unique", "sum", "avg", "min", "max", "avg_per_user"] as const)[Math.floor(ordinal / 5) % 8] as TrendMath | undefined;
@@ -177,15 +206,15 @@ function randomTrend(random: Random, dataset: GeneratedDataset, ordinal: number)
   return body;
 }
 
-function randomFunnel(random: Random, dataset: GeneratedDataset): FunnelQueryV2 {
+function randomFunnel(random: Random, dataset: SeasonDataset): FunnelQueryV2 {
   const stepCount = random.integer(1, 5);
   const names = randomStepNames(random, dataset, stepCount, () => randomName(random, dataset));
-  const body: FunnelQueryV2 = { steps: names.map((name) => randomReference(random, dataset, name)), ...randomDateRange(random, dataset), ...commonFields(random, dataset) };
+  const body: FunnelQueryV2 = { steps: names.map((name) => randomReference(random, dataset, name)), ...commonFields(random, dataset) };
   const windowSeconds = random.pick([undefined, 1, 3600, 86_400, 259_200, 604_800, 2_592_000]);
   if (windowSeconds !== undefined) body.conversionWindow = windowSeconds;
   const order = random.pick([undefined, "ordered", "strict", "unordered"] as const);
   if (order !== undefined) body.order = order;
-  if (order !== "unordered" && stepCount >= 2 && random.chance(0.4)) {
+  if (order !== "unordered" && stepCount >= 2 && random.chance(0.55)) {
     const exclusions: Exclusion[] = [];
     for (let index = random.integer(1, 2); index > 0; index--) {
       const fromStep = random.integer(1, stepCount - 1);
@@ -198,12 +227,11 @@ function randomFunnel(random: Random, dataset: GeneratedDataset): FunnelQueryV2 
   return body;
 }
 
-function randomRetention(random: Random, dataset: GeneratedDataset): RetentionQueryV2 {
+function randomRetention(random: Random, dataset: SeasonDataset): RetentionQueryV2 {
   const cohortName = randomName(random, dataset);
   const body: RetentionQueryV2 = {
     cohortEvent: randomReference(random, dataset, cohortName),
     retentionEvent: randomReference(random, dataset, random.chance(0.3) ? cohortName : randomName(random, dataset)),
-    ...randomDateRange(random, dataset),
     ...commonFields(random, dataset),
   };
   const windowDays = random.pick([undefined, 1, 2, 3, 7, 10]);
@@ -212,7 +240,7 @@ function randomRetention(random: Random, dataset: GeneratedDataset): RetentionQu
   return body;
 }
 
-function randomQueries(random: Random, dataset: GeneratedDataset, count: number): GeneratedQuery[] {
+function randomQueries(random: Random, dataset: SeasonDataset, count: number): GeneratedQuery[] {
   const queries: GeneratedQuery[] = [];
   let trendOrdinal = 0;
   for (let index = 0; index < count; index++) {
