@@ -6,6 +6,7 @@
  * reason about.
  */
 import { describe, expect, it } from "vitest";
+import { storedEvent, workedExample } from "./worked-example.js";
 import {
   type Filter,
   type StoredEvent,
@@ -17,11 +18,7 @@ import {
 } from "./reference.js";
 import { Random } from "../helpers/random.js";
 
-function event(distinctId: string, name: string, timestamp: string, properties?: Record<string, unknown>): StoredEvent {
-  const timestampMs = Date.parse(timestamp);
-  if (Number.isNaN(timestampMs)) throw new Error(`bad test timestamp ${timestamp}`);
-  return { event: name, distinctId, timestampMs, properties };
-}
+const event = storedEvent;
 
 const hourMs = 3_600_000;
 
@@ -29,17 +26,6 @@ function counts(answer: { steps: { count: number }[] }): number[] {
   return answer.steps.map((step) => step.count);
 }
 
-/** SPEC §5, word for word. */
-const workedExample: StoredEvent[] = [
-  event("u1", "signup", "2024-01-01T10:00:00Z"),
-  event("u1", "view", "2024-01-01T11:00:00Z"),
-  event("u1", "purchase", "2024-01-03T09:00:00Z"),
-  event("u2", "signup", "2024-01-02T08:00:00Z"),
-  event("u2", "purchase", "2024-01-02T08:30:00Z"),
-  event("u3", "view", "2024-01-09T00:00:00Z"),
-  event("u3", "signup", "2024-01-09T01:00:00Z"),
-  event("u1", "view", "2024-01-10T12:00:00Z"),
-];
 
 describe("the reference gives the answers of the SPEC §5 worked example", () => {
   it("counts signups per day, zeros included", () => {

@@ -292,7 +292,7 @@ export function referenceTrend(events: readonly StoredEvent[], query: TrendQuery
 // ---------------------------------------------------------------------------
 // Funnel
 
-function eventsByUser(events: readonly StoredEvent[]): Map<string, StoredEvent[]> {
+export function eventsByUser(events: readonly StoredEvent[]): Map<string, StoredEvent[]> {
   const byUser = new Map<string, StoredEvent[]>();
   for (const event of events) {
     let list = byUser.get(event.distinctId);
