@@ -7,6 +7,7 @@
 import type { SegmentDescriptor } from "../storage/segment-descriptor.js";
 import type { GatherPlan } from "./kernels/event-rows.js";
 import type { FunnelPlan } from "./kernels/funnel.js";
+import type { ListingPlan } from "./kernels/workspace-listing.js";
 import type { FunnelChainsAnswer, FunnelChainsPlan } from "./kernels/funnel-chains.js";
 import type { RetentionCohortsAnswer, RetentionCohortsPlan } from "./kernels/retention-cohorts.js";
 import type { TrendSeriesAnswer, TrendSeriesPlan } from "./kernels/trend-series.js";
@@ -18,7 +19,8 @@ export type QueryPlan =
   | { kind: "trend"; plan: TrendPlan }
   | { kind: "funnel"; plan: FunnelPlan }
   | { kind: "retention"; plan: RetentionPlan }
-  | { kind: "rows"; gather: GatherPlan; answer: RowsAnswerPlan };
+  | { kind: "rows"; gather: GatherPlan; answer: RowsAnswerPlan }
+  | { kind: "listing"; plan: ListingPlan };
 
 /** SPEC §7 queries: gathered rows (event-rows.ts), then one of these kernels over them. */
 export type RowsAnswerPlan =

@@ -13,6 +13,7 @@ import { dayMs, retentionLayout, retentionPeriodLabels, trendBucketLabels, trend
 import type { FilterPlan } from "./filters.js";
 import type { GatherPlan, PropertyRead, ReferencePlan } from "./kernels/event-rows.js";
 import type { StepCounts } from "./kernels/funnel-chains.js";
+import type { ListingPlan } from "./kernels/workspace-listing.js";
 import type { CohortCounts } from "./kernels/retention-cohorts.js";
 import type { BucketValues } from "./kernels/trend-series.js";
 import type { TrendMath as CountMath } from "./kernels/trend.js";
@@ -75,6 +76,7 @@ type Work = { kind: "event-rows"; eventId: number } | { kind: "active-rows" };
 
 export class QueryService {
   private readonly retentionCache = new ResultCache(limits.retentionCacheBytesMax, limits.retentionCacheTtlMs);
+  private readonly listingCache = new ResultCache(limits.workspaceListingCacheBytesMax, limits.workspaceListingCacheTtlMs);
 
   constructor(
     private readonly pool: WorkerPool,
@@ -110,6 +112,51 @@ export class QueryService {
         return reply;
       }
     }
+  }
+
+  /** GET /api/v1/events (SPEC §7.6): every event name and its number of events, by count descending, then name. */
+  async listEvents(workspaceId: string): Promise<ServiceReply> {
+    return this.listing(`${workspaceId}\u0000events`, workspaceId, (workspace) => {
+      const plan: ListingPlan = { kind: "events", eventCount: workspace.events.size };
+      return { plan, names: workspace.events.texts, field: "event" };
+    });
+  }
+
+  /** GET /api/v1/properties?event=NAME (SPEC §7.6): every property key set on events of that name (all events without one), and on how many. */
+  async listProperties(workspaceId: string, event: string | undefined): Promise<ServiceReply> {
+    const cacheKey = `${workspaceId}\u0000properties\u0000${event === undefined ? "all" : `event\u0000${event}`}`;
+    return this.listing(cacheKey, workspaceId, (workspace) => {
+      const eventId = event === undefined ? undefined : workspace.events.idOf(event);
+      if (event !== undefined && eventId === undefined) return undefined;
+      const keyCount = workspace.keys.size;
+      const plan: ListingPlan = { kind: "properties", eventId, keyIds: Array.from({ length: keyCount }, (_, keyId) => keyId), keyCount };
+      return { plan, names: workspace.keys.texts, field: "property" };
+    });
+  }
+
+  private async listing(
+    cacheKey: string,
+    workspaceId: string,
+    planOf: (workspace: WorkspaceStore) => { plan: ListingPlan; names: readonly string[]; field: string } | undefined,
+  ): Promise<ServiceReply> {
+    const cached = this.listingCache.get(cacheKey);
+    if (cached !== undefined) return { ok: true, body: cached };
+    const workspace = this.store.workspaces.get(workspaceId);
+    const planned = workspace === undefined ? undefined : planOf(workspace);
+    let data: Array<Record<string, string | number>> = [];
+    if (workspace !== undefined && planned !== undefined) {
+      const { plan, names, field } = planned;
+      const keyIds = plan.kind === "properties" ? plan.keyIds : [];
+      const { segments } = await this.store.snapshot(workspace.id, -wholeTimeMs, wholeTimeMs, keyIds);
+      const { values } = await this.pool.query({ kind: "query", query: { kind: "listing", plan }, segments, userLo: 0, userHi: workspace.userCount });
+      const entries: Array<{ name: string; count: number }> = [];
+      for (let id = 0; id < values.length; id++) if (values[id] > 0) entries.push({ name: names[id], count: values[id] });
+      entries.sort((left, right) => right.count - left.count || (left.name < right.name ? -1 : left.name > right.name ? 1 : 0));
+      data = entries.map(({ name, count }) => ({ [field]: name, count }));
+    }
+    const body = JSON.stringify({ data });
+    this.listingCache.set(cacheKey, body);
+    return { ok: true, body };
   }
 
   private async parse(kind: QueryKind, bytes: Uint8Array): Promise<QueryParseResult> {
@@ -373,6 +420,9 @@ function stepEntries(events: readonly string[], counts: StepCounts): Array<Recor
 function cohortEntries(labels: readonly string[], counts: CohortCounts): Array<{ cohortDate: string; total: number; weeks: number[] }> {
   return labels.map((cohortDate, period) => ({ cohortDate, total: counts.totals[period], weeks: counts.weeks[period] }));
 }
+
+/** Past every instant a Date holds: a listing's snapshot spans every day. */
+const wholeTimeMs = 8.64e15 + dayMs;
 
 /** Rows of eventId in the sealed segments. */
 function sealedEventRowCount(segments: readonly SegmentView[], eventId: number): number {

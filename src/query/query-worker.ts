@@ -7,6 +7,7 @@ import { funnelPartial } from "./kernels/funnel.js";
 import { funnelChains } from "./kernels/funnel-chains.js";
 import { retentionCohorts } from "./kernels/retention-cohorts.js";
 import { trendSeries } from "./kernels/trend-series.js";
+import { workspaceListing } from "./kernels/workspace-listing.js";
 import { retentionPartial } from "./kernels/retention.js";
 import { trendPartial } from "./kernels/trend.js";
 import type { QueryTask, QueryTaskResult, RowsAnswer, RowsAnswerPlan } from "./query-protocol.js";
@@ -31,6 +32,8 @@ export function runQueryTask(task: QueryTask): QueryTaskResult {
     }
     case "rows":
       return { kind: "query", values: new Float64Array(0), rows: answerRows(gatherEventRows(segments, query.gather, task.userLo, task.userHi), query.answer) };
+    case "listing":
+      return { kind: "query", values: workspaceListing(segments, query.plan) };
     default:
       return assertNever(query);
   }
