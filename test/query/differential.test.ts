@@ -24,17 +24,9 @@ import {
   referenceRetention,
   referenceTrend,
 } from "../reference/reference.js";
-import {
-  type GeneratedDataset,
-  type WireEvent,
-  Random,
-  generateDataset,
-  numericFilterValues,
-  seedsFromEnvironment,
-  toStoredEvents,
-  toWireEvent,
-} from "../helpers/random.js";
-import { type JsonResponse, type ServerHandle, post, removeDataDir, startServer } from "../helpers/server.js";
+import { ingestInRandomOrder, queryKindAt, randomStepNames, runConcurrently, truncate } from "../helpers/differential.js";
+import { type GeneratedDataset, Random, generateDataset, numericFilterValues, seedsFromEnvironment, toStoredEvents } from "../helpers/random.js";
+import { post, removeDataDir, startServer } from "../helpers/server.js";
 
 const seeds = seedsFromEnvironment("EVENTIDE_TEST_SEEDS", [20_240_101, 7_654_321]);
 /** Three seeds × 180 = 540 queries per run, plus the replay after the restart. */
@@ -151,15 +143,7 @@ function randomTrend(random: Random, dataset: GeneratedDataset, ordinal: number)
 
 function randomFunnel(random: Random, dataset: GeneratedDataset): FunnelQuery {
   const stepCount = random.integer(1, 6);
-  const steps: string[] = [];
-  for (let index = 0; index < stepCount; index++) {
-    const previous = steps[index - 1];
-    if (previous !== undefined && random.chance(0.2)) steps.push(random.pick(steps));
-    else if (previous !== undefined && dataset.eventNames.includes(previous) && random.chance(0.4)) {
-      // The generator's follow-ups take the next name, so this makes deep funnels.
-      steps.push(dataset.eventNames[(dataset.eventNames.indexOf(previous) + 1) % dataset.eventNames.length]);
-    } else steps.push(randomEventName(random, dataset));
-  }
+  const steps = randomStepNames(random, dataset, stepCount, () => randomEventName(random, dataset));
   const body: FunnelQuery = { steps, ...randomDateRange(random, dataset) };
   const windowSeconds = random.pick([undefined, 1, 60, 3600, 86_400, 259_200, 604_800, 2_592_000, 31_536_000, -1]);
   if (windowSeconds !== undefined) body.conversionWindow = windowSeconds === -1 ? random.integer(1, 1_000_000) : windowSeconds;
@@ -179,10 +163,10 @@ function randomQueries(random: Random, dataset: GeneratedDataset, count: number)
   const queries: GeneratedQuery[] = [];
   let trendOrdinal = 0;
   for (let index = 0; index < count; index++) {
-    const slot = index % 20;
-    if (slot < 9) queries.push({ kind: "trend", body: randomTrend(random, dataset, trendOrdinal++) });
-    else if (slot < 16) queries.push({ kind: "funnel", body: randomFunnel(random, dataset) });
-    else queries.push({ kind: "retention", body: randomRetention(random, dataset) });
+    const kind = queryKindAt(index);
+    if (kind === "trend") queries.push({ kind, body: randomTrend(random, dataset, trendOrdinal++) });
+    else if (kind === "funnel") queries.push({ kind, body: randomFunnel(random, dataset) });
+    else queries.push({ kind, body: randomRetention(random, dataset) });
   }
   return queries;
 }
@@ -199,59 +183,7 @@ function referenceAnswer(events: readonly StoredEvent[], query: GeneratedQuery):
 }
 
 // ---------------------------------------------------------------------------
-// Ingest
-
-/**
- * Sends every generated event once (and, on one seed, some a second time with
- * the same uuid, which must not be stored again), in random order: a few dozen
- * one by one through /ingest, four at a time, the rest in batches of random size.
- */
-async function ingestInRandomOrder(server: ServerHandle, random: Random, dataset: GeneratedDataset, duplicates: boolean): Promise<void> {
-  const wire: WireEvent[] = dataset.events.map((generated) => toWireEvent(random, generated));
-  if (duplicates) {
-    for (const generated of dataset.events) {
-      if (generated.uuid !== undefined && random.chance(0.06)) wire.push(toWireEvent(random, generated));
-    }
-  }
-  random.shuffle(wire);
-  const singles = wire.splice(0, Math.min(48, Math.floor(wire.length / 10)));
-  const batches: WireEvent[][] = [];
-  while (wire.length > 0) batches.push(wire.splice(0, random.integer(1, 600)));
-
-  const failure = (what: string, response: JsonResponse): Error =>
-    new Error(`seed ${dataset.seed}: ${what} answered ${response.status} ${response.text.slice(0, 1000)}`);
-  const sendSingles = async (events: WireEvent[]): Promise<void> => {
-    await Promise.all(
-      events.map(async (event) => {
-        const response = await post(`${server.ingestUrl}/ingest`, { apiKey: server.apiKey, ...event });
-        if (response.status !== 200 || response.body?.ok !== true) throw failure(`/ingest of ${JSON.stringify(event)}`, response);
-      }),
-    );
-  };
-  for (const batch of batches) {
-    const response = await post(`${server.ingestUrl}/ingest/batch`, { apiKey: server.apiKey, events: batch });
-    if (response.status !== 200 || response.body?.accepted !== batch.length || response.body?.errors !== undefined) {
-      throw failure(`/ingest/batch of ${batch.length} events`, response);
-    }
-    await sendSingles(singles.splice(0, 4));
-  }
-  while (singles.length > 0) await sendSingles(singles.splice(0, 4));
-}
-
-// ---------------------------------------------------------------------------
 // Comparison
-
-async function runConcurrently<T>(items: readonly T[], task: (item: T) => Promise<void>): Promise<void> {
-  let next = 0;
-  const worker = async (): Promise<void> => {
-    while (next < items.length) await task(items[next++]);
-  };
-  await Promise.all(Array.from({ length: Math.min(queriesInFlightMax, items.length) }, worker));
-}
-
-function truncate(text: string, length = 4000): string {
-  return text.length <= length ? text : `${text.slice(0, length)}… (${text.length} characters)`;
-}
 
 /** Both answers, or for long lists only the elements that differ, so a failure stays readable. */
 function describeDifference(expected: unknown, got: unknown): string {
@@ -347,14 +279,14 @@ describe("the query engine answers exactly as the reference on seeded random dat
 
         const ordinals = queries.map((_, ordinal) => ordinal);
         const half = restart ? Math.floor(ordinals.length / 2) : ordinals.length;
-        await runConcurrently(ordinals.slice(0, half), (ordinal) => ask(ordinal, "first"));
+        await runConcurrently(ordinals.slice(0, half), queriesInFlightMax, (ordinal) => ask(ordinal, "first"));
         if (restart) {
           const exitCode = await server.stop();
           if (exitCode !== 0) notes.push(`seed ${seed}: SIGTERM exit code was ${exitCode}, not 0; stderr:\n${server.stderr().slice(-2000)}`);
           server = await startServer({ ...serverOptions, dataDir, credentials });
           // The first half again, on the restarted server, then the rest.
-          await runConcurrently(ordinals.slice(0, half), (ordinal) => ask(ordinal, "after restart"));
-          await runConcurrently(ordinals.slice(half), (ordinal) => ask(ordinal, "first"));
+          await runConcurrently(ordinals.slice(0, half), queriesInFlightMax, (ordinal) => ask(ordinal, "after restart"));
+          await runConcurrently(ordinals.slice(half), queriesInFlightMax, (ordinal) => ask(ordinal, "first"));
         }
         if (mismatches.length > 0 || notes.length > 0) {
           mismatches.sort((left, right) => left.ordinal - right.ordinal);

@@ -127,8 +127,8 @@ const formatters = new Map<string, Intl.DateTimeFormat>();
 
 /**
  * The zone's offset at an instant, in ms (local wall clock minus UTC), read from
- * Intl's wall-clock parts. Intl shows whole seconds, so the instant's
- * milliseconds are set aside and added back.
+ * Intl's wall clock (`M/D/YYYY, HH:MM:SS` in en-US, parsed strictly). Intl shows
+ * whole seconds, so the instant's milliseconds are set aside and added back.
  */
 export function offsetAt(zone: string, timeMs: number): number {
   let formatter = formatters.get(zone);
@@ -139,21 +139,19 @@ export function offsetAt(zone: string, timeMs: number): number {
       year: "numeric",
       month: "numeric",
       day: "numeric",
-      hour: "numeric",
-      minute: "numeric",
-      second: "numeric",
-      era: "short",
+      hour: "2-digit",
+      minute: "2-digit",
+      second: "2-digit",
     });
     formatters.set(zone, formatter);
   }
   const wholeSecondMs = Math.floor(timeMs / 1000) * 1000;
-  const parts: Record<string, string> = {};
-  for (const part of formatter.formatToParts(new Date(wholeSecondMs))) parts[part.type] = part.value;
-  const year = parts.era === "BC" ? 1 - Number(parts.year) : Number(parts.year);
-  const wallMs = Date.UTC(year, Number(parts.month) - 1, Number(parts.day), Number(parts.hour), Number(parts.minute), Number(parts.second));
-  // Date.UTC maps years 0–99 to 19xx; no instant a query can name is that early, so that is only asserted.
-  if (year < 100) throw new Error(`offsetAt: year ${year} out of the reference's reach`);
-  return wallMs - wholeSecondMs;
+  const text = formatter.format(new Date(wholeSecondMs));
+  const match = /^(\d{1,2})\/(\d{1,2})\/(\d{4}), (\d{2}):(\d{2}):(\d{2})$/.exec(text);
+  // Only instants of years 1000–9999 have this form; a query never reaches outside 1970–9999 by more than a day.
+  if (match === null) throw new Error(`offsetAt: unexpected wall clock ${JSON.stringify(text)} in ${zone}`);
+  const [, month, day, year, hour, minute, second] = match.map(Number);
+  return Date.UTC(year, month - 1, day, hour, minute, second) - wholeSecondMs;
 }
 
 /** One stretch of time with a constant offset: `[startMs, endMs)`. */
@@ -171,8 +169,8 @@ export interface OffsetPiece {
  */
 const transitionScanStepMs = 6 * 3_600_000;
 const pieceCache = new Map<string, OffsetPiece[]>();
-export function offsetPieces(zone: string, fromMs: number, toMs: number): OffsetPiece[] {
-  const key = `${zone}|${fromMs}|${toMs}`;
+export function offsetPieces(zone: string, fromMs: number, toMs: number, stepMs = transitionScanStepMs): OffsetPiece[] {
+  const key = `${zone}|${fromMs}|${toMs}|${stepMs}`;
   const cached = pieceCache.get(key);
   if (cached !== undefined) return cached;
   const pieces: OffsetPiece[] = [];
@@ -180,7 +178,7 @@ export function offsetPieces(zone: string, fromMs: number, toMs: number): Offset
   let offsetMs = offsetAt(zone, fromMs);
   let probeMs = fromMs;
   while (probeMs < toMs) {
-    const nextProbeMs = Math.min(probeMs + transitionScanStepMs, toMs);
+    const nextProbeMs = Math.min(probeMs + stepMs, toMs);
     const nextOffsetMs = offsetAt(zone, nextProbeMs);
     if (nextOffsetMs !== offsetMs) {
       // The first instant in (probeMs, nextProbeMs] whose offset differs from offsetMs.
@@ -356,10 +354,10 @@ function localRange(query: { dateFrom: string; dateTo: string; timezone?: string
 // ---------------------------------------------------------------------------
 // Trend buckets
 
-/** One bucket of a trend: a label and the test that says which instants it holds. */
-export interface Bucket {
-  label: string;
-  holds: (timeMs: number) => boolean;
+/** The buckets of a trend, in order: their labels, and which one holds an instant (undefined: none). */
+export interface Buckets {
+  labels: string[];
+  indexOf: (timeMs: number) => number | undefined;
 }
 
 function mondayOf(date: string): string {
@@ -409,40 +407,48 @@ export function hourRuns(local: LocalTime, startMs: number, endMs: number): { la
  * Every bucket from the one holding dateFrom to the one holding dateTo (SPEC
  * §4, §7.1). Day buckets are the local dates of the range that the zone did
  * not skip; week and month buckets every local week or month from dateFrom's
- * to dateTo's.
+ * to dateTo's; an instant belongs to the bucket of its local date's day, week
+ * or month, and hour buckets are the runs of `hourRuns`.
  */
-export function trendBuckets(local: LocalTime, groupBy: Grouping, dateFrom: string, dateTo: string, startMs: number, endMs: number): Bucket[] {
-  const buckets: Bucket[] = [];
-  const push = (bucket: Bucket): void => {
-    buckets.push(bucket);
-    if (buckets.length > trendBucketsMax) throw new Error("groupBy: more than 10 000 buckets");
+export function trendBuckets(local: LocalTime, groupBy: Grouping, dateFrom: string, dateTo: string, startMs: number, endMs: number): Buckets {
+  const labels: string[] = [];
+  const push = (label: string): void => {
+    labels.push(label);
+    if (labels.length > trendBucketsMax) throw new Error("groupBy: more than 10 000 buckets");
   };
-  switch (groupBy) {
-    case "hour":
-      for (const run of hourRuns(local, startMs, endMs)) {
-        push({ label: run.label, holds: (timeMs) => run.startMs <= timeMs && timeMs < run.endMs });
+  if (groupBy === "hour") {
+    const runs = hourRuns(local, startMs, endMs);
+    for (const run of runs) push(run.label);
+    // Runs are consecutive and ascending: bisect for the last one starting at or before the instant.
+    const indexOf = (timeMs: number): number | undefined => {
+      if (runs.length === 0 || timeMs < runs[0].startMs || timeMs >= runs[runs.length - 1].endMs) return undefined;
+      let low = 0;
+      let high = runs.length - 1;
+      while (low < high) {
+        const middle = Math.ceil((low + high) / 2);
+        if (runs[middle].startMs <= timeMs) low = middle;
+        else high = middle - 1;
       }
-      return buckets;
+      return low;
+    };
+    return { labels, indexOf };
+  }
+  const labelOfDate = groupBy === "day" ? (date: string) => date : groupBy === "week" ? mondayOf : monthOf;
+  switch (groupBy) {
     case "day":
       for (let date = dateFrom; date <= dateTo; date = addDays(date, 1)) {
-        if (local.dayStart(date) === local.dayStart(addDays(date, 1))) continue; // skipped by the zone
-        const label = date;
-        push({ label, holds: (timeMs) => local.localDate(timeMs) === label });
+        if (local.dayStart(date) !== local.dayStart(addDays(date, 1))) push(date); // a date the zone skipped has no bucket
       }
-      return buckets;
+      break;
     case "week":
-      for (let monday = mondayOf(dateFrom); monday <= mondayOf(dateTo); monday = addDays(monday, 7)) {
-        const label = monday;
-        push({ label, holds: (timeMs) => mondayOf(local.localDate(timeMs)) === label });
-      }
-      return buckets;
+      for (let monday = mondayOf(dateFrom); monday <= mondayOf(dateTo); monday = addDays(monday, 7)) push(monday);
+      break;
     case "month":
-      for (let month = monthOf(dateFrom); month <= monthOf(dateTo); month = monthOf(addDays(month, 31))) {
-        const label = month;
-        push({ label, holds: (timeMs) => monthOf(local.localDate(timeMs)) === label });
-      }
-      return buckets;
+      for (let month = monthOf(dateFrom); month <= monthOf(dateTo); month = monthOf(addDays(month, 31))) push(month);
+      break;
   }
+  const indexOfLabel = new Map(labels.map((label, index) => [label, index]));
+  return { labels, indexOf: (timeMs) => indexOfLabel.get(labelOfDate(local.localDate(timeMs))) };
 }
 
 // ---------------------------------------------------------------------------
@@ -507,20 +513,20 @@ export function referenceTrendV2(events: readonly StoredEvent[], query: TrendQue
     if (matches(event, query.event, topFilters)) counted.push(event);
   }
 
-  // Each counted event's bucket, looked up once: the first bucket that holds it (none for the rare instant of
-  // a local date outside the listed ones, such as a repeated hour before dateFrom's first midnight).
+  // Each counted event's bucket, looked up once (none for the rare instant of a local date outside the
+  // listed ones, such as a repeated hour before dateFrom's first midnight).
   const bucketOf = new Map<StoredEvent, number>();
   for (const event of counted) {
-    const index = buckets.findIndex((bucket) => bucket.holds(event.timestampMs));
-    if (index >= 0) bucketOf.set(event, index);
+    const index = buckets.indexOf(event.timestampMs);
+    if (index !== undefined) bucketOf.set(event, index);
   }
   const series = (members: readonly StoredEvent[]): TrendPoint[] => {
-    const held: StoredEvent[][] = buckets.map(() => []);
+    const held: StoredEvent[][] = buckets.labels.map(() => []);
     for (const event of members) {
       const index = bucketOf.get(event);
       if (index !== undefined) held[index].push(event);
     }
-    return buckets.map((bucket, index) => trendPoint(bucket.label, held[index], math, query.mathProperty));
+    return buckets.labels.map((label, index) => trendPoint(label, held[index], math, query.mathProperty));
   };
 
   const answer: TrendAnswerV2 = { data: series(counted) };
@@ -713,15 +719,21 @@ function unorderedUserFunnel(userEvents: readonly StoredEvent[], shape: FunnelSh
     const anchorTimeMs = anchorEvent.timestampMs;
     if (anchorTimeMs < shape.startMs || anchorTimeMs >= shape.endMs) continue;
     if (!fit.some((row) => row[anchor])) continue;
-    const poolUntil = (latestMs: number): number[] =>
-      sorted.flatMap((event, index) => (event.timestampMs >= anchorTimeMs && event.timestampMs <= latestMs ? [index] : []));
+    // The candidates: events at or after the anchor, inside its window, that match some step (no other can help).
+    const windowPool = sorted.flatMap((event, index) =>
+      event.timestampMs >= anchorTimeMs && event.timestampMs <= anchorTimeMs + shape.windowMs && fit.some((row) => row[index]) ? [index] : [],
+    );
+    const poolUntil = (latestMs: number): number[] => windowPool.filter((index) => sorted[index].timestampMs <= latestMs);
     for (let reach = 1; reach <= stepCount; reach++) {
       const stepIndexes = Array.from({ length: reach }, (_, step) => step);
-      if (!canAssign(stepIndexes, poolUntil(anchorTimeMs + shape.windowMs), fits, anchor)) continue;
+      if (!canAssign(stepIndexes, windowPool, fits, anchor)) continue;
       depth = Math.max(depth, reach);
       if (!shape.timeToConvert) continue;
-      // Latest timestamps to try: the distinct ones inside the window, ascending.
-      const latestTimes = [...new Set(poolUntil(anchorTimeMs + shape.windowMs).map((index) => sorted[index].timestampMs))].sort((a, b) => a - b);
+      // Only a shorter time than the best so far matters: skip the anchor unless one exists.
+      const bestMs = shortestMs[reach - 1];
+      if (bestMs !== undefined && (bestMs === 0 || !canAssign(stepIndexes, poolUntil(anchorTimeMs + bestMs - 1), fits, anchor))) continue;
+      // Latest timestamps to try: the distinct ones of the candidates, ascending; the smallest that admits a set wins.
+      const latestTimes = [...new Set(windowPool.map((index) => sorted[index].timestampMs))].sort((a, b) => a - b);
       let low = 0;
       let high = latestTimes.length - 1;
       while (low < high) {
@@ -729,8 +741,7 @@ function unorderedUserFunnel(userEvents: readonly StoredEvent[], shape: FunnelSh
         if (canAssign(stepIndexes, poolUntil(latestTimes[middle]), fits, anchor)) high = middle;
         else low = middle + 1;
       }
-      const elapsedMs = latestTimes[low] - anchorTimeMs;
-      if (shortestMs[reach - 1] === undefined || elapsedMs < shortestMs[reach - 1]!) shortestMs[reach - 1] = elapsedMs;
+      shortestMs[reach - 1] = latestTimes[low] - anchorTimeMs;
     }
   }
   return { depth, shortestMs };

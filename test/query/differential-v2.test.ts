@@ -1,0 +1,439 @@
+/**
+ * Differential test of the query API v2 (SPEC §7): seeded random events —
+ * moved into a season of clock changes and joined by events at the instants
+ * around each change — go in through the real ingest endpoints, then hundreds
+ * of random trend, funnel and retention queries combine time zones (aliases and
+ * odd letter case included), event references with filters, top-level
+ * filters, breakdowns, property maths, funnel orders, exclusions and times to
+ * convert, and every answer must equal what the v2 reference computes (sum and
+ * avg within a relative 1e-9). The workspace listings and the 400s of the new
+ * fields are checked too. Seeds take turns at a restart halfway (which seals
+ * every segment) and frequent checkpoints. A failure prints the seed (replay
+ * with EVENTIDE_TEST_SEEDS=<seed>), and the first differing queries with the
+ * path of the first difference and both answers.
+ */
+import { describe, expect, it } from "vitest";
+import { type Filter, type StoredEvent, dayMs, filterOperators, formatDay } from "../reference/reference.js";
+import {
+  type EventReference,
+  type Exclusion,
+  type FunnelQueryV2,
+  type RetentionQueryV2,
+  type TrendMath,
+  type TrendQueryV2,
+  referenceEvents,
+  referenceFunnelV2,
+  referenceProperties,
+  referenceRetentionV2,
+  referenceTrendV2,
+  resolveZone,
+} from "../reference/reference-v2.js";
+import { edgeTimestamps } from "../reference/zone-transitions.js";
+import { ingestInRandomOrder, queryKindAt, randomStepNames, runConcurrently, truncate } from "../helpers/differential.js";
+import { type GeneratedDataset, type GeneratedEvent, Random, generateDataset, numericFilterValues, seedsFromEnvironment, toStoredEvents } from "../helpers/random.js";
+import { type ServerHandle, post, removeDataDir, startServer } from "../helpers/server.js";
+
+const seeds = seedsFromEnvironment("EVENTIDE_TEST_SEEDS", [20_241_027, 5_550_123]);
+/** Three seeds × 180 = 540 queries per run. */
+const queriesPerSeed = 180;
+const queriesInFlightMax = 6;
+const mismatchesPrintedMax = 6;
+const notesPrintedMax = 3;
+const relativeToleranceSumAvg = 1e-9;
+/** SPEC §7.6: the listings may lag the newest events by up to 60 s. */
+const listingLagMs = 60_000;
+
+/** Zones as clients spell them: canonical names, an alias, odd letter case. */
+const zoneSpellings = [
+  "Pacific/Chatham",
+  "Asia/Kolkata",
+  "America/St_Johns",
+  "Australia/Lord_Howe",
+  "Europe/Berlin",
+  "America/New_York",
+  "UTC",
+  "Asia/Calcutta",
+  "europe/berlin",
+  "AMERICA/NEW_YORK",
+  "pacific/chatham",
+  "utc",
+  "Etc/UTC",
+];
+const canonicalZones = [...new Set(zoneSpellings.map((zone) => resolveZone(zone)))];
+/** First days of seasons with clock changes in most of the zones above (spring and autumn, both hemispheres). */
+const seasonStarts = [Date.UTC(2024, 2, 1), Date.UTC(2024, 8, 20), Date.UTC(2023, 9, 5)];
+const unknownEventName = "never_ingested_event";
+const mathKeys = ["price", "amount", "n"];
+
+type GeneratedQuery =
+  | { kind: "trend"; body: TrendQueryV2 }
+  | { kind: "funnel"; body: FunnelQueryV2 }
+  | { kind: "retention"; body: RetentionQueryV2 };
+
+const variants = ["restart", "checkpoints", "plain"] as const;
+type Variant = (typeof variants)[number];
+
+// ---------------------------------------------------------------------------
+// Data
+
+/**
+ * The §4 generator's data set moved, whole days at a time, into a season of
+ * clock changes, plus events at the instants around every change of the zones
+ * (and at the first instants of the local days around them) for random users.
+ */
+function datasetInDstSeason(random: Random): GeneratedDataset {
+  const dataset = generateDataset(random);
+  const shiftMs = random.pick(seasonStarts) + random.integer(0, 10) * dayMs - dataset.firstDayMs;
+  const events: GeneratedEvent[] = dataset.events.map((event) => ({ ...event, timestampMs: event.timestampMs + shiftMs }));
+  const firstDayMs = dataset.firstDayMs + shiftMs;
+  for (const timeMs of edgeTimestamps(canonicalZones, firstDayMs, firstDayMs + dataset.dayCount * dayMs)) {
+    const copies = random.integer(1, 2);
+    for (let copy = 0; copy < copies; copy++) {
+      const model = random.pick(dataset.events);
+      const edge: GeneratedEvent = { event: random.pick(dataset.eventNames), distinctId: random.pick(dataset.userIds), timestampMs: timeMs };
+      if (model.properties !== undefined) edge.properties = model.properties;
+      events.push(edge);
+    }
+  }
+  return { ...dataset, events, firstDayMs };
+}
+
+// ---------------------------------------------------------------------------
+// Random queries
+
+function randomDateRange(random: Random, dataset: GeneratedDataset): { dateFrom: string; dateTo: string } {
+  const day = (offset: number): number => dataset.firstDayMs + offset * dayMs;
+  let fromMs: number;
+  let toMs: number;
+  switch (random.integer(0, 4)) {
+    case 0: // one day, sometimes just outside the data
+      fromMs = toMs = day(random.integer(-1, dataset.dayCount));
+      break;
+    case 1: // the whole span and a day around it
+      fromMs = day(-1);
+      toMs = day(dataset.dayCount);
+      break;
+    case 2: // a few days
+      fromMs = day(random.integer(-2, dataset.dayCount));
+      toMs = fromMs + random.integer(1, 6) * dayMs;
+      break;
+    default: {
+      const one = day(random.integer(-3, dataset.dayCount + 2));
+      const other = day(random.integer(-3, dataset.dayCount + 2));
+      fromMs = Math.min(one, other);
+      toMs = Math.max(one, other);
+    }
+  }
+  return { dateFrom: formatDay(fromMs), dateTo: formatDay(toMs) };
+}
+
+function randomFilter(random: Random, dataset: GeneratedDataset): Filter {
+  const op = random.pick(filterOperators);
+  const property = random.chance(0.08) ? "missing_key" : random.pick(dataset.propertyKeys);
+  const filter: Filter = { property, op };
+  if (op === "is_set" || op === "is_not_set") return filter;
+  filter.value = op === "gt" || op === "gte" || op === "lt" || op === "lte" ? random.pick(numericFilterValues) : random.pick(dataset.filterValues);
+  return filter;
+}
+
+function randomFilters(random: Random, dataset: GeneratedDataset): Filter[] {
+  return Array.from({ length: random.pick([0, 1, 1, 2]) }, () => randomFilter(random, dataset));
+}
+
+function randomName(random: Random, dataset: GeneratedDataset): string {
+  return random.chance(0.04) ? unknownEventName : random.pick(dataset.eventNames);
+}
+
+function randomReference(random: Random, dataset: GeneratedDataset, name = randomName(random, dataset)): EventReference {
+  if (random.chance(0.65)) return name;
+  const reference: { event: string; filters?: Filter[] } = { event: name };
+  if (random.chance(0.85)) reference.filters = randomFilters(random, dataset);
+  return reference;
+}
+
+/** The optional fields every query kind takes: zone, breakdown and its limit. */
+function commonFields(random: Random, dataset: GeneratedDataset): { timezone?: string; breakdown?: string; breakdownLimit?: number } {
+  const fields: { timezone?: string; breakdown?: string; breakdownLimit?: number } = {};
+  if (random.chance(0.85)) fields.timezone = random.pick(zoneSpellings);
+  if (random.chance(0.45)) {
+    fields.breakdown = random.chance(0.08) ? "missing_key" : random.pick(dataset.propertyKeys);
+    const limit = random.pick([undefined, 1, 2, 3, 5, 25, 1000]);
+    if (limit !== undefined) fields.breakdownLimit = limit;
+  }
+  return fields;
+}
+
+function randomTrend(random: Random, dataset: GeneratedDataset, ordinal: number): TrendQueryV2 {
+  const body: TrendQueryV2 = { event: randomReference(random, dataset), ...randomDateRange(random, dataset), ...commonFields(random, dataset) };
+  const groupBy = ([undefined, "hour", "day", "week", "month"] as const)[ordinal % 5];
+  if (groupBy !== undefined) body.groupBy = groupBy;
+  const math = ([undefined, "total", "unique", "sum", "avg", "min", "max", "avg_per_user"] as const)[Math.floor(ordinal / 5) % 8] as TrendMath | undefined;
+  if (math !== undefined) body.math = math;
+  if (math === "sum" || math === "avg" || math === "min" || math === "max") {
+    const numericKeys = mathKeys.filter((key) => dataset.propertyKeys.includes(key));
+    body.mathProperty = numericKeys.length > 0 && random.chance(0.8) ? random.pick(numericKeys) : random.pick(dataset.propertyKeys);
+  }
+  if (random.chance(0.5)) body.filters = randomFilters(random, dataset);
+  return body;
+}
+
+function randomFunnel(random: Random, dataset: GeneratedDataset): FunnelQueryV2 {
+  const stepCount = random.integer(1, 5);
+  const names = randomStepNames(random, dataset, stepCount, () => randomName(random, dataset));
+  const body: FunnelQueryV2 = { steps: names.map((name) => randomReference(random, dataset, name)), ...randomDateRange(random, dataset), ...commonFields(random, dataset) };
+  const windowSeconds = random.pick([undefined, 1, 3600, 86_400, 259_200, 604_800, 2_592_000]);
+  if (windowSeconds !== undefined) body.conversionWindow = windowSeconds;
+  const order = random.pick([undefined, "ordered", "strict", "unordered"] as const);
+  if (order !== undefined) body.order = order;
+  if (order !== "unordered" && stepCount >= 2 && random.chance(0.4)) {
+    const exclusions: Exclusion[] = [];
+    for (let index = random.integer(1, 2); index > 0; index--) {
+      const fromStep = random.integer(1, stepCount - 1);
+      exclusions.push({ event: randomReference(random, dataset), fromStep, toStep: random.integer(fromStep + 1, stepCount) });
+    }
+    body.exclusions = exclusions;
+  }
+  if (random.chance(0.5)) body.timeToConvert = random.chance(0.85);
+  if (random.chance(0.3)) body.filters = randomFilters(random, dataset);
+  return body;
+}
+
+function randomRetention(random: Random, dataset: GeneratedDataset): RetentionQueryV2 {
+  const cohortName = randomName(random, dataset);
+  const body: RetentionQueryV2 = {
+    cohortEvent: randomReference(random, dataset, cohortName),
+    retentionEvent: randomReference(random, dataset, random.chance(0.3) ? cohortName : randomName(random, dataset)),
+    ...randomDateRange(random, dataset),
+    ...commonFields(random, dataset),
+  };
+  const windowDays = random.pick([undefined, 1, 2, 3, 7, 10]);
+  if (windowDays !== undefined) body.windowDays = windowDays;
+  if (random.chance(0.3)) body.filters = randomFilters(random, dataset);
+  return body;
+}
+
+function randomQueries(random: Random, dataset: GeneratedDataset, count: number): GeneratedQuery[] {
+  const queries: GeneratedQuery[] = [];
+  let trendOrdinal = 0;
+  for (let index = 0; index < count; index++) {
+    const kind = queryKindAt(index);
+    if (kind === "trend") queries.push({ kind, body: randomTrend(random, dataset, trendOrdinal++) });
+    else if (kind === "funnel") queries.push({ kind, body: randomFunnel(random, dataset) });
+    else queries.push({ kind, body: randomRetention(random, dataset) });
+  }
+  return queries;
+}
+
+function referenceAnswer(events: readonly StoredEvent[], query: GeneratedQuery): unknown {
+  switch (query.kind) {
+    case "trend":
+      return referenceTrendV2(events, query.body);
+    case "funnel":
+      return referenceFunnelV2(events, query.body);
+    case "retention":
+      return referenceRetentionV2(events, query.body);
+  }
+}
+
+// ---------------------------------------------------------------------------
+// Comparison
+
+/** Keys whose numbers may differ in the last bits (SPEC §7.4 sum and avg; a mean time to convert). */
+function tolerantKeys(query: GeneratedQuery): Set<string> {
+  const keys = new Set(["avgTimeToConvertMs"]);
+  if (query.kind === "trend" && (query.body.math === "sum" || query.body.math === "avg")) keys.add("value");
+  return keys;
+}
+
+/** The path of the first difference between two JSON values, or undefined when they agree. */
+function firstDifference(expected: unknown, got: unknown, tolerant: Set<string>, path = "", key = ""): string | undefined {
+  if (typeof expected === "number" && typeof got === "number") {
+    if (expected === got) return undefined;
+    const scale = Math.max(Math.abs(expected), Math.abs(got));
+    return tolerant.has(key) && Math.abs(expected - got) <= relativeToleranceSumAvg * scale ? undefined : path;
+  }
+  if (Array.isArray(expected) || Array.isArray(got)) {
+    if (!Array.isArray(expected) || !Array.isArray(got)) return path;
+    if (expected.length !== got.length) return `${path} (length ${expected.length} expected, ${got.length} got)`;
+    for (let index = 0; index < expected.length; index++) {
+      const difference = firstDifference(expected[index], got[index], tolerant, `${path}[${index}]`, key);
+      if (difference !== undefined) return difference;
+    }
+    return undefined;
+  }
+  if (typeof expected === "object" && expected !== null && typeof got === "object" && got !== null) {
+    const keys = new Set([...Object.keys(expected), ...Object.keys(got)]);
+    for (const name of keys) {
+      const difference = firstDifference((expected as Record<string, unknown>)[name], (got as Record<string, unknown>)[name], tolerant, `${path}.${name}`, name);
+      if (difference !== undefined) return difference;
+    }
+    return undefined;
+  }
+  return expected === got ? undefined : path;
+}
+
+/** The value at a path such as `.breakdown[2].data[5]` (lengths in parentheses ignored). */
+function valueAt(value: unknown, path: string): unknown {
+  let current = value;
+  for (const [, name, index] of path.replace(/ \(.*$/, "").matchAll(/\.([^.[]+)|\[(\d+)\]/g)) {
+    if (current === null || typeof current !== "object") return undefined;
+    current = (current as Record<string, unknown>)[name ?? index];
+  }
+  return current;
+}
+
+interface Mismatch {
+  ordinal: number;
+  query: GeneratedQuery;
+  detail: string;
+}
+
+function mismatchReport(seed: number, variant: Variant, mismatches: readonly Mismatch[], queryCount: number, notes: readonly string[]): string {
+  const kinds = new Map<string, number>();
+  for (const mismatch of mismatches) kinds.set(mismatch.query.kind, (kinds.get(mismatch.query.kind) ?? 0) + 1);
+  const shown = mismatches
+    .slice(0, mismatchesPrintedMax)
+    .map((mismatch) => `query #${mismatch.ordinal}: POST /api/v1/query/${mismatch.query.kind} ${JSON.stringify(mismatch.query.body)}\n  ${mismatch.detail}`);
+  return [
+    `seed ${seed} (${variant}): ${mismatches.length} of ${queryCount} answers differ from the v2 reference (${[...kinds].map(([kind, count]) => `${kind} ${count}`).join(", ")}); replay with EVENTIDE_TEST_SEEDS=${seed}`,
+    ...shown,
+    mismatches.length > shown.length ? `… and ${mismatches.length - shown.length} more` : "",
+    ...notes.slice(0, notesPrintedMax),
+    notes.length > notesPrintedMax ? `… and ${notes.length - notesPrintedMax} more listing or restart problems` : "",
+  ].join("\n\n");
+}
+
+/** Compares one answer with the reference's; undefined when they agree. */
+function compare(query: GeneratedQuery, want: unknown, status: number, body: unknown, text: string): string | undefined {
+  if (status !== 200) return `expected 200 ${truncate(JSON.stringify(want), 600)}\n  got: ${status} ${truncate(text, 600)}`;
+  const path = firstDifference(want, body, tolerantKeys(query));
+  if (path === undefined) return undefined;
+  return [
+    `first difference at ${path || "(top)"}: expected ${truncate(JSON.stringify(valueAt(want, path)) ?? "absent", 600)}, got ${truncate(JSON.stringify(valueAt(body, path)) ?? "absent", 600)}`,
+    `  expected: ${truncate(JSON.stringify(want), 1200)}`,
+    `  got: ${truncate(text, 1200)}`,
+  ].join("\n");
+}
+
+// ---------------------------------------------------------------------------
+// Listings
+
+async function getJson(url: string, token: string): Promise<{ status: number; body: unknown; text: string }> {
+  return post(url, undefined, { token, method: "GET", raw: true });
+}
+
+/** Both listings, for all events and per name; polled while they differ, since they may lag by up to 60 s. */
+async function checkListings(server: ServerHandle, events: readonly StoredEvent[], names: readonly string[]): Promise<string[]> {
+  const requests: { path: string; want: unknown }[] = [{ path: "/api/v1/events", want: referenceEvents(events) }, { path: "/api/v1/properties", want: referenceProperties(events) }];
+  for (const name of [...names, unknownEventName]) {
+    requests.push({ path: `/api/v1/properties?event=${encodeURIComponent(name)}`, want: referenceProperties(events, name) });
+  }
+  const problems: string[] = [];
+  for (const request of requests) {
+    const deadlineMs = performance.now() + listingLagMs + 10_000;
+    for (;;) {
+      const answer = await getJson(`${server.queryUrl}${request.path}`, server.token);
+      const detail = answer.status !== 200 ? `${answer.status} ${truncate(answer.text, 400)}` : firstDifference(request.want, answer.body, new Set());
+      if (detail === undefined) break;
+      if (answer.status !== 200 || performance.now() > deadlineMs) {
+        problems.push(`GET ${request.path}: ${answer.status === 200 ? `first difference at ${detail}` : detail}\n  expected: ${truncate(JSON.stringify(request.want), 800)}\n  got: ${truncate(answer.text, 800)}`);
+        break;
+      }
+      await new Promise((resolve) => setTimeout(resolve, 1000));
+    }
+  }
+  return problems;
+}
+
+// ---------------------------------------------------------------------------
+
+describe("the query engine answers the v2 fields exactly as the reference on seeded random data", () => {
+  for (const [seedIndex, seed] of seeds.entries()) {
+    const variant = variants[seedIndex % variants.length];
+    const batchDays = { EVENTIDE_BATCH_DAYS_MAX: "1000" };
+    const serverOptions = { env: variant === "checkpoints" ? { ...batchDays, EVENTIDE_CHECKPOINT_ROWS_MAX: "300" } : batchDays };
+
+    it(`seed ${seed}, ${variant}`, { timeout: 180_000 }, async () => {
+      const random = new Random(seed);
+      const dataset = datasetInDstSeason(random);
+      const events = toStoredEvents(dataset.events);
+      const queries = randomQueries(random, dataset, queriesPerSeed);
+      // JSON carries no -0 and no undefined fields: the reference's answer travels the same way.
+      const expected = queries.map((query) => JSON.parse(JSON.stringify(referenceAnswer(events, query))) as unknown);
+      const mismatches: Mismatch[] = [];
+      const notes: string[] = [];
+
+      let server = await startServer(serverOptions);
+      const dataDir = server.dataDir;
+      const credentials = { apiKey: server.apiKey, token: server.token, workspaceId: server.workspaceId };
+      try {
+        await ingestInRandomOrder(server, random, dataset, false);
+        const ask = async (ordinal: number): Promise<void> => {
+          const query = queries[ordinal];
+          const response = await post(`${server.queryUrl}/api/v1/query/${query.kind}`, query.body, { token: server.token });
+          const detail = compare(query, expected[ordinal], response.status, response.body, response.text);
+          if (detail !== undefined) mismatches.push({ ordinal, query, detail });
+        };
+        const ordinals = queries.map((_, ordinal) => ordinal);
+        const half = variant === "restart" ? Math.floor(ordinals.length / 2) : ordinals.length;
+        await runConcurrently(ordinals.slice(0, half), queriesInFlightMax, ask);
+        if (variant === "restart") {
+          const exitCode = await server.stop();
+          if (exitCode !== 0) notes.push(`SIGTERM exit code was ${exitCode}, not 0`);
+          server = await startServer({ ...serverOptions, dataDir, credentials });
+          await runConcurrently(ordinals.slice(half), queriesInFlightMax, ask);
+        }
+        notes.push(...(await checkListings(server, events, dataset.eventNames)));
+        if (mismatches.length > 0 || notes.length > 0) {
+          mismatches.sort((left, right) => left.ordinal - right.ordinal);
+          throw new Error(mismatchReport(seed, variant, mismatches, queries.length, notes));
+        }
+      } finally {
+        await server.stop();
+        removeDataDir(dataDir);
+      }
+    });
+  }
+});
+
+describe("the v2 fields refuse what SPEC §7 refuses", () => {
+  const range = { dateFrom: "2024-01-01", dateTo: "2024-01-07" };
+  const refused: { path: string; body: Record<string, unknown>; field: string }[] = [
+    { path: "trend", body: { event: "a", ...range, bogusField: 1 }, field: "bogusField" },
+    { path: "funnel", body: { steps: ["a"], ...range, windowSize: 3 }, field: "windowSize" },
+    { path: "retention", body: { cohortEvent: "a", retentionEvent: "a", ...range, cohort_event: "a" }, field: "cohort_event" },
+    { path: "trend", body: { event: "a", ...range, timezone: "Mars/Olympus" }, field: "timezone" },
+    { path: "funnel", body: { steps: ["a"], ...range, timezone: "" }, field: "timezone" },
+    { path: "retention", body: { cohortEvent: "a", retentionEvent: "a", ...range, timezone: 5 }, field: "timezone" },
+    { path: "trend", body: { event: "a", ...range, breakdownLimit: 3 }, field: "breakdownLimit" },
+    { path: "trend", body: { event: "a", ...range, breakdown: "p", breakdownLimit: 1001 }, field: "breakdownLimit" },
+    { path: "trend", body: { event: "a", ...range, math: "total", mathProperty: "n" }, field: "mathProperty" },
+    { path: "trend", body: { event: "a", ...range, math: "sum" }, field: "mathProperty" },
+    { path: "funnel", body: { steps: ["a", "b"], ...range, order: "unordered", exclusions: [{ event: "c", fromStep: 1, toStep: 2 }] }, field: "exclusions" },
+    { path: "funnel", body: { steps: ["a", "b"], ...range, exclusions: [{ event: "c", fromStep: 2, toStep: 2 }] }, field: "exclusions" },
+    { path: "funnel", body: { steps: ["a", "b"], ...range, order: "sideways" }, field: "order" },
+    { path: "funnel", body: { steps: ["a", "b"], ...range, timeToConvert: "yes" }, field: "timeToConvert" },
+  ];
+
+  it("answers 400 invalid_request naming the field, and accepts every zone spelling of the list", async () => {
+    const server = await startServer();
+    try {
+      const problems: string[] = [];
+      for (const { path, body, field } of refused) {
+        const answer = await post(`${server.queryUrl}/api/v1/query/${path}`, body, { token: server.token });
+        const error = answer.body?.error;
+        if (answer.status !== 400 || error?.code !== "invalid_request" || typeof error?.message !== "string" || !error.message.includes(field)) {
+          problems.push(`POST /api/v1/query/${path} ${JSON.stringify(body)}: expected 400 invalid_request naming ${field}, got ${answer.status} ${truncate(answer.text, 300)}`);
+        }
+      }
+      for (const timezone of zoneSpellings) {
+        const answer = await post(`${server.queryUrl}/api/v1/query/trend`, { event: "a", ...range, timezone }, { token: server.token });
+        if (answer.status !== 200) problems.push(`timezone ${timezone}: expected 200, got ${answer.status} ${truncate(answer.text, 300)}`);
+      }
+      expect(problems, problems.join("\n")).toEqual([]);
+    } finally {
+      await server.stop();
+      removeDataDir(server.dataDir);
+    }
+  });
+});
