@@ -230,8 +230,7 @@ export class QueryService {
   private async funnel(workspaceId: string, request: FunnelRequest): Promise<ServiceReply> {
     if (!isVersion1Funnel(request)) return this.rowsFunnel(workspaceId, request);
     const workspace = this.store.workspaces.get(workspaceId);
-    const entryFromMs = Date.parse(`${request.dateFrom}T00:00:00Z`);
-    const entryToMsExclusive = Date.parse(`${request.dateTo}T00:00:00Z`) + dayMs;
+    const { fromMs: entryFromMs, toMsExclusive: entryToMsExclusive } = zonedRange(request.dateFrom, request.dateTo, new ZoneClock(request.timezone));
     const windowMs = request.conversionWindow * 1000;
     const stepEventIds = request.steps.map((step) => workspace?.events.idOf(step.event));
     const counts =

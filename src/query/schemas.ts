@@ -461,6 +461,11 @@ export function isVersion1Trend(request: TrendRequest): boolean {
   return request.eventFilters.length === 0 && request.timezone === utcZone && request.breakdown === undefined && (request.math === "total" || request.math === "unique");
 }
 
+/**
+ * True when the §4 kernel answers the funnel: references by name alone,
+ * ordered, nothing to add. A zone changes only the entry range's instants,
+ * which that kernel takes as they are.
+ */
 export function isVersion1Funnel(request: FunnelRequest): boolean {
   return (
     request.steps.every((step) => step.filters.length === 0) &&
@@ -468,7 +473,6 @@ export function isVersion1Funnel(request: FunnelRequest): boolean {
     request.order === "ordered" &&
     request.exclusions.length === 0 &&
     !request.timeToConvert &&
-    request.timezone === utcZone &&
     request.breakdown === undefined
   );
 }

@@ -233,12 +233,38 @@ function propertyReader(segment: SegmentView, read: PropertyRead, globalId: (tex
   return { valueIds: column.valueIds, globalIds, numbers };
 }
 
-/** Row indexes sorted by (user, time, row): each user's events in time order. */
+/**
+ * Row indexes sorted by (user, time, row): each user's events in time order.
+ * A counting sort by user, then each user's run by time; runs are usually
+ * sorted already (segments are read in day order, sealed rows by time), so
+ * most need one check and no sort.
+ */
 export function rowsByUserAndTime(rows: EventRows): Uint32Array {
-  const indexes = new Uint32Array(rows.count);
-  for (let index = 0; index < rows.count; index++) indexes[index] = index;
-  const { users, timesMs } = rows;
-  indexes.sort((left, right) => users[left] - users[right] || timesMs[left] - timesMs[right] || left - right);
+  const { users, timesMs, count } = rows;
+  const indexes = new Uint32Array(count);
+  if (count === 0) return indexes;
+  let userLow = users[0];
+  let userHigh = users[0];
+  for (let row = 1; row < count; row++) {
+    if (users[row] < userLow) userLow = users[row];
+    if (users[row] > userHigh) userHigh = users[row];
+  }
+  const starts = new Int32Array(userHigh - userLow + 2);
+  for (let row = 0; row < count; row++) starts[users[row] - userLow + 1]++;
+  for (let slot = 1; slot < starts.length; slot++) starts[slot] += starts[slot - 1];
+  const cursors = starts.slice(0, starts.length - 1);
+  for (let row = 0; row < count; row++) indexes[cursors[users[row] - userLow]++] = row;
+  for (let slot = 0; slot + 1 < starts.length; slot++) {
+    const start = starts[slot];
+    const end = starts[slot + 1];
+    for (let index = start + 1; index < end; index++) {
+      if (timesMs[indexes[index]] < timesMs[indexes[index - 1]]) {
+        // Rows of one user were placed in row order, so ties in time keep it.
+        indexes.subarray(start, end).sort((left, right) => timesMs[left] - timesMs[right] || left - right);
+        break;
+      }
+    }
+  }
   return indexes;
 }
 
