@@ -8,7 +8,7 @@
  * clone for a few bytes; labels are produced apart, on the thread that answers.
  */
 
-import type { LocalParts, ZoneClock } from "./time-zone.js";
+import type { ZoneClock } from "./time-zone.js";
 
 export const hourMs = 3_600_000;
 export const dayMs = 86_400_000;
@@ -231,10 +231,6 @@ export function zonedRange(dateFrom: string, dateTo: string, clock: ZoneClock): 
   return { fromMs: clock.dayStartMs(epochDayOf(dateFrom)), toMsExclusive: clock.dayStartMs(epochDayOf(dateTo) + 1) };
 }
 
-function hourLabel(parts: LocalParts): string {
-  return `${padded(parts.year, 4)}-${padded(parts.month, 2)}-${padded(parts.day, 2)} ${padded(parts.hour, 2)}:00:00`;
-}
-
 /**
  * Trend buckets in the clock's zone. Day, week and month buckets are those of
  * the UTC layout (same count, same labels), each starting at the first instant
@@ -266,31 +262,41 @@ export function zonedTrendBoundaries(dateFrom: string, dateTo: string, groupBy: 
   const toMsExclusive = clock.dayStartMs(toDay + 1);
   const starts: number[] = [];
   const labels: string[] = [];
+  // One offset read per hour: the offset in force is carried along and read again only at the next hour.
   let timeMs = fromMs;
+  let offsetMs = clock.offsetMs(fromMs);
   let label = "";
-  const open = (startMs: number, text: string) => {
+  const open = (startMs: number, localMs: number) => {
+    label = hourLabelOf(localMs);
     starts.push(startMs);
-    labels.push(text);
-    label = text;
+    labels.push(label);
   };
-  if (fromMs < toMsExclusive) open(fromMs, hourLabel(clock.localParts(fromMs)));
+  if (fromMs < toMsExclusive) open(fromMs, fromMs + offsetMs);
   while (timeMs < toMsExclusive) {
     if (starts.length > bucketsMax) return undefined;
-    const offsetMs = clock.offsetMs(timeMs);
     const nextHourMs = Math.min((Math.floor((timeMs + offsetMs) / hourMs) + 1) * hourMs - offsetMs, toMsExclusive);
-    const transitionMs = clock.nextTransitionMs(timeMs, nextHourMs);
-    if (transitionMs !== undefined) {
-      const text = hourLabel(clock.localParts(transitionMs));
-      if (transitionMs < toMsExclusive && (text !== label || clock.offsetMs(transitionMs) < offsetMs)) open(transitionMs, text);
-      timeMs = transitionMs;
+    const nextOffsetMs = clock.offsetMs(nextHourMs);
+    if (nextOffsetMs === offsetMs) {
+      if (nextHourMs < toMsExclusive) open(nextHourMs, nextHourMs + offsetMs);
+      timeMs = nextHourMs;
       continue;
     }
-    if (nextHourMs < toMsExclusive) open(nextHourMs, hourLabel(clock.localParts(nextHourMs)));
-    timeMs = nextHourMs;
+    // The clocks change before the next hour: a new bucket there when the local hour differs or the clocks went back.
+    const transitionMs = clock.nextTransitionMs(timeMs, nextHourMs)!;
+    const transitionOffsetMs = clock.offsetMs(transitionMs);
+    if (transitionMs < toMsExclusive && (hourLabelOf(transitionMs + transitionOffsetMs) !== label || transitionOffsetMs < offsetMs)) open(transitionMs, transitionMs + transitionOffsetMs);
+    timeMs = transitionMs;
+    offsetMs = transitionOffsetMs;
   }
   if (starts.length > bucketsMax) return undefined;
   starts.push(toMsExclusive);
   return { startsMs: Float64Array.from(starts), labels };
+}
+
+/** `YYYY-MM-DD HH:00:00` of a local wall time given as ms since the epoch. */
+function hourLabelOf(localMs: number): string {
+  const date = new Date(localMs);
+  return `${padded(date.getUTCFullYear(), 4)}-${padded(date.getUTCMonth() + 1, 2)}-${padded(date.getUTCDate(), 2)} ${padded(date.getUTCHours(), 2)}:00:00`;
 }
 
 /** Retention periods in the clock's zone: period p starts at the first instant of local day dateFrom + p·windowDays. */

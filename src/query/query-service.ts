@@ -34,7 +34,7 @@ import {
   type RetentionRequest,
   type TrendRequest,
 } from "./schemas.js";
-import { ZoneClock } from "./time-zone.js";
+import { zoneClock } from "./time-zone.js";
 import { ResultCache } from "./result-cache.js";
 import type { SegmentView } from "./segment-view.js";
 import { ownedSegmentViews } from "./segment-views.js";
@@ -230,7 +230,7 @@ export class QueryService {
   private async funnel(workspaceId: string, request: FunnelRequest): Promise<ServiceReply> {
     if (!isVersion1Funnel(request)) return this.rowsFunnel(workspaceId, request);
     const workspace = this.store.workspaces.get(workspaceId);
-    const { fromMs: entryFromMs, toMsExclusive: entryToMsExclusive } = zonedRange(request.dateFrom, request.dateTo, new ZoneClock(request.timezone));
+    const { fromMs: entryFromMs, toMsExclusive: entryToMsExclusive } = zonedRange(request.dateFrom, request.dateTo, zoneClock(request.timezone));
     const windowMs = request.conversionWindow * 1000;
     const stepEventIds = request.steps.map((step) => workspace?.events.idOf(step.event));
     const counts =
@@ -290,7 +290,7 @@ export class QueryService {
 
   private async rowsTrend(workspaceId: string, request: TrendRequest): Promise<ServiceReply> {
     const workspace = this.store.workspaces.get(workspaceId);
-    const boundaries = zonedTrendBoundaries(request.dateFrom, request.dateTo, request.groupBy, new ZoneClock(request.timezone), limits.trendBucketsMax);
+    const boundaries = zonedTrendBoundaries(request.dateFrom, request.dateTo, request.groupBy, zoneClock(request.timezone), limits.trendBucketsMax);
     if (boundaries === undefined) {
       const failure = tooManyBuckets(limits.trendBucketsMax + 1, request.groupBy);
       return { ok: false, error: { code: "invalid_request", message: failure.message } };
@@ -318,7 +318,7 @@ export class QueryService {
 
   private async rowsFunnel(workspaceId: string, request: FunnelRequest): Promise<ServiceReply> {
     const workspace = this.store.workspaces.get(workspaceId);
-    const { fromMs, toMsExclusive } = zonedRange(request.dateFrom, request.dateTo, new ZoneClock(request.timezone));
+    const { fromMs, toMsExclusive } = zonedRange(request.dateFrom, request.dateTo, zoneClock(request.timezone));
     const windowMs = request.conversionWindow * 1000;
     const resolver = new Resolver(workspace);
     const references = [
@@ -355,7 +355,7 @@ export class QueryService {
 
   private async rowsRetention(workspaceId: string, request: RetentionRequest): Promise<ServiceReply> {
     const workspace = this.store.workspaces.get(workspaceId);
-    const { startsMs, labels } = zonedRetentionBoundaries(request.dateFrom, request.dateTo, request.windowDays, new ZoneClock(request.timezone));
+    const { startsMs, labels } = zonedRetentionBoundaries(request.dateFrom, request.dateTo, request.windowDays, zoneClock(request.timezone));
     const resolver = new Resolver(workspace);
     const gather: GatherPlan = {
       fromMs: startsMs[0],

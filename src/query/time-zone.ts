@@ -1,7 +1,7 @@
 /**
  * Local time for queries with a `timezone` (SPEC §7.1), from the platform's
  * `Intl` data and nothing else: a zone's offset at an instant, the first
- * instant of a local day, and local wall-clock parts. Bucket layouts
+ * instant of a local day, and the next change of offset. Bucket layouts
  * (buckets.ts) turn these into boundary instants once per query on the main
  * thread; kernels then place rows by binary search over those instants.
  */
@@ -20,77 +20,51 @@ export function canonicalTimeZone(name: string): string | undefined {
   }
 }
 
-/** Local wall-clock fields of an instant. */
-export interface LocalParts {
-  year: number;
-  month: number;
-  day: number;
-  hour: number;
+/** Day starts a clock remembers: 100 000 days span 270 years, a few MB. */
+const dayStartsCachedMax = 100_000;
+/** Clocks kept by zone name, so their formats and day starts outlive a request. */
+const clocksMax = 64;
+const clocks = new Map<string, ZoneClock>();
+
+/** The clock of a canonical zone name, shared by the requests that use it. */
+export function zoneClock(zone: string): ZoneClock {
+  let clock = clocks.get(zone);
+  if (clock === undefined) {
+    if (clocks.size >= clocksMax) clocks.delete(clocks.keys().next().value!);
+    clock = new ZoneClock(zone);
+    clocks.set(zone, clock);
+  }
+  return clock;
 }
 
+/** "…, GMT+05:30", "…, GMT-00:44:30", "…, GMT" (zero): sign, hours, minutes, seconds. */
+const offsetPattern = /GMT(?:([+-])(\d{1,2})(?::(\d{2}))?(?::(\d{2}))?)?$/;
+
 /**
- * One zone's clock. Offsets are whole seconds in every zone `Intl` knows, so
- * the offset at t is read from the local fields of t's second.
+ * One zone's clock. The offset at an instant is read from the `longOffset`
+ * zone name `Intl` prints for it (a few µs; formatToParts of the wall-clock
+ * fields cost ~10× more), so a 10 000-day range's boundaries take
+ * milliseconds, not a second of the main thread.
  */
 export class ZoneClock {
   private readonly format: Intl.DateTimeFormat | undefined;
+  /** dayStartMs by epoch day: a dashboard asks for the same days again and again. */
+  private readonly dayStarts = new Map<number, number>();
+  /** The offset at the last day start searched: the next day most likely starts at it too. */
+  private lastOffsetMs = 0;
 
   constructor(readonly zone: string) {
-    this.format =
-      zone === utcZone
-        ? undefined
-        : new Intl.DateTimeFormat("en-US", {
-            timeZone: zone,
-            hourCycle: "h23",
-            era: "short",
-            year: "numeric",
-            month: "numeric",
-            day: "numeric",
-            hour: "numeric",
-            minute: "numeric",
-            second: "numeric",
-          });
+    this.format = zone === utcZone ? undefined : new Intl.DateTimeFormat("en-US", { timeZone: zone, timeZoneName: "longOffset" });
   }
 
   /** Local time minus UTC at instant timeMs, in ms. */
   offsetMs(timeMs: number): number {
     if (this.format === undefined) return 0;
-    const secondMs = Math.floor(timeMs / 1000) * 1000;
-    let year = 0;
-    let month = 0;
-    let day = 0;
-    let hour = 0;
-    let minute = 0;
-    let second = 0;
-    let before = false;
-    for (const part of this.format.formatToParts(secondMs)) {
-      switch (part.type) {
-        case "era":
-          before = part.value === "BC" || part.value === "B";
-          break;
-        case "year":
-          year = Number(part.value);
-          break;
-        case "month":
-          month = Number(part.value);
-          break;
-        case "day":
-          day = Number(part.value);
-          break;
-        case "hour":
-          hour = Number(part.value);
-          break;
-        case "minute":
-          minute = Number(part.value);
-          break;
-        case "second":
-          second = Number(part.value);
-          break;
-      }
-    }
-    if (before) year = 1 - year;
-    const wallMs = new Date(0).setUTCFullYear(year, month - 1, day) + hour * hourMs + minute * 60_000 + second * 1000;
-    return wallMs - secondMs;
+    const match = offsetPattern.exec(this.format.format(timeMs));
+    if (match === null) throw new Error(`zone ${this.zone}: unreadable offset in ${JSON.stringify(this.format.format(timeMs))}`);
+    if (match[1] === undefined) return 0;
+    const magnitudeMs = Number(match[2]) * hourMs + Number(match[3] ?? 0) * 60_000 + Number(match[4] ?? 0) * 1000;
+    return match[1] === "-" ? -magnitudeMs : magnitudeMs;
   }
 
   /** Days since 1970-01-01 of the local date at timeMs. */
@@ -106,9 +80,22 @@ export class ZoneClock {
   dayStartMs(epochDay: number): number {
     const wallMs = epochDay * dayMs;
     if (this.format === undefined) return wallMs;
+    const known = this.dayStarts.get(epochDay);
+    if (known !== undefined) return known;
+    const startMs = this.searchDayStartMs(epochDay, wallMs);
+    if (this.dayStarts.size >= dayStartsCachedMax) this.dayStarts.clear();
+    this.dayStarts.set(epochDay, startMs);
+    return startMs;
+  }
+
+  private searchDayStartMs(epochDay: number, wallMs: number): number {
+    // Most days start at midnight at the offset of the day asked for before: two reads confirm it.
+    const hintedMs = wallMs - this.lastOffsetMs;
+    if (this.offsetMs(hintedMs) === this.lastOffsetMs && this.offsetMs(hintedMs - 1) === this.lastOffsetMs) return hintedMs;
     // Usually the instant of local midnight at the offset in force there.
     let guess = wallMs - this.offsetMs(wallMs);
     guess = wallMs - this.offsetMs(guess);
+    this.lastOffsetMs = this.offsetMs(guess);
     if (this.localEpochDay(guess) >= epochDay && this.localEpochDay(guess - 1) < epochDay) return guess;
     // Midnight skipped or repeated: search, offsets lie within ±16 h.
     let low = wallMs - 16 * hourMs;
@@ -119,12 +106,6 @@ export class ZoneClock {
       else low = middle + 1;
     }
     return low;
-  }
-
-  /** Local date and hour at timeMs. */
-  localParts(timeMs: number): LocalParts {
-    const date = new Date(timeMs + this.offsetMs(timeMs));
-    return { year: date.getUTCFullYear(), month: date.getUTCMonth() + 1, day: date.getUTCDate(), hour: date.getUTCHours() };
   }
 
   /** The first instant in (afterMs, untilMs] whose offset differs from afterMs's; undefined when the offset at untilMs is the same. */
