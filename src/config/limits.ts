@@ -144,6 +144,10 @@ export const limits = Object.freeze({
   queryFilterValueCharactersMax: integerFromEnvironment("EVENTIDE_QUERY_FILTER_VALUE_CHARACTERS_MAX", 64 * 1024),
   retentionCacheBytesMax: integerFromEnvironment("EVENTIDE_RETENTION_CACHE_BYTES_MAX", 64 * mebibyte),
   retentionCacheTtlMs: 60_000,
+  /** SPEC §7.6: listings of event names and property keys may lag the newest events by up to 60 s, so one answer per workspace serves that long. */
+  workspaceListingCacheTtlMs: integerFromEnvironment("EVENTIDE_WORKSPACE_LISTING_CACHE_TTL_MS", 60_000),
+  /** A listing names every event or key of a workspace: a few MB for the capped key count; beyond this budget the oldest go. */
+  workspaceListingCacheBytesMax: integerFromEnvironment("EVENTIDE_WORKSPACE_LISTING_CACHE_BYTES_MAX", 32 * mebibyte),
 
   // Credentials written by the CLI reach the running server within this long (SPEC: 1 s).
   registryPollIntervalMs: 250,
@@ -188,4 +192,5 @@ assert(limits.groupCommitBytesMax <= limits.writeQueueBytesMax, `EVENTIDE_WRITE_
 assert(limits.workerNiceSteps <= 19, "EVENTIDE_WORKER_NICE must be 0–19");
 assert(limits.registryPollIntervalMs * 2 < 1000, "credential changes must reach the server within 1 s");
 assert(limits.shutdownTimeoutMs < 10_000, "SPEC: exit within 10 s of SIGTERM");
+assert(limits.workspaceListingCacheTtlMs <= 60_000, "SPEC §7.6: EVENTIDE_WORKSPACE_LISTING_CACHE_TTL_MS must be at most 60 000 (listings lag by at most 60 s)");
 assert(limits.registryStaleMsMax > limits.registryPollIntervalMs, `EVENTIDE_REGISTRY_STALE_MS_MAX must exceed the registry poll interval (${limits.registryPollIntervalMs} ms)`);

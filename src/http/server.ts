@@ -21,7 +21,7 @@ interface RequestState {
   done: boolean;
 }
 
-type Route = { method: "post"; handler: (res: HttpResponse, req: HttpRequest, state: RequestState) => void };
+type Route = { method: "post" | "get"; handler: (res: HttpResponse, req: HttpRequest, state: RequestState) => void };
 
 /**
  * A header or status line as uWS takes it. The constant ones are encoded once:
@@ -235,6 +235,20 @@ export async function startHttp({ config, credentials, ingest, query }: HttpDepe
     ["/api/v1/query/trend", { method: "post", handler: queryRoute("trend") }],
     ["/api/v1/query/funnel", { method: "post", handler: queryRoute("funnel") }],
     ["/api/v1/query/retention", { method: "post", handler: queryRoute("retention") }],
+    ["/api/v1/events", { method: "get", handler: authorizedQuery((res, state, workspaceId) => query.listEvents(workspaceId).then((reply) => sendReply(res, state, reply, []), internalError(res, state, []))) }],
+    [
+      "/api/v1/properties",
+      {
+        method: "get",
+        handler: (res, req, state) => {
+          // Read before the body: uWS's request is only valid during this callback.
+          const event = new URLSearchParams(req.getQuery() ?? "").get("event") ?? undefined;
+          authorizedQuery((res, state, workspaceId) => {
+            query.listProperties(workspaceId, event).then((reply) => sendReply(res, state, reply, []), internalError(res, state, []));
+          })(res, req, state);
+        },
+      },
+    ],
   ]);
 
   const router = (routes: Map<string, Route>, headers: Header[], preflight: boolean) => (res: HttpResponse, req: HttpRequest) => {
@@ -254,7 +268,7 @@ export async function startHttp({ config, credentials, ingest, query }: HttpDepe
     if (method !== route.method) {
       return sendError(res, state, serviceError("method_not_allowed", `${method.toUpperCase()} is not allowed on ${path}; use ${route.method.toUpperCase()}`), [
         ...headers,
-        ["Allow", preflight ? "POST, OPTIONS" : "POST"],
+        ["Allow", preflight ? "POST, OPTIONS" : route.method.toUpperCase()],
       ]);
     }
     // uWS decodes chunked framing and nothing else: a body sent as "gzip, chunked" would reach us still compressed.

@@ -8,6 +8,8 @@
  * clone for a few bytes; labels are produced apart, on the thread that answers.
  */
 
+import type { ZoneClock } from "./time-zone.js";
+
 export const hourMs = 3_600_000;
 export const dayMs = 86_400_000;
 
@@ -203,4 +205,118 @@ export function retentionPeriodLabels(layout: RetentionLayout): string[] {
   const labels = new Array<string>(layout.periodCount);
   for (let period = 0; period < layout.periodCount; period++) labels[period] = msToDate(layout.fromMs + period * layout.periodMs);
   return labels;
+}
+
+// ---------------------------------------------------------------------------
+// Boundaries in a time zone (SPEC §7.1)
+
+/**
+ * Buckets as instants: bucket i holds [startsMs[i], startsMs[i + 1]), so
+ * startsMs has one more entry than there are buckets and its last entry is the
+ * end of the range. A bucket may be empty (a date the zone skipped). Kernels
+ * place a row by binary search, whatever the zone did to the clocks.
+ */
+export interface Boundaries {
+  startsMs: Float64Array;
+  labels: string[];
+}
+
+/** Epoch day of a date already checked by isCalendarDate. */
+export function epochDayOf(date: string): number {
+  return epochDay(dateToMs(date));
+}
+
+/** [first instant of local day dateFrom, first instant of local day dateTo + 1). */
+export function zonedRange(dateFrom: string, dateTo: string, clock: ZoneClock): { fromMs: number; toMsExclusive: number } {
+  return { fromMs: clock.dayStartMs(epochDayOf(dateFrom)), toMsExclusive: clock.dayStartMs(epochDayOf(dateTo) + 1) };
+}
+
+/**
+ * Trend buckets in the clock's zone. Day, week and month buckets are those of
+ * the UTC layout (same count, same labels), each starting at the first instant
+ * of its first local day. Hour buckets are walked: a new one starts at every
+ * local hour and wherever the clocks go back, none for a skipped hour.
+ * Undefined when there would be more than bucketsMax.
+ */
+export function zonedTrendBoundaries(dateFrom: string, dateTo: string, groupBy: GroupBy, clock: ZoneClock, bucketsMax: number): Boundaries | undefined {
+  const fromDay = epochDayOf(dateFrom);
+  const toDay = epochDayOf(dateTo);
+  if (groupBy !== "hour") {
+    const layout = trendLayout(dateFrom, dateTo, groupBy);
+    if (layout.bucketCount > bucketsMax) return undefined;
+    const startsMs = new Float64Array(layout.bucketCount + 1);
+    for (let index = 0; index < layout.bucketCount; index++) {
+      let day: number;
+      if (groupBy === "day") day = fromDay + index;
+      else if (groupBy === "week") day = layout.originDay + index * 7;
+      else {
+        const month = layout.originMonth + index;
+        day = epochDay(new Date(0).setUTCFullYear(Math.floor(month / 12), month % 12, 1));
+      }
+      startsMs[index] = clock.dayStartMs(Math.max(fromDay, day));
+    }
+    startsMs[layout.bucketCount] = clock.dayStartMs(toDay + 1);
+    return { startsMs, labels: trendBucketLabels(layout) };
+  }
+  const fromMs = clock.dayStartMs(fromDay);
+  const toMsExclusive = clock.dayStartMs(toDay + 1);
+  const starts: number[] = [];
+  const labels: string[] = [];
+  // One offset read per hour: the offset in force is carried along and read again only at the next hour.
+  let timeMs = fromMs;
+  let offsetMs = clock.offsetMs(fromMs);
+  let label = "";
+  const open = (startMs: number, localMs: number) => {
+    label = hourLabelOf(localMs);
+    starts.push(startMs);
+    labels.push(label);
+  };
+  if (fromMs < toMsExclusive) open(fromMs, fromMs + offsetMs);
+  while (timeMs < toMsExclusive) {
+    if (starts.length > bucketsMax) return undefined;
+    const nextHourMs = Math.min((Math.floor((timeMs + offsetMs) / hourMs) + 1) * hourMs - offsetMs, toMsExclusive);
+    const nextOffsetMs = clock.offsetMs(nextHourMs);
+    if (nextOffsetMs === offsetMs) {
+      if (nextHourMs < toMsExclusive) open(nextHourMs, nextHourMs + offsetMs);
+      timeMs = nextHourMs;
+      continue;
+    }
+    // The clocks change before the next hour: a new bucket there when the local hour differs or the clocks went back.
+    const transitionMs = clock.nextTransitionMs(timeMs, nextHourMs)!;
+    const transitionOffsetMs = clock.offsetMs(transitionMs);
+    if (transitionMs < toMsExclusive && (hourLabelOf(transitionMs + transitionOffsetMs) !== label || transitionOffsetMs < offsetMs)) open(transitionMs, transitionMs + transitionOffsetMs);
+    timeMs = transitionMs;
+    offsetMs = transitionOffsetMs;
+  }
+  if (starts.length > bucketsMax) return undefined;
+  starts.push(toMsExclusive);
+  return { startsMs: Float64Array.from(starts), labels };
+}
+
+/** `YYYY-MM-DD HH:00:00` of a local wall time given as ms since the epoch. */
+function hourLabelOf(localMs: number): string {
+  const date = new Date(localMs);
+  return `${padded(date.getUTCFullYear(), 4)}-${padded(date.getUTCMonth() + 1, 2)}-${padded(date.getUTCDate(), 2)} ${padded(date.getUTCHours(), 2)}:00:00`;
+}
+
+/** Retention periods in the clock's zone: period p starts at the first instant of local day dateFrom + p·windowDays. */
+export function zonedRetentionBoundaries(dateFrom: string, dateTo: string, windowDays: number, clock: ZoneClock): Boundaries {
+  const layout = retentionLayout(dateFrom, dateTo, windowDays);
+  const fromDay = epochDayOf(dateFrom);
+  const startsMs = new Float64Array(layout.periodCount + 1);
+  for (let period = 0; period < layout.periodCount; period++) startsMs[period] = clock.dayStartMs(fromDay + period * windowDays);
+  startsMs[layout.periodCount] = clock.dayStartMs(epochDayOf(dateTo) + 1);
+  return { startsMs, labels: retentionPeriodLabels(layout) };
+}
+
+/** The bucket of an instant inside [startsMs[0], startsMs[last]): the last i with startsMs[i] <= timeMs. */
+export function boundaryIndex(startsMs: Float64Array, timeMs: number): number {
+  let low = 0;
+  let high = startsMs.length - 1;
+  while (low < high) {
+    const middle = (low + high + 1) >>> 1;
+    if (startsMs[middle] <= timeMs) low = middle;
+    else high = middle - 1;
+  }
+  return low;
 }

@@ -5,7 +5,12 @@
  * answer, because shards hold disjoint users.
  */
 import type { SegmentDescriptor } from "../storage/segment-descriptor.js";
+import type { GatherPlan } from "./kernels/event-rows.js";
 import type { FunnelPlan } from "./kernels/funnel.js";
+import type { ListingPlan } from "./kernels/workspace-listing.js";
+import type { FunnelChainsAnswer, FunnelChainsPlan } from "./kernels/funnel-chains.js";
+import type { RetentionCohortsAnswer, RetentionCohortsPlan } from "./kernels/retention-cohorts.js";
+import type { TrendSeriesAnswer, TrendSeriesPlan } from "./kernels/trend-series.js";
 import type { RetentionPlan } from "./kernels/retention.js";
 import type { TrendPlan } from "./kernels/trend.js";
 import type { QueryKind, QueryParseResult } from "./schemas.js";
@@ -13,7 +18,20 @@ import type { QueryKind, QueryParseResult } from "./schemas.js";
 export type QueryPlan =
   | { kind: "trend"; plan: TrendPlan }
   | { kind: "funnel"; plan: FunnelPlan }
-  | { kind: "retention"; plan: RetentionPlan };
+  | { kind: "retention"; plan: RetentionPlan }
+  | { kind: "rows"; gather: GatherPlan; answer: RowsAnswerPlan }
+  | { kind: "listing"; plan: ListingPlan };
+
+/** SPEC §7 queries: gathered rows (event-rows.ts), then one of these kernels over them. */
+export type RowsAnswerPlan =
+  | { kind: "trend"; plan: TrendSeriesPlan }
+  | { kind: "funnel"; plan: FunnelChainsPlan }
+  | { kind: "retention"; plan: RetentionCohortsPlan };
+
+export type RowsAnswer =
+  | { kind: "trend"; answer: TrendSeriesAnswer }
+  | { kind: "funnel"; answer: FunnelChainsAnswer }
+  | { kind: "retention"; answer: RetentionCohortsAnswer };
 
 export interface QueryTask {
   kind: "query";
@@ -26,6 +44,8 @@ export interface QueryTask {
 export interface QueryTaskResult {
   kind: "query";
   values: Float64Array;
+  /** The answer of a "rows" plan (values is then empty). */
+  rows?: RowsAnswer;
 }
 
 /** A large query body, parsed and validated off the main thread (see QueryService.parse). */

@@ -9,12 +9,32 @@ import { limits } from "../config/limits.js";
 import type { ServiceReply } from "../errors.js";
 import type { Store, WorkspaceStore } from "../storage/store.js";
 import { PoolTaskTimeoutError, type WorkerPool } from "../workers/pool.js";
-import { dayMs, retentionLayout, retentionPeriodLabels, trendBucketLabels, trendLayout } from "./buckets.js";
+import { dayMs, retentionLayout, retentionPeriodLabels, trendBucketLabels, trendLayout, zonedRange, zonedRetentionBoundaries, zonedTrendBoundaries } from "./buckets.js";
 import type { FilterPlan } from "./filters.js";
+import type { GatherPlan, PropertyRead, ReferencePlan } from "./kernels/event-rows.js";
+import type { StepCounts } from "./kernels/funnel-chains.js";
+import type { ListingPlan } from "./kernels/workspace-listing.js";
+import type { CohortCounts } from "./kernels/retention-cohorts.js";
+import type { BucketValues } from "./kernels/trend-series.js";
+import type { TrendMath as CountMath } from "./kernels/trend.js";
 import { retentionCountsByPair } from "./kernels/retention.js";
 import { lowerBoundUser } from "./kernels/rows.js";
-import type { QueryPlan } from "./query-protocol.js";
-import { parseQueryBody, type FunnelRequest, type QueryKind, type QueryParseResult, type RetentionRequest, type TrendRequest } from "./schemas.js";
+import type { QueryPlan, RowsAnswer, RowsAnswerPlan } from "./query-protocol.js";
+import {
+  isVersion1Funnel,
+  isVersion1Retention,
+  isVersion1Trend,
+  parseQueryBody,
+  tooManyBuckets,
+  type EventReference,
+  type FunnelRequest,
+  type PropertyFilter,
+  type QueryKind,
+  type QueryParseResult,
+  type RetentionRequest,
+  type TrendRequest,
+} from "./schemas.js";
+import { zoneClock } from "./time-zone.js";
 import { ResultCache } from "./result-cache.js";
 import type { SegmentView } from "./segment-view.js";
 import { ownedSegmentViews } from "./segment-views.js";
@@ -56,6 +76,7 @@ type Work = { kind: "event-rows"; eventId: number } | { kind: "active-rows" };
 
 export class QueryService {
   private readonly retentionCache = new ResultCache(limits.retentionCacheBytesMax, limits.retentionCacheTtlMs);
+  private readonly listingCache = new ResultCache(limits.workspaceListingCacheBytesMax, limits.workspaceListingCacheTtlMs);
 
   constructor(
     private readonly pool: WorkerPool,
@@ -82,7 +103,8 @@ export class QueryService {
       case "funnel":
         return this.funnel(workspaceId, query.request);
       case "retention": {
-        const cacheKey = `${workspaceId}\u0000${JSON.stringify(query.request, ["cohortEvent", "retentionEvent", "dateFrom", "dateTo", "windowDays"])}`;
+        // The whole request after defaults, the zone's canonical name included: an alias shares its zone's entry.
+        const cacheKey = `${workspaceId}\u0000${JSON.stringify(query.request)}`;
         const cached = this.retentionCache.get(cacheKey);
         if (cached !== undefined) return { ok: true, body: cached };
         const reply = await this.retention(workspaceId, query.request);
@@ -90,6 +112,51 @@ export class QueryService {
         return reply;
       }
     }
+  }
+
+  /** GET /api/v1/events (SPEC §7.6): every event name and its number of events, by count descending, then name. */
+  async listEvents(workspaceId: string): Promise<ServiceReply> {
+    return this.listing(`${workspaceId}\u0000events`, workspaceId, (workspace) => {
+      const plan: ListingPlan = { kind: "events", eventCount: workspace.events.size };
+      return { plan, names: workspace.events.texts, field: "event" };
+    });
+  }
+
+  /** GET /api/v1/properties?event=NAME (SPEC §7.6): every property key set on events of that name (all events without one), and on how many. */
+  async listProperties(workspaceId: string, event: string | undefined): Promise<ServiceReply> {
+    const cacheKey = `${workspaceId}\u0000properties\u0000${event === undefined ? "all" : `event\u0000${event}`}`;
+    return this.listing(cacheKey, workspaceId, (workspace) => {
+      const eventId = event === undefined ? undefined : workspace.events.idOf(event);
+      if (event !== undefined && eventId === undefined) return undefined;
+      const keyCount = workspace.keys.size;
+      const plan: ListingPlan = { kind: "properties", eventId, keyIds: Array.from({ length: keyCount }, (_, keyId) => keyId), keyCount };
+      return { plan, names: workspace.keys.texts, field: "property" };
+    });
+  }
+
+  private async listing(
+    cacheKey: string,
+    workspaceId: string,
+    planOf: (workspace: WorkspaceStore) => { plan: ListingPlan; names: readonly string[]; field: string } | undefined,
+  ): Promise<ServiceReply> {
+    const cached = this.listingCache.get(cacheKey);
+    if (cached !== undefined) return { ok: true, body: cached };
+    const workspace = this.store.workspaces.get(workspaceId);
+    const planned = workspace === undefined ? undefined : planOf(workspace);
+    let data: Array<Record<string, string | number>> = [];
+    if (workspace !== undefined && planned !== undefined) {
+      const { plan, names, field } = planned;
+      const keyIds = plan.kind === "properties" ? plan.keyIds : [];
+      const { segments } = await this.store.snapshot(workspace.id, -wholeTimeMs, wholeTimeMs, keyIds);
+      const { values } = await this.pool.query({ kind: "query", query: { kind: "listing", plan }, segments, userLo: 0, userHi: workspace.userCount });
+      const entries: Array<{ name: string; count: number }> = [];
+      for (let id = 0; id < values.length; id++) if (values[id] > 0) entries.push({ name: names[id], count: values[id] });
+      entries.sort((left, right) => right.count - left.count || (left.name < right.name ? -1 : left.name > right.name ? 1 : 0));
+      data = entries.map(({ name, count }) => ({ [field]: name, count }));
+    }
+    const body = JSON.stringify({ data });
+    this.listingCache.set(cacheKey, body);
+    return { ok: true, body };
   }
 
   private async parse(kind: QueryKind, bytes: Uint8Array): Promise<QueryParseResult> {
@@ -136,6 +203,7 @@ export class QueryService {
   }
 
   private async trend(workspaceId: string, request: TrendRequest): Promise<ServiceReply> {
+    if (!isVersion1Trend(request)) return this.rowsTrend(workspaceId, request);
     const workspace = this.store.workspaces.get(workspaceId);
     const layout = trendLayout(request.dateFrom, request.dateTo, request.groupBy);
     const filters: FilterPlan[] = request.filters.map((filter) => ({ keyId: workspace?.keys.idOf(filter.property), op: filter.op, value: filter.value }));
@@ -147,7 +215,7 @@ export class QueryService {
         ? new Float64Array(layout.bucketCount)
         : await this.fanOut(
             workspace,
-            { kind: "trend", plan: { eventId, layout, filters, math: request.math } },
+            { kind: "trend", plan: { eventId, layout, filters, math: request.math as CountMath } },
             layout.fromMs,
             layout.toMsExclusive,
             filterKeyIds,
@@ -160,11 +228,11 @@ export class QueryService {
   }
 
   private async funnel(workspaceId: string, request: FunnelRequest): Promise<ServiceReply> {
+    if (!isVersion1Funnel(request)) return this.rowsFunnel(workspaceId, request);
     const workspace = this.store.workspaces.get(workspaceId);
-    const entryFromMs = Date.parse(`${request.dateFrom}T00:00:00Z`);
-    const entryToMsExclusive = Date.parse(`${request.dateTo}T00:00:00Z`) + dayMs;
+    const { fromMs: entryFromMs, toMsExclusive: entryToMsExclusive } = zonedRange(request.dateFrom, request.dateTo, zoneClock(request.timezone));
     const windowMs = request.conversionWindow * 1000;
-    const stepEventIds = request.steps.map((step) => workspace?.events.idOf(step));
+    const stepEventIds = request.steps.map((step) => workspace?.events.idOf(step.event));
     const counts =
       stepEventIds[0] === undefined
         ? new Float64Array(request.steps.length)
@@ -178,17 +246,18 @@ export class QueryService {
             { kind: "event-rows", eventId: stepEventIds[0] },
           );
     const entered = counts[0];
-    const steps = request.steps.map((event, index) => ({ event, count: counts[index], rate: index === 0 ? 1 : entered === 0 ? 0 : counts[index] / entered }));
+    const steps = request.steps.map(({ event }, index) => ({ event, count: counts[index], rate: index === 0 ? 1 : entered === 0 ? 0 : counts[index] / entered }));
     return { ok: true, body: JSON.stringify({ steps }) };
   }
 
   private async retention(workspaceId: string, request: RetentionRequest): Promise<ServiceReply> {
+    if (!isVersion1Retention(request)) return this.rowsRetention(workspaceId, request);
     const workspace = this.store.workspaces.get(workspaceId);
     const layout = retentionLayout(request.dateFrom, request.dateTo, request.windowDays);
     const periods = layout.periodCount;
     const length = periods + (periods * (periods + 1)) / 2;
-    const cohortEventId = workspace?.events.idOf(request.cohortEvent);
-    const retentionEventId = workspace?.events.idOf(request.retentionEvent);
+    const cohortEventId = workspace?.events.idOf(request.cohortEvent.event);
+    const retentionEventId = workspace?.events.idOf(request.retentionEvent.event);
     const values =
       cohortEventId === undefined
         ? new Float64Array(length)
@@ -210,7 +279,149 @@ export class QueryService {
     });
     return { ok: true, body: JSON.stringify({ cohorts }) };
   }
+
+  /** Gathers the rows of [gather.fromMs, gather.toMsExclusive) and answers them in one task. */
+  private async runRows(workspace: WorkspaceStore | undefined, gather: GatherPlan, answer: RowsAnswerPlan, keyIds: Set<number>): Promise<RowsAnswer> {
+    const { segments } = workspace === undefined ? { segments: [] } : await this.store.snapshot(workspace.id, gather.fromMs, gather.toMsExclusive, [...keyIds]);
+    const result = await this.pool.query({ kind: "query", query: { kind: "rows", gather, answer }, segments, userLo: 0, userHi: workspace?.userCount ?? 0 });
+    if (result.rows === undefined || result.rows.kind !== answer.kind) throw new Error(`a rows task answered ${result.rows?.kind}, expected ${answer.kind}`);
+    return result.rows;
+  }
+
+  private async rowsTrend(workspaceId: string, request: TrendRequest): Promise<ServiceReply> {
+    const workspace = this.store.workspaces.get(workspaceId);
+    const boundaries = zonedTrendBoundaries(request.dateFrom, request.dateTo, request.groupBy, zoneClock(request.timezone), limits.trendBucketsMax);
+    if (boundaries === undefined) {
+      const failure = tooManyBuckets(limits.trendBucketsMax + 1, request.groupBy);
+      return { ok: false, error: { code: "invalid_request", message: failure.message } };
+    }
+    const { startsMs, labels } = boundaries;
+    const resolver = new Resolver(workspace);
+    const gather: GatherPlan = {
+      fromMs: startsMs[0],
+      toMsExclusive: startsMs[startsMs.length - 1],
+      references: [resolver.reference({ event: request.event, filters: request.eventFilters }, request.filters)],
+      allEvents: false,
+      breakdown: resolver.property(request.breakdown?.property),
+      math: resolver.property(request.mathProperty),
+    };
+    const rows = await this.runRows(workspace, gather, { kind: "trend", plan: { startsMs, math: request.math, breakdownLimit: request.breakdown?.limit } }, resolver.keyIds);
+    if (rows.kind !== "trend") throw new Error("unreachable");
+    const counted = request.math === "total" || request.math === "unique";
+    const data = (values: BucketValues) => labels.map((date, index) => (counted ? { date, count: values[index] } : { date, value: values[index] }));
+    const answer = rows.answer;
+    const body: Record<string, unknown> = { data: data(answer.values) };
+    if (answer.series !== undefined) body.breakdown = answer.series.map((series) => ({ value: series.value, data: data(series.values) }));
+    if (answer.other !== undefined) body.breakdownOther = { data: data(answer.other) };
+    return { ok: true, body: JSON.stringify(body) };
+  }
+
+  private async rowsFunnel(workspaceId: string, request: FunnelRequest): Promise<ServiceReply> {
+    const workspace = this.store.workspaces.get(workspaceId);
+    const { fromMs, toMsExclusive } = zonedRange(request.dateFrom, request.dateTo, zoneClock(request.timezone));
+    const windowMs = request.conversionWindow * 1000;
+    const resolver = new Resolver(workspace);
+    const references = [
+      ...request.steps.map((step) => resolver.reference(step, request.filters)),
+      ...request.exclusions.map((exclusion) => resolver.reference(exclusion.event, request.filters)),
+    ];
+    const gather: GatherPlan = {
+      fromMs,
+      toMsExclusive: Math.max(fromMs, toMsExclusive + windowMs),
+      references,
+      allEvents: request.order === "strict",
+      breakdown: resolver.property(request.breakdown?.property),
+      math: { kind: "none" },
+    };
+    const plan = {
+      stepCount: request.steps.length,
+      exclusions: request.exclusions.map(({ fromStep, toStep }) => ({ fromStep, toStep })),
+      order: request.order,
+      entryFromMs: fromMs,
+      entryToMsExclusive: toMsExclusive,
+      windowMs,
+      timeToConvert: request.timeToConvert,
+      breakdownLimit: request.breakdown?.limit,
+    };
+    const rows = await this.runRows(workspace, gather, { kind: "funnel", plan }, resolver.keyIds);
+    if (rows.kind !== "funnel") throw new Error("unreachable");
+    const events = request.steps.map((step) => step.event);
+    const answer = rows.answer;
+    const body: Record<string, unknown> = { steps: stepEntries(events, answer.all) };
+    if (answer.series !== undefined) body.breakdown = answer.series.map((series) => ({ value: series.value, steps: stepEntries(events, series.steps) }));
+    if (answer.other !== undefined) body.breakdownOther = { steps: stepEntries(events, answer.other) };
+    return { ok: true, body: JSON.stringify(body) };
+  }
+
+  private async rowsRetention(workspaceId: string, request: RetentionRequest): Promise<ServiceReply> {
+    const workspace = this.store.workspaces.get(workspaceId);
+    const { startsMs, labels } = zonedRetentionBoundaries(request.dateFrom, request.dateTo, request.windowDays, zoneClock(request.timezone));
+    const resolver = new Resolver(workspace);
+    const gather: GatherPlan = {
+      fromMs: startsMs[0],
+      toMsExclusive: startsMs[startsMs.length - 1],
+      references: [resolver.reference(request.cohortEvent, request.filters), resolver.reference(request.retentionEvent, request.filters)],
+      allEvents: false,
+      breakdown: resolver.property(request.breakdown?.property),
+      math: { kind: "none" },
+    };
+    const rows = await this.runRows(workspace, gather, { kind: "retention", plan: { startsMs, breakdownLimit: request.breakdown?.limit } }, resolver.keyIds);
+    if (rows.kind !== "retention") throw new Error("unreachable");
+    const answer = rows.answer;
+    const body: Record<string, unknown> = { cohorts: cohortEntries(labels, answer.all) };
+    if (answer.series !== undefined) body.breakdown = answer.series.map((series) => ({ value: series.value, cohorts: cohortEntries(labels, series.counts) }));
+    if (answer.other !== undefined) body.breakdownOther = { cohorts: cohortEntries(labels, answer.other) };
+    return { ok: true, body: JSON.stringify(body) };
+  }
 }
+
+// ---------------------------------------------------------------------------
+// SPEC §7 queries: rows gathered and answered in one task
+
+/** What a SPEC §7 query reads, resolved against one workspace's dictionaries. */
+class Resolver {
+  /** Property keys to describe in active segments' snapshots. */
+  readonly keyIds = new Set<number>();
+
+  constructor(private readonly workspace: WorkspaceStore | undefined) {}
+
+  filters(filters: readonly PropertyFilter[]): FilterPlan[] {
+    return filters.map((filter) => ({ keyId: this.key(filter.property), op: filter.op, value: filter.value }));
+  }
+
+  reference(reference: EventReference, shared: readonly PropertyFilter[]): ReferencePlan {
+    return { eventId: this.workspace?.events.idOf(reference.event), filters: this.filters([...reference.filters, ...shared]) };
+  }
+
+  property(name: string | undefined): PropertyRead {
+    return name === undefined ? { kind: "none" } : { kind: "key", keyId: this.key(name) };
+  }
+
+  private key(name: string): number | undefined {
+    const keyId = this.workspace?.keys.idOf(name);
+    if (keyId !== undefined) this.keyIds.add(keyId);
+    return keyId;
+  }
+}
+
+function stepEntries(events: readonly string[], counts: StepCounts): Array<Record<string, unknown>> {
+  const entered = counts.counts[0];
+  return events.map((event, index) => {
+    const step: Record<string, unknown> = { event, count: counts.counts[index], rate: index === 0 ? 1 : entered === 0 ? 0 : counts.counts[index] / entered };
+    if (counts.medians !== undefined && index > 0) {
+      step.medianTimeToConvertMs = counts.medians[index - 1];
+      step.avgTimeToConvertMs = counts.averages![index - 1];
+    }
+    return step;
+  });
+}
+
+function cohortEntries(labels: readonly string[], counts: CohortCounts): Array<{ cohortDate: string; total: number; weeks: number[] }> {
+  return labels.map((cohortDate, period) => ({ cohortDate, total: counts.totals[period], weeks: counts.weeks[period] }));
+}
+
+/** Past every instant a Date holds: a listing's snapshot spans every day. */
+const wholeTimeMs = 8.64e15 + dayMs;
 
 /** Rows of eventId in the sealed segments. */
 function sealedEventRowCount(segments: readonly SegmentView[], eventId: number): number {

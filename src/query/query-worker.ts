@@ -2,10 +2,16 @@
  * Worker side of a query task: descriptors → views → one kernel call.
  */
 import { assertNever } from "../errors.js";
+import { gatherEventRows } from "./kernels/event-rows.js";
 import { funnelPartial } from "./kernels/funnel.js";
+import { funnelChains } from "./kernels/funnel-chains.js";
+import { retentionCohorts } from "./kernels/retention-cohorts.js";
+import { trendSeries } from "./kernels/trend-series.js";
+import { workspaceListing } from "./kernels/workspace-listing.js";
 import { retentionPartial } from "./kernels/retention.js";
 import { trendPartial } from "./kernels/trend.js";
-import type { QueryTask, QueryTaskResult } from "./query-protocol.js";
+import type { QueryTask, QueryTaskResult, RowsAnswer, RowsAnswerPlan } from "./query-protocol.js";
+import type { EventRows } from "./kernels/event-rows.js";
 import { segmentViews } from "./segment-views.js";
 
 export function runQueryTask(task: QueryTask): QueryTaskResult {
@@ -24,7 +30,24 @@ export function runQueryTask(task: QueryTask): QueryTaskResult {
       values.set(partial.weeks, partial.totals.length);
       return { kind: "query", values };
     }
+    case "rows":
+      return { kind: "query", values: new Float64Array(0), rows: answerRows(gatherEventRows(segments, query.gather, task.userLo, task.userHi), query.answer) };
+    case "listing":
+      return { kind: "query", values: workspaceListing(segments, query.plan) };
     default:
       return assertNever(query);
+  }
+}
+
+function answerRows(rows: EventRows, plan: RowsAnswerPlan): RowsAnswer {
+  switch (plan.kind) {
+    case "trend":
+      return { kind: "trend", answer: trendSeries(rows, plan.plan) };
+    case "funnel":
+      return { kind: "funnel", answer: funnelChains(rows, plan.plan) };
+    case "retention":
+      return { kind: "retention", answer: retentionCohorts(rows, plan.plan) };
+    default:
+      return assertNever(plan);
   }
 }

@@ -36,6 +36,8 @@ export interface SegmentView {
   eventIds: Uint32Array | undefined;
   /** The column of a workspace property key id, or undefined when no row of this segment sets it. */
   property(keyId: number): PropertyColumn | undefined;
+  /** Rows in [start, end) on which keyId is set, read without building a dense column (workspace listings). */
+  rowsWithProperty(keyId: number, start: number, end: number): number;
   /** Sealed segments: the set of user ids having at least one row of the event (undefined: no row, or not available). */
   userBitmap(eventId: number): RoaringBitmap32 | undefined;
 }

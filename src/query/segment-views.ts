@@ -64,6 +64,16 @@ class SealedView implements SegmentView {
     return column;
   }
 
+  rowsWithProperty(keyId: number, start: number, end: number): number {
+    const property = this.directory.find(keyId);
+    if (property === undefined) return 0;
+    const { rows, values } = property;
+    if (rows !== undefined) return lowerBound(rows, end) - lowerBound(rows, start);
+    let count = 0;
+    for (let row = start; row < end; row++) if (values[row] !== 0) count++;
+    return count;
+  }
+
   userBitmap(eventId: number): Bitmap | undefined {
     if (eventId >= this.layout.eventCount) return undefined;
     if (this.bitmaps.has(eventId)) return this.bitmaps.get(eventId);
@@ -82,6 +92,18 @@ class SealedView implements SegmentView {
     this.bitmaps.set(eventId, bitmap);
     return bitmap;
   }
+}
+
+/** First index of ascending `values` that is >= target. */
+function lowerBound(values: Uint32Array, target: number): number {
+  let low = 0;
+  let high = values.length;
+  while (low < high) {
+    const middle = (low + high) >>> 1;
+    if (values[middle] < target) low = middle + 1;
+    else high = middle;
+  }
+  return low;
 }
 
 function activeView(descriptor: ActiveSegmentDescriptor): SegmentView {
@@ -104,6 +126,12 @@ function activeView(descriptor: ActiveSegmentDescriptor): SegmentView {
     eventRowStart: undefined,
     eventIds: new Uint32Array(descriptor.event, 0, rows),
     property: (keyId) => properties.get(keyId),
+    rowsWithProperty: (keyId, start, end) => {
+      const valueIds = properties.get(keyId)?.valueIds;
+      let count = 0;
+      if (valueIds !== undefined) for (let row = start; row < end; row++) if (valueIds[row] !== 0) count++;
+      return count;
+    },
     userBitmap: () => undefined,
   };
 }

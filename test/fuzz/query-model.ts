@@ -62,10 +62,22 @@ export function trendBucketCount(fromMs: number, toMs: number, groupBy: string):
   }
 }
 
-/** What SPEC §4 says of this parsed body. */
+/** The fields each query knows (SPEC §4 and §7); any other is refused by name (§7). */
+const knownFields: Record<QueryKind, readonly string[]> = {
+  trend: ["event", "dateFrom", "dateTo", "groupBy", "filters", "math", "mathProperty", "timezone", "breakdown", "breakdownLimit"],
+  funnel: ["steps", "dateFrom", "dateTo", "conversionWindow", "filters", "order", "exclusions", "timeToConvert", "timezone", "breakdown", "breakdownLimit"],
+  retention: ["cohortEvent", "retentionEvent", "dateFrom", "dateTo", "windowDays", "filters", "timezone", "breakdown", "breakdownLimit"],
+};
+
+/** The fields of a body: its own keys as JSON.parse made them. */
+function unknownFieldsOf(kind: QueryKind, body: Record<string, unknown>): string[] {
+  return Object.keys(body).filter((key) => !knownFields[kind].includes(key));
+}
+
+/** What SPEC §4 and §7 say of this parsed body (only §4 values are generated for known fields). */
 export function expectQuery(kind: QueryKind, body: unknown): QueryExpectation {
   if (!isPlainObject(body)) return { valid: false, status: 400, code: "invalid_json", fields: [] };
-  const fields: string[] = [];
+  const fields: string[] = unknownFieldsOf(kind, body);
   const dateFrom = own(body, "dateFrom");
   const dateTo = own(body, "dateTo");
   const fromMs = calendarDateMs(dateFrom);
@@ -116,6 +128,7 @@ export function expectQuery(kind: QueryKind, body: unknown): QueryExpectation {
 
 function isValidFilter(filter: unknown): boolean {
   if (!isPlainObject(filter)) return false;
+  if (Object.keys(filter).some((key) => key !== "property" && key !== "op" && key !== "value")) return false;
   const op = own(filter, "op");
   if (typeof own(filter, "property") !== "string" || !filterOps.includes(op as string)) return false;
   return op === "is_set" || op === "is_not_set" || typeof own(filter, "value") === "string";

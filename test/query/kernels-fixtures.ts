@@ -100,8 +100,15 @@ export function sealedSegment(key: string, input: SegmentInput, options: SealedO
     eventRowStart,
     eventIds: undefined,
     property: (keyId) => columns.get(keyId),
+    rowsWithProperty: (keyId, start, end) => rowsSetting(columns.get(keyId), start, end),
     userBitmap: (eventId) => bitmaps.get(eventId),
   };
+}
+
+function rowsSetting(column: PropertyColumn | undefined, start: number, end: number): number {
+  let count = 0;
+  if (column !== undefined) for (let row = start; row < end; row++) if (column.valueIds[row] !== 0) count++;
+  return count;
 }
 
 export function activeSegment(key: string, input: SegmentInput, valueIdWidth: ValueIdWidth): SegmentView {
@@ -115,6 +122,7 @@ export function activeSegment(key: string, input: SegmentInput, valueIdWidth: Va
     eventRowStart: undefined,
     eventIds: input.eventIds,
     property: (keyId) => columns.get(keyId),
+    rowsWithProperty: (keyId, start, end) => rowsSetting(columns.get(keyId), start, end),
     userBitmap: () => undefined,
   };
 }

@@ -1,7 +1,7 @@
 /**
- * Query request schemas (SPEC §4, §1, §6): valid bodies come back with
- * defaults applied and unknown fields dropped; every invalid field is refused
- * with a message that starts with the field's name.
+ * Query request schemas (SPEC §4, §1, §6, §7): valid bodies come back with
+ * defaults applied; unknown fields and every invalid field are refused with a
+ * message that starts with the field's name.
  */
 import { describe, expect, it } from "vitest";
 import { limits } from "../../src/config/limits.js";
@@ -15,11 +15,33 @@ function messageOf<T>(result: ParseResult<T>): string {
 }
 
 describe("trend request", () => {
-  it("applies defaults and drops unknown fields", () => {
-    expect(parseTrendRequest({ event: "signup", ...range, extra: true })).toEqual({
-      ok: true,
-      value: { event: "signup", ...range, groupBy: "day", filters: [], math: "total" },
-    });
+  const trendDefaults = { eventFilters: [], groupBy: "day", filters: [], math: "total", mathProperty: undefined, timezone: "UTC", breakdown: undefined };
+
+  it("applies defaults", () => {
+    expect(parseTrendRequest({ event: "signup", ...range })).toEqual({ ok: true, value: { event: "signup", ...range, ...trendDefaults } });
+  });
+
+  it("refuses an unknown field by name, at the top and inside filters and references", () => {
+    expect(messageOf(parseTrendRequest({ event: "signup", ...range, extra: true }))).toBe("extra: unknown field");
+    expect(messageOf(parseTrendRequest({ event: "signup", ...range, filters: [{ property: "p", op: "is_set", other: 1 }] }))).toBe("filters[0].other: unknown field");
+    expect(messageOf(parseTrendRequest({ event: { event: "signup", filter: [] }, ...range }))).toBe("event.filter: unknown field");
+  });
+
+  it("takes an event reference, a zone by any alias or case, a breakdown and a property math", () => {
+    const body = {
+      event: { event: "buy", filters: [{ property: "plan", op: "eq", value: "pro" }] },
+      ...range,
+      timezone: "asia/calcutta",
+      breakdown: "country",
+      math: "sum",
+      mathProperty: "price",
+    };
+    const parsed = parseTrendRequest(body);
+    if (!parsed.ok) throw new Error(parsed.message);
+    expect(parsed.value.eventFilters).toEqual([{ property: "plan", op: "eq", value: "pro" }]);
+    expect(parsed.value.timezone).toBe(new Intl.DateTimeFormat("en-US", { timeZone: "Asia/Kolkata" }).resolvedOptions().timeZone);
+    expect(parsed.value.breakdown).toEqual({ property: "country", limit: 25 });
+    expect(parsed.value.mathProperty).toBe("price");
   });
 
   it("keeps every group, math and filter op", () => {
@@ -33,12 +55,13 @@ describe("trend request", () => {
         { property: "n", op: "gte", value: "2.5" },
         { property: "x", op: "is_set" },
         { property: "y", op: "is_not_set", value: 12 },
-        { property: "z", op: "not_contains", value: "", ignored: 1 },
+        { property: "z", op: "not_contains", value: "" },
       ],
     };
     expect(parseTrendRequest(body)).toEqual({
       ok: true,
       value: {
+        ...trendDefaults,
         event: "",
         ...range,
         groupBy: "week",
@@ -65,7 +88,18 @@ describe("trend request", () => {
     [{ event: "e", dateFrom: "2024-01-02", dateTo: "2024-01-01" }, "dateTo: must not be before dateFrom"],
     [{ event: "e", ...range, groupBy: "year" }, "groupBy: "],
     [{ event: "e", ...range, groupBy: null }, "groupBy: "],
-    [{ event: "e", ...range, math: "sum" }, "math: "],
+    [{ event: "e", ...range, math: "median" }, "math: "],
+    [{ event: "e", ...range, math: "sum" }, "mathProperty: required"],
+    [{ event: "e", ...range, math: "unique", mathProperty: "p" }, "mathProperty: "],
+    [{ event: "e", ...range, mathProperty: "p" }, "mathProperty: "],
+    [{ event: "e", ...range, timezone: "Mars/Olympus" }, "timezone: "],
+    [{ event: "e", ...range, timezone: "+05:00" }, "timezone: "],
+    [{ event: "e", ...range, timezone: 1 }, "timezone: "],
+    [{ event: "e", ...range, breakdownLimit: 5 }, "breakdownLimit: "],
+    [{ event: "e", ...range, breakdown: "p", breakdownLimit: 0 }, "breakdownLimit: "],
+    [{ event: "e", ...range, breakdown: "p", breakdownLimit: 1001 }, "breakdownLimit: "],
+    [{ event: { event: "e", filters: [{ property: "p", op: "like" }] }, ...range }, "event.filters[0].op: "],
+    [{ event: { filters: [] }, ...range }, "event.event: required"],
     [{ event: "e", ...range, filters: "plan=pro" }, "filters: "],
     [{ event: "e", ...range, filters: [null] }, "filters[0]: "],
     [{ event: "e", ...range, filters: [{ op: "eq", value: "x" }] }, "filters[0].property: required"],
@@ -95,9 +129,10 @@ describe("trend request", () => {
 
 describe("funnel request", () => {
   it("applies the default window and keeps repeated steps", () => {
+    const steps = ["a", "b", "a"].map((event) => ({ event, filters: [] }));
     expect(parseFunnelRequest({ steps: ["a", "b", "a"], ...range })).toEqual({
       ok: true,
-      value: { steps: ["a", "b", "a"], ...range, conversionWindow: 86_400 },
+      value: { steps, ...range, conversionWindow: 86_400, filters: [], order: "ordered", exclusions: [], timeToConvert: false, timezone: "UTC", breakdown: undefined },
     });
   });
 
@@ -112,6 +147,15 @@ describe("funnel request", () => {
     [{ steps: ["a"], ...range, conversionWindow: 31_536_001 }, "conversionWindow: "],
     [{ steps: ["a"], ...range, conversionWindow: 1.5 }, "conversionWindow: "],
     [{ steps: ["a"], ...range, conversionWindow: "60" }, "conversionWindow: "],
+    [{ steps: ["a"], ...range, order: "random" }, "order: "],
+    [{ steps: ["a", "b"], ...range, exclusions: [{ event: "x", fromStep: 1, toStep: 1 }] }, "exclusions\\[0\\].toStep: "],
+    [{ steps: ["a", "b"], ...range, exclusions: [{ event: "x", fromStep: 0, toStep: 2 }] }, "exclusions\\[0\\].fromStep: "],
+    [{ steps: ["a", "b"], ...range, exclusions: [{ event: "x", fromStep: 1, toStep: 3 }] }, "exclusions\\[0\\].toStep: "],
+    [{ steps: ["a", "b"], ...range, exclusions: [{ event: "x", fromStep: 1 }] }, "exclusions\\[0\\].toStep: required"],
+    [{ steps: ["a", "b"], ...range, order: "unordered", exclusions: [{ event: "x", fromStep: 1, toStep: 2 }] }, "exclusions: "],
+    [{ steps: ["a", "b"], ...range, exclusions: Array.from({ length: 11 }, () => ({ event: "x", fromStep: 1, toStep: 2 })) }, "exclusions: "],
+    [{ steps: ["a"], ...range, timeToConvert: "yes" }, "timeToConvert: "],
+    [{ steps: [{ event: "a", filters: [] }, { event: "b", when: 1 }], ...range }, "steps\\[1\\].when: unknown field"],
   ])("refuses %j with a message naming the field", (body, prefix) => {
     expect(messageOf(parseFunnelRequest(body))).toMatch(new RegExp(`^${prefix}`));
   });
@@ -126,7 +170,7 @@ describe("retention request", () => {
   it("applies the default window", () => {
     expect(parseRetentionRequest({ cohortEvent: "a", retentionEvent: "a", ...range })).toEqual({
       ok: true,
-      value: { cohortEvent: "a", retentionEvent: "a", ...range, windowDays: 7 },
+      value: { cohortEvent: { event: "a", filters: [] }, retentionEvent: { event: "a", filters: [] }, ...range, windowDays: 7, filters: [], timezone: "UTC", breakdown: undefined },
     });
   });
 

@@ -5,8 +5,8 @@
  *
  * Sets first, rows only where they decide something:
  *   1. entry users: the users with a step-1 event in [entryFrom, entryTo), as a
- *      roaring bitmap: the OR of the step's per-day user bitmaps (a request's
- *      range is whole days, so a day segment lies wholly inside or outside it),
+ *      roaring bitmap: the OR of the step's per-day user bitmaps of the UTC
+ *      days wholly inside the range (all of them, unless a time zone cuts it),
  *      plus the users of rows scanned where no bitmap applies (active segments,
  *      sealed ones without bitmaps, days cut by the range). Its size is step 1.
  *   2. candidates: entry users that also have a step-2 event before the
@@ -73,9 +73,9 @@ type RoaringBitmap32 = InstanceType<typeof RoaringBitmap32>;
 export interface FunnelPlan {
   /** One workspace event id per step; undefined for a name never ingested (no user reaches that step). */
   stepEventIds: readonly (number | undefined)[];
-  /** dateFrom 00:00 UTC: the first instant an entry event may have. */
+  /** The first instant of local day dateFrom (UTC midnight without a zone): the first instant an entry event may have. */
   entryFromMs: number;
-  /** dateTo + 1 day 00:00 UTC. */
+  /** The first instant of local day dateTo + 1. */
   entryToMsExclusive: number;
   /** conversionWindow × 1000: ts(ek) - ts(e1) <= windowMs. */
   windowMs: number;

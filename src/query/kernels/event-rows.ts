@@ -1,0 +1,277 @@
+/**
+ * The rows a SPEC §7 query reads, gathered once per task into plain typed
+ * arrays: for every row of a referenced event (or of any event, for strict
+ * funnels) inside [fromMs, toMsExclusive), its user, time, which references it
+ * matches (a bit mask: name and filters), its breakdown value (a task-wide id,
+ * 0 for "not set") and its math property as a number (NaN when it does not
+ * count). The trend, funnel and retention kernels of §7 then run over these
+ * arrays alone, so they know nothing of segments, dictionaries or filters.
+ *
+ * Filters are compiled once per segment into pass tables (filters.ts), so a
+ * row costs one table load per filter.
+ */
+import type { SegmentView, ValueIdColumn } from "../segment-view.js";
+import { CompiledFilterCache, compileFilter, filterPassesNotSet, numericPattern, type FilterPlan } from "../filters.js";
+import { segmentsByDay } from "./rows.js";
+
+export interface ReferencePlan {
+  /** undefined: the name was never ingested, the reference matches nothing. */
+  eventId: number | undefined;
+  /** All must hold: the reference's own filters and the query's top-level ones. */
+  filters: readonly FilterPlan[];
+}
+
+/** Which property a gather reads beside the references: absent, or a key (undefined when never ingested: every row "not set"). */
+export type PropertyRead = { kind: "none" } | { kind: "key"; keyId: number | undefined };
+
+export interface GatherPlan {
+  fromMs: number;
+  toMsExclusive: number;
+  /** Reference i sets bit i of a row's mask; at most 32. */
+  references: readonly ReferencePlan[];
+  /** Keep rows that match no reference too (mask 0): strict funnels look at every event. */
+  allEvents: boolean;
+  breakdown: PropertyRead;
+  math: PropertyRead;
+}
+
+export interface EventRows {
+  count: number;
+  users: Uint32Array;
+  timesMs: Float64Array;
+  masks: Uint32Array;
+  /** Breakdown value id per row: 0 not set, else valueTexts[id]. */
+  values: Int32Array;
+  valueTexts: string[];
+  /** Math property per row; NaN when it is not a finite number text. */
+  numbers: Float64Array;
+}
+
+/** Per worker thread, as the trend kernel's. */
+const compiledFiltersBytesMax = 16 * 1024 * 1024;
+const sealedFilters = new CompiledFilterCache(compiledFiltersBytesMax);
+
+/** A reference as one segment sees it: undefined tables when no row can match. */
+interface SegmentReference {
+  bit: number;
+  passes: Uint8Array[];
+  valueIds: ValueIdColumn[];
+}
+
+class RowBuilder {
+  count = 0;
+  users = new Uint32Array(1024);
+  timesMs = new Float64Array(1024);
+  masks = new Uint32Array(1024);
+  values = new Int32Array(1024);
+  numbers = new Float64Array(1024);
+
+  push(user: number, timeMs: number, mask: number, value: number, number: number): void {
+    if (this.count === this.users.length) this.grow();
+    const index = this.count++;
+    this.users[index] = user;
+    this.timesMs[index] = timeMs;
+    this.masks[index] = mask;
+    this.values[index] = value;
+    this.numbers[index] = number;
+  }
+
+  private grow(): void {
+    const length = this.users.length * 2;
+    const users = new Uint32Array(length);
+    users.set(this.users);
+    this.users = users;
+    const timesMs = new Float64Array(length);
+    timesMs.set(this.timesMs);
+    this.timesMs = timesMs;
+    const masks = new Uint32Array(length);
+    masks.set(this.masks);
+    this.masks = masks;
+    const values = new Int32Array(length);
+    values.set(this.values);
+    this.values = values;
+    const numbers = new Float64Array(length);
+    numbers.set(this.numbers);
+    this.numbers = numbers;
+  }
+}
+
+function segmentReferences(segment: SegmentView, references: readonly ReferencePlan[]): Map<number, SegmentReference[]> {
+  const byEvent = new Map<number, SegmentReference[]>();
+  for (let bit = 0; bit < references.length; bit++) {
+    const reference = references[bit];
+    if (reference.eventId === undefined) continue;
+    const passes: Uint8Array[] = [];
+    const valueIds: ValueIdColumn[] = [];
+    let excluded = false;
+    for (const filter of reference.filters) {
+      const column = filter.keyId === undefined ? undefined : segment.property(filter.keyId);
+      if (column === undefined) {
+        if (filterPassesNotSet(filter.op)) continue;
+        excluded = true;
+        break;
+      }
+      const compiled =
+        segment.eventRowStart !== undefined
+          ? sealedFilters.compile(segment.key, filter.keyId!, column.texts, filter.op, filter.value)
+          : compileFilter(column.texts, filter.op, filter.value);
+      if (compiled.passingCount === compiled.passes.length) continue;
+      if (compiled.passingCount === 0) {
+        excluded = true;
+        break;
+      }
+      passes.push(compiled.passes);
+      valueIds.push(column.valueIds);
+    }
+    if (excluded) continue;
+    let list = byEvent.get(reference.eventId);
+    if (list === undefined) byEvent.set(reference.eventId, (list = []));
+    list.push({ bit, passes, valueIds });
+  }
+  return byEvent;
+}
+
+function maskOf(references: readonly SegmentReference[] | undefined, row: number): number {
+  if (references === undefined) return 0;
+  let mask = 0;
+  for (const reference of references) {
+    let holds = 1;
+    for (let index = 0; index < reference.passes.length && holds === 1; index++) holds = reference.passes[index][reference.valueIds[index][row]];
+    if (holds === 1) mask |= 1 << reference.bit;
+  }
+  return mask >>> 0;
+}
+
+/** A property column's per-row reader: value ids and, per segment text id, the task-wide value id and number. */
+interface PropertyReader {
+  valueIds: ValueIdColumn | undefined;
+  globalIds: Int32Array;
+  numbers: Float64Array;
+}
+
+export function gatherEventRows(segments: readonly SegmentView[], plan: GatherPlan, userLo: number, userHi: number): EventRows {
+  if (plan.references.length > 32) throw new Error(`${plan.references.length} references, at most 32`);
+  const builder = new RowBuilder();
+  const valueTexts: string[] = [""];
+  const globalIdOfText = new Map<string, number>();
+  const order = segmentsByDay(segments, plan.fromMs, plan.toMsExclusive);
+  for (const segmentIndex of order) {
+    const segment = segments[segmentIndex];
+    const byEvent = segmentReferences(segment, plan.references);
+    if (byEvent.size === 0 && !plan.allEvents) continue;
+    const breakdown = propertyReader(segment, plan.breakdown, (text) => {
+      let id = globalIdOfText.get(text);
+      if (id === undefined) {
+        id = valueTexts.length;
+        valueTexts.push(text);
+        globalIdOfText.set(text, id);
+      }
+      return id;
+    });
+    const math = propertyReader(segment, plan.math, () => 0);
+    const offsetLow = plan.fromMs - segment.dayStartMs;
+    const offsetHigh = plan.toMsExclusive - segment.dayStartMs;
+    const { userIds, timeOffsetMs, dayStartMs } = segment;
+    const visit = (row: number, references: SegmentReference[] | undefined) => {
+      const user = userIds[row];
+      if (user < userLo || user >= userHi) return;
+      const offset = timeOffsetMs[row];
+      if (offset < offsetLow || offset >= offsetHigh) return;
+      const mask = maskOf(references, row);
+      if (mask === 0 && !plan.allEvents) return;
+      const value = breakdown.valueIds === undefined ? 0 : breakdown.globalIds[breakdown.valueIds[row]];
+      const number = math.valueIds === undefined ? NaN : math.numbers[math.valueIds[row]];
+      builder.push(user, dayStartMs + offset, mask, value, number);
+    };
+    if (segment.eventRowStart !== undefined) {
+      const starts = segment.eventRowStart;
+      if (plan.allEvents) {
+        for (let eventId = 0; eventId + 1 < starts.length; eventId++) {
+          const references = byEvent.get(eventId);
+          for (let row = starts[eventId]; row < starts[eventId + 1]; row++) visit(row, references);
+        }
+      } else {
+        for (const [eventId, references] of byEvent) {
+          if (eventId + 1 >= starts.length) continue;
+          for (let row = starts[eventId]; row < starts[eventId + 1]; row++) visit(row, references);
+        }
+      }
+    } else {
+      const eventIds = segment.eventIds!;
+      for (let row = 0; row < segment.rowCount; row++) visit(row, byEvent.get(eventIds[row]));
+    }
+  }
+  return {
+    count: builder.count,
+    users: builder.users,
+    timesMs: builder.timesMs,
+    masks: builder.masks,
+    values: builder.values,
+    valueTexts,
+    numbers: builder.numbers,
+  };
+}
+
+const emptyReader: PropertyReader = { valueIds: undefined, globalIds: new Int32Array(1), numbers: new Float64Array([NaN]) };
+
+function propertyReader(segment: SegmentView, read: PropertyRead, globalId: (text: string) => number): PropertyReader {
+  if (read.kind === "none" || read.keyId === undefined) return emptyReader;
+  const column = segment.property(read.keyId);
+  if (column === undefined) return emptyReader;
+  const { texts } = column;
+  const globalIds = new Int32Array(Math.max(1, texts.length));
+  const numbers = new Float64Array(Math.max(1, texts.length)).fill(NaN);
+  for (let id = 1; id < texts.length; id++) {
+    globalIds[id] = globalId(texts[id]);
+    const text = texts[id];
+    // A string counts only when its value is finite: "1e400" does not (SPEC §7.4).
+    if (numericPattern.test(text)) {
+      const number = Number(text);
+      if (Number.isFinite(number)) numbers[id] = number;
+    }
+  }
+  return { valueIds: column.valueIds, globalIds, numbers };
+}
+
+/**
+ * Row indexes sorted by (user, time, row): each user's events in time order.
+ * A counting sort by user, then each user's run by time; runs are usually
+ * sorted already (segments are read in day order, sealed rows by time), so
+ * most need one check and no sort.
+ */
+export function rowsByUserAndTime(rows: EventRows): Uint32Array {
+  const { users, timesMs, count } = rows;
+  const indexes = new Uint32Array(count);
+  if (count === 0) return indexes;
+  let userLow = users[0];
+  let userHigh = users[0];
+  for (let row = 1; row < count; row++) {
+    if (users[row] < userLow) userLow = users[row];
+    if (users[row] > userHigh) userHigh = users[row];
+  }
+  const starts = new Int32Array(userHigh - userLow + 2);
+  for (let row = 0; row < count; row++) starts[users[row] - userLow + 1]++;
+  for (let slot = 1; slot < starts.length; slot++) starts[slot] += starts[slot - 1];
+  const cursors = starts.slice(0, starts.length - 1);
+  for (let row = 0; row < count; row++) indexes[cursors[users[row] - userLow]++] = row;
+  for (let slot = 0; slot + 1 < starts.length; slot++) {
+    const start = starts[slot];
+    const end = starts[slot + 1];
+    for (let index = start + 1; index < end; index++) {
+      if (timesMs[indexes[index]] < timesMs[indexes[index - 1]]) {
+        // Rows of one user were placed in row order, so ties in time keep it.
+        indexes.subarray(start, end).sort((left, right) => timesMs[left] - timesMs[right] || left - right);
+        break;
+      }
+    }
+  }
+  return indexes;
+}
+
+/** Value ordering of SPEC §7.3 for ties: by text in UTF-16 code units, with "not set" (id 0) first or last. */
+export function compareValues(texts: readonly string[], left: number, right: number, notSetFirst: boolean): number {
+  if (left === right) return 0;
+  if (left === 0) return notSetFirst ? -1 : 1;
+  if (right === 0) return notSetFirst ? 1 : -1;
+  return texts[left] < texts[right] ? -1 : texts[left] > texts[right] ? 1 : 0;
+}

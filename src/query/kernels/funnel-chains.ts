@@ -1,0 +1,318 @@
+/**
+ * Funnel of SPEC §7 (filtered references, time zones, strict and unordered
+ * orders, exclusions, time to convert, breakdowns) over gathered event rows
+ * sorted by user and time. Reference bits: steps are bits 0…n-1, exclusion x
+ * is bit n + x.
+ *
+ * Ordered and strict: the greedy earliest chain of §4 is not enough once
+ * references overlap (filters), exclusions reject chains, or strict forbids
+ * gaps, so each user's events are searched. Events are grouped by timestamp;
+ * a chain takes steps in nondecreasing groups, several steps in one group
+ * being a matching of those steps to distinct events of the group. From each
+ * entry group, a dynamic programme walks the groups inside the window with
+ * states (steps done j, cap): `cap` is the deepest step still allowed, lowered
+ * when an exclusion (a, b) open since an earlier group sees one of its
+ * events in a group that the chain neither covers (uses it as a step between
+ * a and b) nor ends the exclusion in (e_b in the same group: not strictly
+ * between), and, for strict, when a group passes without a step.
+ *
+ * Unordered: from each entry group T in range, the events in [T, T + window]
+ * are matched to steps 1…k with at least one event at T (so the set's
+ * earliest is T, inside the range): the deepest k is the user's depth.
+ */
+import type { FunnelOrder } from "../schemas.js";
+import { compareValues, rowsByUserAndTime, type EventRows } from "./event-rows.js";
+import { rankSeries, valueOf } from "./series.js";
+
+export interface FunnelChainsPlan {
+  stepCount: number;
+  /** 1-based step numbers, as in the request. */
+  exclusions: ReadonlyArray<{ fromStep: number; toStep: number }>;
+  order: FunnelOrder;
+  entryFromMs: number;
+  entryToMsExclusive: number;
+  windowMs: number;
+  timeToConvert: boolean;
+  breakdownLimit: number | undefined;
+}
+
+export interface StepCounts {
+  counts: number[];
+  /** Per step from the second: median and mean time to convert (null: no user). */
+  medians: Array<number | null> | undefined;
+  averages: Array<number | null> | undefined;
+}
+
+export interface FunnelChainsAnswer {
+  all: StepCounts;
+  series: Array<{ value: string | null; steps: StepCounts }> | undefined;
+  other: StepCounts | undefined;
+}
+
+interface UserOutcome {
+  depth: number;
+  /** Shortest time to convert per step index (Infinity when the user did not reach it itself). */
+  times: Float64Array;
+  value: number;
+}
+
+export function funnelChains(rows: EventRows, plan: FunnelChainsPlan): FunnelChainsAnswer {
+  const order = rowsByUserAndTime(rows);
+  const outcomes: UserOutcome[] = [];
+  const stepBits = plan.stepCount >= 32 ? 0xffffffff : (1 << plan.stepCount) - 1;
+  const entryBits = plan.order === "unordered" ? stepBits : 1;
+  for (let start = 0; start < order.length; ) {
+    const user = rows.users[order[start]];
+    let end = start;
+    while (end < order.length && rows.users[order[end]] === user) end++;
+    const outcome = userOutcome(rows, order.subarray(start, end), plan, entryBits);
+    if (outcome !== undefined) outcomes.push(outcome);
+    start = end;
+  }
+
+  const summarise = (keep: (outcome: UserOutcome) => boolean): StepCounts => {
+    const counts = new Array<number>(plan.stepCount).fill(0);
+    const times: number[][] = Array.from({ length: plan.stepCount }, () => []);
+    for (const outcome of outcomes) {
+      if (!keep(outcome)) continue;
+      for (let step = 0; step < outcome.depth; step++) counts[step]++;
+      for (let step = 1; step < plan.stepCount; step++) if (outcome.times[step] !== Infinity) times[step].push(outcome.times[step]);
+    }
+    if (!plan.timeToConvert) return { counts, medians: undefined, averages: undefined };
+    const medians: Array<number | null> = [];
+    const averages: Array<number | null> = [];
+    for (let step = 1; step < plan.stepCount; step++) {
+      const values = times[step].sort((left, right) => left - right);
+      if (values.length === 0) {
+        medians.push(null);
+        averages.push(null);
+        continue;
+      }
+      const middle = values.length >> 1;
+      medians.push(values.length % 2 === 1 ? values[middle] : (values[middle - 1] + values[middle]) / 2);
+      let sum = 0;
+      for (const value of values) sum += value;
+      averages.push(sum / values.length);
+    }
+    return { counts, medians, averages };
+  };
+
+  const all = summarise(() => true);
+  if (plan.breakdownLimit === undefined) return { all, series: undefined, other: undefined };
+  const valueCount = rows.valueTexts.length;
+  const weights = new Float64Array(valueCount);
+  const present = new Uint8Array(valueCount);
+  for (const outcome of outcomes) {
+    if (outcome.depth >= 1) weights[outcome.value]++;
+    present[outcome.value] = 1;
+  }
+  const ranked = rankSeries(weights, present, rows.valueTexts, plan.breakdownLimit);
+  return {
+    all,
+    series: ranked.listed.map((listedValue) => ({ value: valueOf(rows.valueTexts, listedValue), steps: summarise((outcome) => outcome.value === listedValue) })),
+    other: ranked.hasOther ? summarise((outcome) => ranked.groupOfValue[outcome.value] === ranked.otherGroup) : undefined,
+  };
+}
+
+/** The user's depth, times and breakdown value; undefined when it has no entry event in range. */
+function userOutcome(rows: EventRows, userRows: Uint32Array, plan: FunnelChainsPlan, entryBits: number): UserOutcome | undefined {
+  const { timesMs, masks, values } = rows;
+  // Breakdown value: the earliest entry event in range, ties to the least value ("not set" first).
+  let valueRow = -1;
+  for (const row of userRows) {
+    if ((masks[row] & entryBits) === 0 || timesMs[row] < plan.entryFromMs || timesMs[row] >= plan.entryToMsExclusive) continue;
+    if (valueRow < 0) valueRow = row;
+    else if (timesMs[row] > timesMs[valueRow]) break;
+    else if (compareValues(rows.valueTexts, values[row], values[valueRow], true) < 0) valueRow = row;
+  }
+  if (valueRow < 0) return undefined;
+
+  // Groups of equal timestamps.
+  const groupStarts: number[] = [];
+  for (let index = 0; index < userRows.length; index++) {
+    if (index === 0 || timesMs[userRows[index]] !== timesMs[userRows[index - 1]]) groupStarts.push(index);
+  }
+  groupStarts.push(userRows.length);
+  const user: UserEvents = { rows: userRows, masks, timesMs, groupStarts };
+  const times = new Float64Array(plan.stepCount).fill(Infinity);
+  const depth = plan.order === "unordered" ? unorderedDepth(user, plan, times) : orderedDepth(user, plan, times);
+  return { depth, times, value: values[valueRow] };
+}
+
+interface UserEvents {
+  rows: Uint32Array;
+  masks: Uint32Array;
+  timesMs: Float64Array;
+  /** Group g is rows[groupStarts[g] .. groupStarts[g + 1]). */
+  groupStarts: number[];
+}
+
+function groupTimeMs(user: UserEvents, group: number): number {
+  return user.timesMs[user.rows[user.groupStarts[group]]];
+}
+
+// ---------------------------------------------------------------------------
+// Ordered and strict
+
+/**
+ * Coverage masks (bit x: every event of exclusion x in the group is used) of
+ * the ways steps [first, first + count) can take distinct events of a group.
+ * `wanted` lists the exclusions whose coverage matters; with none, the first
+ * way found is enough.
+ */
+function groupWays(user: UserEvents, group: number, first: number, count: number, stepCount: number, exclusionCount: number, wanted: number): Set<number> {
+  const start = user.groupStarts[group];
+  const size = user.groupStarts[group + 1] - start;
+  const ways = new Set<number>();
+  const used = new Uint8Array(size);
+  const place = (offset: number): boolean => {
+    if (offset === count) {
+      let coverage = 0;
+      for (let exclusion = 0; exclusion < exclusionCount; exclusion++) {
+        if ((wanted & (1 << exclusion)) === 0) continue;
+        const bit = 1 << (stepCount + exclusion);
+        let covered = true;
+        for (let index = 0; index < size && covered; index++) if (used[index] === 0 && (user.masks[user.rows[start + index]] & bit) !== 0) covered = false;
+        if (covered) coverage |= 1 << exclusion;
+      }
+      ways.add(coverage);
+      return wanted === 0 || coverage === wanted;
+    }
+    const bit = 1 << (first + offset);
+    for (let index = 0; index < size; index++) {
+      if (used[index] === 1 || (user.masks[user.rows[start + index]] & bit) === 0) continue;
+      used[index] = 1;
+      const done = place(offset + 1);
+      used[index] = 0;
+      if (done) return true;
+    }
+    return false;
+  };
+  place(0);
+  return ways;
+}
+
+function orderedDepth(user: UserEvents, plan: FunnelChainsPlan, times: Float64Array): number {
+  const stepCount = plan.stepCount;
+  const exclusionCount = plan.exclusions.length;
+  const strict = plan.order === "strict";
+  const groupCount = user.groupStarts.length - 1;
+  let best = 0;
+  for (let entryGroup = 0; entryGroup < groupCount; entryGroup++) {
+    const entryMs = groupTimeMs(user, entryGroup);
+    if (entryMs < plan.entryFromMs) continue;
+    if (entryMs >= plan.entryToMsExclusive) break;
+    const windowEndMs = entryMs + plan.windowMs;
+    // States: j * (stepCount + 1) + cap.
+    let states = new Set<number>([0 * (stepCount + 1) + stepCount]);
+    for (let group = entryGroup; group < groupCount && states.size > 0; group++) {
+      const groupMs = groupTimeMs(user, group);
+      if (groupMs > windowEndMs) break;
+      const next = new Set<number>();
+      for (const state of states) {
+        const done = Math.floor(state / (stepCount + 1));
+        const cap = state % (stepCount + 1);
+        // Exclusions open since an earlier group: a ≤ done < b.
+        let open = 0;
+        for (let exclusion = 0; exclusion < exclusionCount; exclusion++) {
+          const { fromStep, toStep } = plan.exclusions[exclusion];
+          if (fromStep <= done && done < toStep) open |= 1 << exclusion;
+        }
+        const firstStepHere = group === entryGroup;
+        for (let count = firstStepHere ? 1 : 0; done + count <= cap; count++) {
+          // Exclusions still open after this group need their events here covered.
+          let wanted = 0;
+          for (let exclusion = 0; exclusion < exclusionCount; exclusion++) if ((open & (1 << exclusion)) !== 0 && plan.exclusions[exclusion].toStep > done + count) wanted |= 1 << exclusion;
+          const ways = groupWays(user, group, done, count, stepCount, exclusionCount, wanted);
+          if (ways.size === 0) break;
+          for (const coverage of ways) {
+            let nextCap = cap;
+            for (let exclusion = 0; exclusion < exclusionCount; exclusion++) {
+              if ((wanted & (1 << exclusion)) !== 0 && (coverage & (1 << exclusion)) === 0) nextCap = Math.min(nextCap, plan.exclusions[exclusion].toStep - 1);
+            }
+            const reached = done + count;
+            // Strict: a group passed without a step ends the chain (its events lie between).
+            if (strict && count === 0 && done > 0) nextCap = Math.min(nextCap, done);
+            for (let step = done; step < reached; step++) if (groupMs - entryMs < times[step]) times[step] = groupMs - entryMs;
+            if (reached > best) best = reached;
+            if (reached < nextCap) next.add(reached * (stepCount + 1) + nextCap);
+          }
+        }
+      }
+      states = next;
+    }
+    if (best === stepCount && !plan.timeToConvert) break;
+  }
+  if (!plan.timeToConvert) times.fill(Infinity);
+  return best;
+}
+
+// ---------------------------------------------------------------------------
+// Unordered
+
+/** Kuhn's augmenting paths: can steps [0, stepCount) other than `fixedStep` take distinct events of `events` other than `fixedEvent`? */
+function matchable(masks: Uint32Array, events: readonly number[], stepCount: number, fixedStep: number, fixedEvent: number): boolean {
+  const owner = new Map<number, number>();
+  const tryStep = (step: number, seen: Set<number>): boolean => {
+    const bit = 1 << step;
+    for (const row of events) {
+      if (row === fixedEvent || (masks[row] & bit) === 0 || seen.has(row)) continue;
+      seen.add(row);
+      const holder = owner.get(row);
+      if (holder === undefined || tryStep(holder, seen)) {
+        owner.set(row, step);
+        return true;
+      }
+    }
+    return false;
+  };
+  for (let step = 0; step < stepCount; step++) {
+    if (step === fixedStep) continue;
+    if (!tryStep(step, new Set())) return false;
+  }
+  return true;
+}
+
+/** Steps 0…k-1 matched to distinct events of groups [entryGroup, lastGroup], one of them in the entry group. */
+function unorderedFeasible(user: UserEvents, entryGroup: number, lastGroup: number, stepCount: number): boolean {
+  const events = Array.from(user.rows.subarray(user.groupStarts[entryGroup], user.groupStarts[lastGroup + 1]));
+  const entryEnd = user.groupStarts[entryGroup + 1] - user.groupStarts[entryGroup];
+  for (let index = 0; index < entryEnd; index++) {
+    const row = events[index];
+    for (let step = 0; step < stepCount; step++) {
+      if ((user.masks[row] & (1 << step)) === 0) continue;
+      if (matchable(user.masks, events, stepCount, step, row)) return true;
+    }
+  }
+  return false;
+}
+
+function unorderedDepth(user: UserEvents, plan: FunnelChainsPlan, times: Float64Array): number {
+  const groupCount = user.groupStarts.length - 1;
+  let best = 0;
+  for (let entryGroup = 0; entryGroup < groupCount; entryGroup++) {
+    const entryMs = groupTimeMs(user, entryGroup);
+    if (entryMs < plan.entryFromMs) continue;
+    if (entryMs >= plan.entryToMsExclusive) break;
+    let lastGroup = entryGroup;
+    while (lastGroup + 1 < groupCount && groupTimeMs(user, lastGroup + 1) - entryMs <= plan.windowMs) lastGroup++;
+    for (let steps = 1; steps <= plan.stepCount; steps++) {
+      // Not monotone: a deeper set may hold no smaller one whose earliest is here.
+      if (!unorderedFeasible(user, entryGroup, lastGroup, steps)) continue;
+      if (steps > best) best = steps;
+      if (!plan.timeToConvert) continue;
+      // The shortest span: the first group from which the set fits.
+      let low = entryGroup;
+      let high = lastGroup;
+      while (low < high) {
+        const middle = (low + high) >>> 1;
+        if (unorderedFeasible(user, entryGroup, middle, steps)) high = middle;
+        else low = middle + 1;
+      }
+      const spanMs = groupTimeMs(user, low) - entryMs;
+      if (spanMs < times[steps - 1]) times[steps - 1] = spanMs;
+    }
+  }
+  if (!plan.timeToConvert) times.fill(Infinity);
+  return best;
+}
