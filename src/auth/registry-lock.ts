@@ -118,8 +118,7 @@ export async function holdLockFile(lockPath: string, waitMs: number, lockedError
  * not see each other's names): there the lock file still guards.
  */
 export async function holdServerLock(dataDir: string, lockPath: string, lockedError: (holder: string) => Error): Promise<() => Promise<void>> {
-  const { dev, ino } = statSync(dataDir, { bigint: true });
-  const name = `\0eventide-data-${dev}-${ino}`;
+  const name = serverLockName(dataDir);
   const server = createServer((socket) => socket.destroy());
   if (process.platform === "linux") {
     try {
@@ -140,6 +139,12 @@ export async function holdServerLock(dataDir: string, lockPath: string, lockedEr
     await releaseFile();
     if (server.listening) await new Promise<void>((resolve) => server.close(() => resolve()));
   };
+}
+
+/** The kernel name a server binds for `dataDir` (see holdServerLock); the CLI probes it to tell whether a server runs. */
+export function serverLockName(dataDir: string): string {
+  const { dev, ino } = statSync(dataDir, { bigint: true });
+  return `\0eventide-data-${dev}-${ino}`;
 }
 
 function registryLocked(lockPath: string, waitMs: number) {
