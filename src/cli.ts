@@ -24,11 +24,6 @@ import { createApiKey, createToken, createWorkspace, listCredentials, listWorksp
 import { ArgumentError, globalOptions, leadingGlobalOptionCount, parseArguments, type CliOption, type OptionValues } from "./cli/arguments.js";
 import { CliCommandError, CliExit, CliUsageError } from "./cli/command-errors.js";
 import { commandHelp, commandSynopsis, overallHelp } from "./cli/help.js";
-import { initDataDirectory, serve } from "./cli/server-commands.js";
-import { backupCommand } from "./lifecycle/backup.js";
-import { exportCommand } from "./lifecycle/export.js";
-import { importCommand } from "./lifecycle/import.js";
-import { deleteWorkspaceCommand } from "./lifecycle/workspace-delete.js";
 import { registryPath } from "./storage/paths.js";
 
 export { CliCommandError, CliExit, CliUsageError } from "./cli/command-errors.js";
@@ -85,6 +80,7 @@ export interface CliCommand {
 
 const labelOption: CliOption = { name: "label", value: "TEXT", summary: "a note shown by `key list` / `token list`" };
 
+// Lifecycle commands are imported when run: the store's readers (roaring among them) would slow every credential command's start.
 export const cliCommands: CliCommand[] = [
   {
     words: ["workspace", "create"],
@@ -108,7 +104,7 @@ export const cliCommands: CliCommand[] = [
       "write-ahead log. Stop the server, delete, start it again. Needs --yes.",
     options: [{ name: "yes", summary: "confirm: the events cannot be recovered (except from a backup)" }],
     changes: true,
-    run: ([workspace], context) => deleteWorkspaceCommand(workspace, context),
+    run: async ([workspace], context) => (await import("./lifecycle/workspace-delete.js")).deleteWorkspaceCommand(workspace, context),
   },
   {
     words: ["key", "create"],
@@ -158,14 +154,14 @@ export const cliCommands: CliCommand[] = [
     summary: "create a data directory and its default workspace; prints the workspace's credentials",
     dataDir: "any",
     changes: true,
-    run: (_operands, { dataDir }) => initDataDirectory(dataDir),
+    run: async (_operands, { dataDir }) => (await import("./cli/server-commands.js")).initDataDirectory(dataDir),
   },
   {
     words: ["serve"],
     operands: [],
     summary: "run the server (as npm start); creates the data directory on first start",
     dataDir: "any",
-    run: (_operands, context) => serve(context),
+    run: async (_operands, context) => (await import("./cli/server-commands.js")).serve(context),
   },
   {
     words: ["export"],
@@ -182,7 +178,7 @@ export const cliCommands: CliCommand[] = [
       { name: "to", value: "DATE", summary: "last day (YYYY-MM-DD, UTC), inclusive" },
       { name: "output", value: "FILE", summary: "write to FILE (atomically) and print a JSON summary, instead of streaming to stdout" },
     ],
-    run: (_operands, context) => exportCommand(context),
+    run: async (_operands, context) => (await import("./lifecycle/export.js")).exportCommand(context),
   },
   {
     words: ["import"],
@@ -197,7 +193,7 @@ export const cliCommands: CliCommand[] = [
       { name: "ingest-url", value: "URL", summary: "the running server's ingest URL" },
     ],
     changes: true,
-    run: ([file], context) => importCommand(file, context),
+    run: async ([file], context) => (await import("./lifecycle/import.js")).importCommand(file, context),
   },
   {
     words: ["backup"],
@@ -206,7 +202,7 @@ export const cliCommands: CliCommand[] = [
     description:
       "Every event acknowledged before the backup started is in the copy. To restore: stop the server, move the\n" +
       "data directory aside, move DIR into its place, start the server (it replays the copied write-ahead log).",
-    run: ([target], context) => backupCommand(target, context),
+    run: async ([target], context) => (await import("./lifecycle/backup.js")).backupCommand(target, context),
   },
   {
     words: ["bench"],
