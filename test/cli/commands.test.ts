@@ -4,14 +4,16 @@
  * and tokens listed and revoked by id, workspaces deleted only while no server
  * holds the data directory.
  */
+import { spawn } from "node:child_process";
 import { existsSync, readdirSync, readFileSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
+import { createInterface } from "node:readline";
 import { afterEach, beforeEach, describe, expect, it } from "vitest";
 
 import { secretHash } from "../../src/auth/secrets.js";
 import { registryPath } from "../../src/storage/paths.js";
 import { ingestAll, makeDataDir, post, removeDataDir, startServer, type ServerHandle } from "../helpers/server.js";
-import { runEventide, succeeded } from "./run-eventide.js";
+import { binScript, runEventide, succeeded } from "./run-eventide.js";
 
 let root: string;
 let servers: ServerHandle[] = [];
@@ -79,6 +81,27 @@ describe("eventide and its data directory", () => {
   });
 });
 
+describe("eventide serve", () => {
+  it("runs the server on the data directory it names, creating it, and stops cleanly on SIGTERM", async () => {
+    const dataDir = join(root, "served");
+    const env: NodeJS.ProcessEnv = { ...process.env, EVENTIDE_QUERY_PORT: "0", EVENTIDE_INGEST_PORT: "0", EVENTIDE_WORKERS: "1", EVENTIDE_WORKER_NICE: "0" };
+    delete env.EVENTIDE_DATA_DIR;
+    const child = spawn(process.execPath, [binScript, "serve", "--data-dir", dataDir], { cwd: root, env, stdio: ["ignore", "pipe", "pipe"] });
+    const exited = new Promise<number | null>((resolve) => child.once("exit", (code) => resolve(code)));
+    const listening = await new Promise<{ queryUrl: string }>((resolve, reject) => {
+      createInterface({ input: child.stdout! }).on("line", (line) => {
+        const parsed = JSON.parse(line);
+        if (parsed.event === "listening") resolve(parsed);
+      });
+      void exited.then((code) => reject(new Error(`serve exited with ${code}`)));
+    });
+    expect(listening.queryUrl).toMatch(/^http:\/\/127\.0\.0\.1:\d+$/);
+    expect(existsSync(registryPath(dataDir))).toBe(true);
+    child.kill("SIGTERM");
+    expect(await exited).toBe(0);
+  });
+});
+
 describe("eventide key and token ids", () => {
   it("lists keys and tokens by id and label, never the secret, and revokes by id", async () => {
     const dataDir = join(root, "data");
@@ -142,7 +165,7 @@ describe("eventide workspace delete", () => {
     servers.push(restarted);
     expect(existsSync(join(dataDir, "ws", other.workspaceId))).toBe(false);
     expect((await post(`${restarted.ingestUrl}/ingest`, { apiKey: other.apiKey, event: "x", distinctId: "u" })).status).toBe(401);
-    const events = await fetch(`${restarted.queryUrl}/api/v1/events`, { headers: { authorization: `Bearer ${server.token}` } });
-    expect(((await events.json()) as { data: unknown[] }).data).toEqual([{ event: "kept", count: 1 }]);
+    const kept = await post(`${restarted.queryUrl}/api/v1/query/trend`, { event: "kept", dateFrom: "2024-05-01", dateTo: "2024-05-01" }, { token: server.token });
+    expect(kept.body.data).toEqual([{ date: "2024-05-01", count: 1 }]);
   });
 });
