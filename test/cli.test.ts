@@ -34,7 +34,7 @@ function runEventide(args: string[], options: { dataDir?: string; cwd?: string }
   delete env.EVENTIDE_DATA_DIR;
   if (options.dataDir !== undefined) env.EVENTIDE_DATA_DIR = options.dataDir;
   return new Promise((resolve) => {
-    execFile(process.execPath, [binScript, ...args], { cwd: options.cwd ?? repoRoot, env, timeout: 30_000 }, (error, stdout, stderr) => {
+    execFile(process.execPath, [binScript, ...args], { cwd: options.cwd ?? repoRoot, env, timeout: 120_000 }, (error, stdout, stderr) => {
       const code = error ? (typeof error.code === "number" ? error.code : null) : 0;
       let output: unknown;
       try {
@@ -287,7 +287,7 @@ describe("eventide with other writers", () => {
 
     // Atomic writes and the lock leave nothing behind.
     expect(readdirSync(dataDir)).toEqual(["_registry.json"]);
-  });
+  }, 240_000);
 
   it("breaks a lock left by a killed writer, even when several writers find it at once", async () => {
     const killed = spawnSync(process.execPath, ["-e", ""]);
