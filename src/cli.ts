@@ -24,7 +24,6 @@ import { createApiKey, createToken, createWorkspace, listCredentials, listWorksp
 import { ArgumentError, globalOptions, leadingGlobalOptionCount, parseArguments, type CliOption, type OptionValues } from "./cli/arguments.js";
 import { CliCommandError, CliExit, CliUsageError } from "./cli/command-errors.js";
 import { commandHelp, commandSynopsis, overallHelp } from "./cli/help.js";
-import { registryPath } from "./storage/paths.js";
 
 export { CliCommandError, CliExit, CliUsageError } from "./cli/command-errors.js";
 
@@ -52,8 +51,8 @@ export interface CliContext {
 }
 
 /**
- * How a command treats the data directory. `existing` (the default): it must
- * already be one (hold a registry), unless `--create` is given; `any`: the
+ * How a command treats the data directory. `existing` (the default): the
+ * directory must exist, unless `--create` is given; `any`: the
  * command does not care or creates it itself (serve, init, bench).
  */
 export type DataDirUse = "existing" | "any";
@@ -334,7 +333,8 @@ export async function runCli(argv: readonly string[], io: CliIo, commands: reado
   const dataDirOption = typeof options["data-dir"] === "string" ? options["data-dir"] : undefined;
   if (dataDirOption === "") return printError("--data-dir needs a directory");
   const dataDir = resolve(io.workingDirectory, dataDirOption || io.environment.EVENTIDE_DATA_DIR || "./data");
-  if ((command.dataDir ?? "existing") === "existing" && !existsSync(registryPath(dataDir))) {
+  // A missing directory, not one without a registry: a fresh clone's data/ (committed empty) is a data directory to be.
+  if ((command.dataDir ?? "existing") === "existing" && !existsSync(dataDir)) {
     if (options.create !== true || !command.changes) return printError(missingDataDirectory(dataDir, command));
   }
   try {
@@ -353,7 +353,7 @@ export async function runCli(argv: readonly string[], io: CliIo, commands: reado
 }
 
 function missingDataDirectory(dataDir: string, command: CliCommand): string {
-  const where = `no Eventide data directory at ${dataDir} (it has no _registry.json)`;
+  const where = `no data directory ${dataDir} (it does not exist)`;
   const elsewhere = "pass --data-dir DIR or set EVENTIDE_DATA_DIR to use the server's";
   if (!command.changes) return `${where}; ${elsewhere}`;
   return `${where}; ${elsewhere}, run \`eventide init\` to create one there, or add --create`;

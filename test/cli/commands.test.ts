@@ -5,7 +5,7 @@
  * holds the data directory.
  */
 import { spawn } from "node:child_process";
-import { existsSync, readdirSync, readFileSync, writeFileSync } from "node:fs";
+import { existsSync, mkdirSync, readdirSync, readFileSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { createInterface } from "node:readline";
 import { afterEach, beforeEach, describe, expect, it } from "vitest";
@@ -56,7 +56,7 @@ describe("eventide help and version", () => {
 });
 
 describe("eventide and its data directory", () => {
-  it("refuses to create a fresh data directory, naming where it looked, unless --create or init", async () => {
+  it("refuses to create a missing data directory, naming where it looked, unless --create or init", async () => {
     const refused = await runEventide(["workspace", "create", "acme"], { cwd: root });
     expect(refused.code).toBe(1);
     expect(Object.keys(refused.output)).toEqual(["error"]);
@@ -69,6 +69,10 @@ describe("eventide and its data directory", () => {
     expect(succeeded(created).name).toBe("acme");
     expect(created.stderr).toContain(`data directory ${join(root, "data")}`);
     expect(existsSync(registryPath(join(root, "data")))).toBe(true);
+    // An existing directory without a registry (a fresh clone's data/) is used as SPEC §0 says.
+    const bare = join(root, "bare");
+    mkdirSync(bare);
+    expect(succeeded(await runEventide(["workspace", "list"], { dataDir: bare }))).toEqual([]);
   });
 
   it("takes --data-dir before or after the command, over EVENTIDE_DATA_DIR", async () => {
