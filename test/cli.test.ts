@@ -34,7 +34,7 @@ function runEventide(args: string[], options: { dataDir?: string; cwd?: string }
   delete env.EVENTIDE_DATA_DIR;
   if (options.dataDir !== undefined) env.EVENTIDE_DATA_DIR = options.dataDir;
   return new Promise((resolve) => {
-    execFile(process.execPath, [binScript, ...args], { cwd: options.cwd ?? repoRoot, env, timeout: 30_000 }, (error, stdout, stderr) => {
+    execFile(process.execPath, [binScript, ...args], { cwd: options.cwd ?? repoRoot, env, timeout: 120_000 }, (error, stdout, stderr) => {
       const code = error ? (typeof error.code === "number" ? error.code : null) : 0;
       let output: unknown;
       try {
@@ -55,7 +55,8 @@ function expectOneJsonLine(result: CliResult): void {
 }
 
 function expectSuccess(result: CliResult): any {
-  expect(result.stderr).toBe("");
+  // Commands that change the data directory name it on stderr; nothing else goes there.
+  expect(result.stderr.replace(/^eventide: data directory .*\n/, "")).toBe("");
   expect(result.code).toBe(0);
   expectOneJsonLine(result);
   return result.output;
@@ -147,7 +148,7 @@ describe("eventide workspace", () => {
   });
 
   it("uses ./data under the working directory when EVENTIDE_DATA_DIR is not set", async () => {
-    const created = expectSuccess(await runEventide(["workspace", "create", "acme"], { cwd: dataDir }));
+    const created = expectSuccess(await runEventide(["workspace", "create", "acme", "--create"], { cwd: dataDir }));
     expect(JSON.parse(readFileSync(join(dataDir, "data", "_registry.json"), "utf8")).workspaces[0].workspaceId).toBe(created.workspaceId);
   });
 });
@@ -225,7 +226,7 @@ describe("eventide secrets", () => {
     expect(hashes.sort()).toEqual(secrets.map(secretHash).sort());
     for (const workspace of registry.workspaces) {
       for (const credential of [...workspace.apiKeys, ...workspace.tokens]) {
-        expect(Object.keys(credential).every((key) => ["hash", "createdAt", "revokedAt"].includes(key))).toBe(true);
+        expect(Object.keys(credential).every((key) => ["hash", "id", "label", "createdAt", "revokedAt"].includes(key))).toBe(true);
         expect(credential.hash).toMatch(/^[0-9a-f]{64}$/);
       }
     }
@@ -240,12 +241,18 @@ describe("eventide usage", () => {
     expectFailure(await runEventide(["workspace", "create"], { dataDir }), "usage: eventide workspace create NAME");
     expectFailure(await runEventide(["workspace", "create", "two", "words"], { dataDir }), "usage: eventide workspace create NAME");
     expectFailure(await runEventide(["key", "revoke"], { dataDir }), "usage: eventide key revoke KEY");
+    expectFailure(await runEventide(["workspace", "create", "--unknown-option", "x"], { dataDir }), "unknown option --unknown-option");
     expect(filesUnder(dataDir)).toEqual([]);
   });
 
-  it("prints the commands on help and exits 0", async () => {
-    const output = expectSuccess(await runEventide(["--help"], { dataDir }));
-    expect(output.usage.map((entry: { command: string }) => entry.command)).toContain("eventide token revoke TOKEN");
+  it("takes a workspace name that looks like an option after --", async () => {
+    expect(expectSuccess(await runEventide(["workspace", "create", "--", "--x"], { dataDir })).name).toBe("--x");
+  });
+
+  it("prints the commands on help, as text, and exits 0", async () => {
+    const result = await runEventide(["--help"], { dataDir });
+    expect(result.code).toBe(0);
+    expect(result.stdout).toContain("eventide token revoke TOKEN");
   });
 
   it("reports an invalid registry as an error line instead of overwriting it", async () => {
@@ -277,7 +284,7 @@ describe("eventide with other writers", () => {
 
     // Atomic writes and the lock leave nothing behind.
     expect(readdirSync(dataDir)).toEqual(["_registry.json"]);
-  });
+  }, 240_000);
 
   it("breaks a lock left by a killed writer, even when several writers find it at once", async () => {
     const killed = spawnSync(process.execPath, ["-e", ""]);
@@ -335,6 +342,7 @@ describe("runCli", () => {
       words: ["bench"],
       operands: [],
       variadic: true,
+      dataDir: "any",
       summary: "run a benchmark",
       run: async (operands, context) => ({ operands, dataDir: context.dataDir }),
     };
@@ -347,6 +355,7 @@ describe("runCli", () => {
     const broken: CliCommand = {
       words: ["broken"],
       operands: [],
+      dataDir: "any",
       summary: "fails",
       run: async () => {
         throw new Error("disk on fire");

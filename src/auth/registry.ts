@@ -15,6 +15,7 @@ import { mkdir, open, readdir, readFile, rename, unlink } from "node:fs/promises
 import { dirname, join } from "node:path";
 import { z } from "zod";
 
+import { limits } from "../config/limits.js";
 import { isWorkspaceId, registryPath } from "../storage/paths.js";
 import { RegistryError } from "./registry-error.js";
 import { errorCode } from "../storage/lock-file.js";
@@ -34,6 +35,9 @@ const registryTemporaryPrefix = "tmp_registry_";
 // Objects are loose so that a registry written by a newer version keeps the fields this one does not know.
 const credentialSchema = z.looseObject({
   hash: z.string().regex(/^[0-9a-f]{64}$/, "a SHA-256 hex hash"),
+  /** Names the credential in lists and revokes without its secret; registries written before ids existed get one derived from the hash on load. */
+  id: z.string().optional(),
+  label: z.string().optional(),
   createdAt: z.string(),
   revokedAt: z.string().optional(),
 });
@@ -101,7 +105,37 @@ export function parseRegistry(text: string, source: string): RegistryDocument {
     const where = issue && issue.path.length > 0 ? ` at ${issue.path.join(".")}` : "";
     throw new RegistryError("registry_invalid", `${source} is not a valid registry${where}: ${issue?.message ?? "unknown problem"}`);
   }
+  for (const workspace of parsed.data.workspaces) {
+    for (const apiKey of workspace.apiKeys) apiKey.id ??= derivedCredentialId("apiKey", apiKey.hash);
+    for (const token of workspace.tokens) token.id ??= derivedCredentialId("token", token.hash);
+  }
   return parsed.data;
+}
+
+/** Id prefixes, distinct from the secrets' (`ek_`, `et_`), so an id is never mistaken for a secret. */
+const credentialIdPrefixes: Readonly<Record<SecretKind, string>> = Object.freeze({ apiKey: "key_", token: "tok_" });
+/** 8 bytes as hex after the prefix: unique among a workspace's few credentials, short enough to type. */
+const credentialIdHexLength = 16;
+
+/**
+ * The id of a credential stored before ids existed: its hash's prefix. Stable
+ * across loads, so a list shows the same id until the registry is next written
+ * (which then stores it); the secret itself is never rewritten.
+ */
+function derivedCredentialId(kind: SecretKind, hash: string): string {
+  return credentialIdPrefixes[kind] + hash.slice(0, credentialIdHexLength);
+}
+
+function newCredentialId(kind: SecretKind): string {
+  return credentialIdPrefixes[kind] + randomBytes(credentialIdHexLength / 2).toString("hex");
+}
+
+/** A credential's record as the CLI lists it: never its secret, nor its hash. */
+export interface CredentialSummary {
+  id: string;
+  label: string | null;
+  createdAt: string;
+  revokedAt: string | null;
 }
 
 /** The registry on disk; a data dir without one (a fresh install) has no workspaces. */
@@ -136,14 +170,50 @@ export async function createDefaultWorkspaceIfEmpty(dataDir: string, options: Re
   return updateRegistry(dataDir, options, (registry) => (registry.workspaces.length === 0 ? addWorkspace(registry, "default") : undefined));
 }
 
-export async function createApiKey(dataDir: string, workspaceIdOrName: string, options: RegistryOptions = {}): Promise<{ apiKey: string }> {
-  const apiKey = await addSecret(dataDir, workspaceIdOrName, "apiKey", options);
+export interface CredentialOptions extends RegistryOptions {
+  label?: string;
+}
+
+export async function createApiKey(dataDir: string, workspaceIdOrName: string, options: CredentialOptions = {}): Promise<{ apiKey: string }> {
+  const { secret: apiKey } = await addSecret(dataDir, workspaceIdOrName, "apiKey", options);
   return { apiKey };
 }
 
-export async function createToken(dataDir: string, workspaceIdOrName: string, options: RegistryOptions = {}): Promise<{ token: string }> {
-  const token = await addSecret(dataDir, workspaceIdOrName, "token", options);
+export async function createToken(dataDir: string, workspaceIdOrName: string, options: CredentialOptions = {}): Promise<{ token: string }> {
+  const { secret: token } = await addSecret(dataDir, workspaceIdOrName, "token", options);
   return { token };
+}
+
+/** An API key and its id, for tools that must revoke it again (import's temporary key). */
+export async function createApiKeyWithId(dataDir: string, workspaceIdOrName: string, options: CredentialOptions = {}): Promise<{ apiKey: string; id: string; workspaceId: string }> {
+  const { secret: apiKey, id, workspaceId } = await addSecret(dataDir, workspaceIdOrName, "apiKey", options);
+  return { apiKey, id, workspaceId };
+}
+
+/** A workspace's keys or tokens, oldest first, revoked ones included (marked). */
+export async function listCredentials(dataDir: string, workspaceIdOrName: string, kind: SecretKind): Promise<CredentialSummary[]> {
+  const workspace = findWorkspace(await readRegistry(dataDir), workspaceIdOrName);
+  return credentialsOfKind(workspace, kind).map((credential) => ({
+    id: credential.id!,
+    label: credential.label ?? null,
+    createdAt: credential.createdAt,
+    revokedAt: credential.revokedAt ?? null,
+  }));
+}
+
+/** The workspace an id or name names, as stored. */
+export async function findWorkspaceSummary(dataDir: string, workspaceIdOrName: string): Promise<WorkspaceSummary> {
+  const { workspaceId, name, createdAt } = findWorkspace(await readRegistry(dataDir), workspaceIdOrName);
+  return { workspaceId, name, createdAt };
+}
+
+/** Removes a workspace and every credential of it from the registry (its data is the caller's: lifecycle/workspace-delete.ts). */
+export async function removeWorkspace(dataDir: string, workspaceIdOrName: string, options: RegistryOptions = {}): Promise<WorkspaceSummary> {
+  return updateRegistry(dataDir, options, (registry) => {
+    const workspace = findWorkspace(registry, workspaceIdOrName);
+    registry.workspaces.splice(registry.workspaces.indexOf(workspace), 1);
+    return { workspaceId: workspace.workspaceId, name: workspace.name, createdAt: workspace.createdAt };
+  });
 }
 
 export async function revokeApiKey(dataDir: string, apiKey: string, options: RegistryOptions = {}): Promise<{ revoked: true }> {
@@ -152,6 +222,12 @@ export async function revokeApiKey(dataDir: string, apiKey: string, options: Reg
 
 export async function revokeToken(dataDir: string, token: string, options: RegistryOptions = {}): Promise<{ revoked: true }> {
   return revokeSecret(dataDir, token, "token", options);
+}
+
+function checkCredentialLabel(label: string | undefined): void {
+  if (label !== undefined && (label.length < 1 || label.length > limits.credentialLabelLengthMax)) {
+    throw new RegistryError("invalid_name", `a label must be 1–${limits.credentialLabelLengthMax} characters`);
+  }
 }
 
 function checkWorkspaceName(name: string): void {
@@ -180,8 +256,8 @@ function addWorkspace(registry: RegistryDocument, name: string): CreatedWorkspac
     workspaceId,
     name,
     createdAt,
-    apiKeys: [{ hash: secretHash(apiKey), createdAt }],
-    tokens: [{ hash: secretHash(token), createdAt }],
+    apiKeys: [{ hash: secretHash(apiKey), id: newCredentialId("apiKey"), createdAt }],
+    tokens: [{ hash: secretHash(token), id: newCredentialId("token"), createdAt }],
   });
   return { workspaceId, name, apiKey, token };
 }
@@ -201,12 +277,17 @@ function credentialsOfKind(workspace: RegistryWorkspace, kind: SecretKind): Regi
   return kind === "apiKey" ? workspace.apiKeys : workspace.tokens;
 }
 
-async function addSecret(dataDir: string, workspaceIdOrName: string, kind: SecretKind, options: RegistryOptions): Promise<string> {
+async function addSecret(dataDir: string, workspaceIdOrName: string, kind: SecretKind, options: CredentialOptions): Promise<{ secret: string; id: string; workspaceId: string }> {
+  checkCredentialLabel(options.label);
   return updateRegistry(dataDir, options, (registry) => {
     const workspace = findWorkspace(registry, workspaceIdOrName);
+    const credentials = credentialsOfKind(workspace, kind);
     const secret = newSecret(kind);
-    credentialsOfKind(workspace, kind).push({ hash: secretHash(secret), createdAt: new Date().toISOString() });
-    return secret;
+    let id: string;
+    do id = newCredentialId(kind);
+    while (credentials.some((credential) => credential.id === id));
+    credentials.push({ hash: secretHash(secret), id, ...(options.label === undefined ? {} : { label: options.label }), createdAt: new Date().toISOString() });
+    return { secret, id, workspaceId: workspace.workspaceId };
   });
 }
 
@@ -220,7 +301,8 @@ async function revokeSecret(dataDir: string, secret: string, kind: SecretKind, o
   const hash = secretHash(secret);
   return updateRegistry(dataDir, options, (registry) => {
     for (const workspace of registry.workspaces) {
-      const credential = credentialsOfKind(workspace, kind).find((candidate) => candidate.hash === hash);
+      // An id (key_…, tok_…) or the secret itself: ids and secrets have different prefixes, so one never matches the other.
+      const credential = credentialsOfKind(workspace, kind).find((candidate) => candidate.id === secret || candidate.hash === hash);
       if (credential === undefined) continue;
       credential.revokedAt ??= new Date().toISOString();
       return { revoked: true as const };
@@ -229,10 +311,10 @@ async function revokeSecret(dataDir: string, secret: string, kind: SecretKind, o
     const claimed = claimedSecretKind(secret);
     if (kind === "apiKey") {
       const hint = claimed === "token" ? " (this looks like an access token: use `token revoke`)" : "";
-      throw new RegistryError("unknown_api_key", `unknown API key${hint}`);
+      throw new RegistryError("unknown_api_key", `unknown API key or key id${hint}`);
     }
     const hint = claimed === "apiKey" ? " (this looks like an ingest API key: use `key revoke`)" : "";
-    throw new RegistryError("unknown_token", `unknown access token${hint}`);
+    throw new RegistryError("unknown_token", `unknown access token or token id${hint}`);
   });
 }
 

@@ -153,6 +153,8 @@ export const limits = Object.freeze({
   registryPollIntervalMs: 250,
   /** A registry that cannot be read for this long may hide revocations: credentials are then refused with 503 until it reads again. */
   registryStaleMsMax: integerFromEnvironment("EVENTIDE_REGISTRY_STALE_MS_MAX", 2_000),
+  /** A key's or token's label (`--label`): a note for lists, typed on command lines. */
+  credentialLabelLengthMax: integerFromEnvironment("EVENTIDE_CREDENTIAL_LABEL_LENGTH_MAX", 100),
   shutdownTimeoutMs: 9_000,
   /**
    * Requests whose headers have arrived and whose answer has not been sent,

@@ -66,8 +66,7 @@ export async function holdLockFile(lockPath: string, waitMs: number, lockedError
  * not see each other's names): there the lock file still guards.
  */
 export async function holdServerLock(dataDir: string, lockPath: string, lockedError: (holder: string) => Error): Promise<() => Promise<void>> {
-  const { dev, ino } = statSync(dataDir, { bigint: true });
-  const name = `\0eventide-data-${dev}-${ino}`;
+  const name = serverLockName(dataDir);
   const server = createServer((socket) => socket.destroy());
   if (process.platform === "linux") {
     try {
@@ -230,4 +229,10 @@ function parseOwner(text: string): LockOwner | undefined {
 
 export function errorCode(error: unknown): string | undefined {
   return typeof error === "object" && error !== null && "code" in error ? String((error as { code: unknown }).code) : undefined;
+}
+
+/** The kernel name a server binds for `dataDir` (see holdServerLock); the CLI probes it to tell whether a server runs. */
+export function serverLockName(dataDir: string): string {
+  const { dev, ino } = statSync(dataDir, { bigint: true });
+  return `\0eventide-data-${dev}-${ino}`;
 }

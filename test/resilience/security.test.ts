@@ -215,7 +215,11 @@ describe("secrets", () => {
     for (const hash of hashes) expect(hash).toMatch(/^[0-9a-f]{64}$/);
     expect(hashes.sort()).toEqual(secrets.map(sha256Hex).sort());
     for (const workspace of registry.workspaces) {
-      for (const credential of [...workspace.apiKeys, ...workspace.tokens]) expect(Object.keys(credential).sort()).toEqual(credential.revokedAt ? ["createdAt", "hash", "revokedAt"] : ["createdAt", "hash"]);
+      // Besides its hash a credential has a random id (`key list` names it by) and times; no label was given here.
+      for (const credential of [...workspace.apiKeys, ...workspace.tokens]) {
+        expect(Object.keys(credential).sort()).toEqual(credential.revokedAt ? ["createdAt", "hash", "id", "revokedAt"] : ["createdAt", "hash", "id"]);
+        expect(credential.id).toMatch(/^(key|tok)_[0-9a-f]{16}$/);
+      }
     }
 
     // Restart for the tests below (the store already has workspaces, so nothing is printed).
