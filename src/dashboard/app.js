@@ -98,10 +98,21 @@ function Dashboard({ token, caps, signOut }) {
 
   const outcome = outcomes[view];
   const lastQuery = outcome?.query;
+  // The next refresh is timed from the end of the last one: on a slow server a fixed interval would
+  // start a new query before the previous answered, and each would discard the one before.
   useEffect(() => {
     if (!live || lastQuery === undefined) return undefined;
-    const timer = setInterval(() => run(view, lastQuery, { silent: true }), livePeriodMs);
-    return () => clearInterval(timer);
+    let timer;
+    let active = true;
+    const refresh = async () => {
+      await run(view, lastQuery, { silent: true });
+      if (active) timer = setTimeout(refresh, livePeriodMs);
+    };
+    timer = setTimeout(refresh, livePeriodMs);
+    return () => {
+      active = false;
+      clearTimeout(timer);
+    };
   }, [live, view, lastQuery, run]);
 
   const toggleLive = (on) => {
