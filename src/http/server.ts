@@ -258,7 +258,7 @@ export async function startHttp({ config, credentials, ingest, query }: HttpDepe
     // Closing the connection gives its descriptor back: see limits.httpRequestsInFlightMax.
     if (inFlight > limits.httpRequestsInFlightMax) return sendError(res, state, serviceError("overloaded", "too many requests in flight, retry later"), headers, true);
     const route = routes.get(path);
-    const asset = route === undefined && method === "get" ? files?.find(path) : undefined;
+    const asset = route === undefined && method === "get" ? files?.find(path, req.getHeader("accept-encoding")) : undefined;
     if (asset !== undefined) return sendAsset(res, state, asset);
     if (route === undefined) return sendError(res, state, serviceError("not_found", `no route ${path}`), headers);
     // Every route takes a credential; one the registry can no longer confirm unrevoked is refused, not trusted.

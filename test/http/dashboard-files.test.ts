@@ -4,20 +4,23 @@
  * only the page's own scripts, caching, nosniff), every library file present,
  * and nothing outside the allow-list reachable, however the path is spelled.
  */
-import { request } from "node:http";
+import { request, type IncomingHttpHeaders } from "node:http";
+import { gunzipSync } from "node:zlib";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { removeDataDir, startServer, type ServerHandle } from "../helpers/server.js";
 import { send } from "../helpers/http.js";
 
 /** A GET whose path goes out byte for byte: a URL string would have its dot segments resolved by the client. */
-function rawGet(baseUrl: string, path: string): Promise<{ status: number; text: string }> {
+function rawGet(baseUrl: string, path: string, headers: Record<string, string> = {}): Promise<{ status: number; headers: IncomingHttpHeaders; body: Buffer; text: string }> {
   const { hostname, port } = new URL(baseUrl);
   return new Promise((resolve, reject) => {
-    const outgoing = request({ host: hostname, port, path, method: "GET", agent: false }, (response) => {
-      let text = "";
-      response.setEncoding("utf8");
-      response.on("data", (chunk: string) => (text += chunk));
-      response.on("end", () => resolve({ status: response.statusCode ?? 0, text }));
+    const outgoing = request({ host: hostname, port, path, method: "GET", headers, agent: false }, (response) => {
+      const chunks: Buffer[] = [];
+      response.on("data", (chunk: Buffer) => chunks.push(chunk));
+      response.on("end", () => {
+        const body = Buffer.concat(chunks);
+        resolve({ status: response.statusCode ?? 0, headers: response.headers, body, text: body.toString("utf8") });
+      });
     });
     outgoing.on("error", reject);
     outgoing.end();
@@ -69,6 +72,20 @@ describe("dashboard files on the query listener", () => {
       expect(asset.headers.get("x-content-type-options"), path).toBe("nosniff");
       expect((await asset.arrayBuffer()).byteLength, path).toBeGreaterThan(100);
     }
+  });
+
+  it("sends assets gzipped to a client that takes gzip, and only then", async () => {
+    const path = `${assetFolder}/uplot.mjs`;
+    const plain = await rawGet(server.queryUrl, path);
+    expect(plain.headers["content-encoding"]).toBeUndefined();
+    const zipped = await rawGet(server.queryUrl, path, { "accept-encoding": "br, gzip, deflate" });
+    expect(zipped.headers["content-encoding"]).toBe("gzip");
+    expect(zipped.headers.vary).toBe("Accept-Encoding");
+    expect(zipped.body.length).toBeLessThan(plain.body.length / 2);
+    expect(gunzipSync(zipped.body).equals(plain.body)).toBe(true);
+    const refused = await rawGet(server.queryUrl, path, { "accept-encoding": "gzip;q=0, identity" });
+    expect(refused.headers["content-encoding"]).toBeUndefined();
+    expect(refused.body.equals(plain.body)).toBe(true);
   });
 
   it("answers 404 for anything off the list, traversal spellings included, and keeps the API's own answers", async () => {
