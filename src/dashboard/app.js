@@ -163,6 +163,8 @@ function Dashboard({ token, caps, signOut }) {
 function App() {
   const [token, setToken] = useState(() => localStorage.getItem(tokenKey) ?? "");
   const [session, setSession] = useState({ phase: token ? "checking" : "signed-out" });
+  // The sign-in form has just checked a token it hands over: no need to ask the server twice.
+  const checked = useRef("");
 
   const signOut = useCallback((message) => {
     localStorage.removeItem(tokenKey);
@@ -174,7 +176,7 @@ function App() {
     if (!token) return;
     let current = true;
     setSession({ phase: "checking" });
-    checkToken(token)
+    (checked.current === token ? Promise.resolve() : checkToken(token))
       .then(() => probeCapabilities(token))
       .then(
         (caps) => current && setSession({ phase: "ready", caps }),
@@ -184,6 +186,7 @@ function App() {
   }, [token]);
 
   const onToken = (value) => {
+    checked.current = value;
     localStorage.setItem(tokenKey, value);
     setToken(value);
   };
