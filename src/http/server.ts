@@ -15,7 +15,7 @@ import type { CredentialStore } from "../auth/credential-store.js";
 import type { IngestReply, IngestService } from "../ingest/ingest-service.js";
 import type { QueryKind, QueryService } from "../query/query-service.js";
 import { errorBody, errorStatus, serviceError, type ServiceError } from "./errors.js";
-import { loadStaticFiles, type StaticFiles } from "./static-files.js";
+import { loadStaticFiles, type StaticAsset, type StaticFiles } from "./static-files.js";
 
 interface RequestState {
   aborted: boolean;
@@ -239,7 +239,7 @@ export async function startHttp({ config, credentials, ingest, query }: HttpDepe
   ]);
 
   // The dashboard's page and assets: no credentials, no data (see static-files.ts).
-  const sendAsset = (res: HttpResponse, state: RequestState, asset: NonNullable<ReturnType<StaticFiles["find"]>>) => {
+  const sendAsset = (res: HttpResponse, state: RequestState, asset: StaticAsset) => {
     if (!finishRequest(state) || state.aborted) return;
     res.cork(() => {
       res.writeStatus("200 OK");
