@@ -15,6 +15,7 @@ import type { CredentialStore } from "../auth/credential-store.js";
 import type { IngestReply, IngestService } from "../ingest/ingest-service.js";
 import type { QueryKind, QueryService } from "../query/query-service.js";
 import { errorBody, errorStatus, serviceError, type ServiceError } from "../errors.js";
+import { loadStaticFiles, type StaticAsset, type StaticFiles } from "./static-files.js";
 
 interface RequestState {
   aborted: boolean;
@@ -251,7 +252,17 @@ export async function startHttp({ config, credentials, ingest, query }: HttpDepe
     ],
   ]);
 
-  const router = (routes: Map<string, Route>, headers: Header[], preflight: boolean) => (res: HttpResponse, req: HttpRequest) => {
+  // The dashboard's page and assets: no credentials, no data (see static-files.ts).
+  const sendAsset = (res: HttpResponse, state: RequestState, asset: StaticAsset) => {
+    if (!finishRequest(state) || state.aborted) return;
+    res.cork(() => {
+      res.writeStatus("200 OK");
+      for (const [name, value] of asset.headers) res.writeHeader(name, value);
+      res.end(asset.body, closing);
+    });
+  };
+
+  const router = (routes: Map<string, Route>, headers: Header[], preflight: boolean, files?: StaticFiles) => (res: HttpResponse, req: HttpRequest) => {
     const state = begin(res);
     const method = req.getMethod().toLowerCase();
     // A trailing slash names the same resource; query strings are ignored.
@@ -261,6 +272,8 @@ export async function startHttp({ config, credentials, ingest, query }: HttpDepe
     // Closing the connection gives its descriptor back: see limits.httpRequestsInFlightMax.
     if (inFlight > limits.httpRequestsInFlightMax) return sendError(res, state, serviceError("overloaded", "too many requests in flight, retry later"), headers, true);
     const route = routes.get(path);
+    const asset = route === undefined && method === "get" ? files?.find(path, req.getHeader("accept-encoding")) : undefined;
+    if (asset !== undefined) return sendAsset(res, state, asset);
     if (route === undefined) return sendError(res, state, serviceError("not_found", `no route ${path}`), headers);
     // Every route takes a credential; one the registry can no longer confirm unrevoked is refused, not trusted.
     if (credentials.stale && method !== "options") return sendError(res, state, serviceError("unavailable", "credentials cannot be checked right now (the registry is unreadable), retry later"), headers);
@@ -284,7 +297,7 @@ export async function startHttp({ config, credentials, ingest, query }: HttpDepe
   };
 
   // uWS closes HTTP connections idle for 10 s on its own, which bounds slow and idle clients.
-  const queryApp = uWS.App().any("/*", router(queryRoutes, [], false));
+  const queryApp = uWS.App().any("/*", router(queryRoutes, [], false, loadStaticFiles()));
   const ingestApp = uWS.App().any("/*", router(ingestRoutes, corsHeaders, true));
 
   // Exclusive ports: uSockets otherwise sets SO_REUSEPORT, and a second server started on the
