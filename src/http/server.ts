@@ -15,13 +15,14 @@ import type { CredentialStore } from "../auth/credential-store.js";
 import type { IngestReply, IngestService } from "../ingest/ingest-service.js";
 import type { QueryKind, QueryService } from "../query/query-service.js";
 import { errorBody, errorStatus, serviceError, type ServiceError } from "./errors.js";
+import { loadSdkAsset } from "./sdk-asset.js";
 
 interface RequestState {
   aborted: boolean;
   done: boolean;
 }
 
-type Route = { method: "post"; handler: (res: HttpResponse, req: HttpRequest, state: RequestState) => void };
+type Route = { method: "post" | "get"; handler: (res: HttpResponse, req: HttpRequest, state: RequestState) => void };
 
 /**
  * A header or status line as uWS takes it. The constant ones are encoded once:
@@ -98,7 +99,11 @@ export async function startHttp({ config, credentials, ingest, query }: HttpDepe
 
   const sendError = (res: HttpResponse, state: RequestState, error: ServiceError, headers: Header[], closeConnection = false) => {
     const extra = [...headers];
-    if (error.code === "overloaded" || error.code === "unavailable" || error.code === "rate_limited") extra.push(["Retry-After", String(limits.retryAfterSeconds)]);
+    if (error.code === "overloaded" || error.code === "unavailable" || error.code === "rate_limited") {
+      extra.push(["Retry-After", String(limits.retryAfterSeconds)]);
+      // A browser shows a cross-origin script only the safelisted headers, and the snippet's backoff reads this one.
+      if (headers === corsHeaders) extra.push(["Access-Control-Expose-Headers", "Retry-After"]);
+    }
     if (error.code === "unauthorized" && headers !== corsHeaders) extra.push(["WWW-Authenticate", "Bearer"]);
     send(res, state, errorStatus[error.code], errorBody(error), extra, closeConnection);
   };
@@ -198,9 +203,20 @@ export async function startHttp({ config, credentials, ingest, query }: HttpDepe
     );
   };
 
+  const sdk = loadSdkAsset();
   const ingestRoutes = new Map<string, Route>([
     ["/ingest", { method: "post", handler: ingestRoute("single") }],
     ["/ingest/batch", { method: "post", handler: ingestRoute("batch") }],
+    [
+      "/sdk.js",
+      {
+        method: "get",
+        handler: (res, req, state) => {
+          const acceptEncoding = req.getHeader("accept-encoding");
+          if (finishRequest(state) && !state.aborted) res.cork(() => sdk.write(res, acceptEncoding, closing));
+        },
+      },
+    ],
   ]);
 
   // ---- query listener ----
@@ -254,7 +270,7 @@ export async function startHttp({ config, credentials, ingest, query }: HttpDepe
     if (method !== route.method) {
       return sendError(res, state, serviceError("method_not_allowed", `${method.toUpperCase()} is not allowed on ${path}; use ${route.method.toUpperCase()}`), [
         ...headers,
-        ["Allow", preflight ? "POST, OPTIONS" : "POST"],
+        ["Allow", preflight ? `${route.method.toUpperCase()}, OPTIONS` : route.method.toUpperCase()],
       ]);
     }
     // uWS decodes chunked framing and nothing else: a body sent as "gzip, chunked" would reach us still compressed.
