@@ -167,6 +167,8 @@ export const limits = Object.freeze({
   httpRequestsInFlightMax: integerFromEnvironment("EVENTIDE_HTTP_REQUESTS_IN_FLIGHT_MAX", Math.max(64, (openFilesMax() ?? 4096) - reservedFileDescriptors)),
   /** Slow or idle HTTP clients are cut off after this long without progress. */
   idleTimeoutSeconds: 10,
+  /** Browsers and CDNs keep /sdk.js this long: an upgraded snippet reaches every page within the hour. */
+  sdkCacheSeconds: 3600,
 });
 
 /**

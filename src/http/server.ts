@@ -16,6 +16,7 @@ import type { IngestReply, IngestService } from "../ingest/ingest-service.js";
 import type { QueryKind, QueryService } from "../query/query-service.js";
 import { errorBody, errorStatus, serviceError, type ServiceError } from "../errors.js";
 import { loadStaticFiles, type StaticAsset, type StaticFiles } from "./static-files.js";
+import { loadSdkAsset } from "./sdk-asset.js";
 
 interface RequestState {
   aborted: boolean;
@@ -99,7 +100,11 @@ export async function startHttp({ config, credentials, ingest, query }: HttpDepe
 
   const sendError = (res: HttpResponse, state: RequestState, error: ServiceError, headers: Header[], closeConnection = false) => {
     const extra = [...headers];
-    if (error.code === "overloaded" || error.code === "unavailable" || error.code === "rate_limited") extra.push(["Retry-After", String(limits.retryAfterSeconds)]);
+    if (error.code === "overloaded" || error.code === "unavailable" || error.code === "rate_limited") {
+      extra.push(["Retry-After", String(limits.retryAfterSeconds)]);
+      // A browser shows a cross-origin script only the safelisted headers, and the snippet's backoff reads this one.
+      if (headers === corsHeaders) extra.push(["Access-Control-Expose-Headers", "Retry-After"]);
+    }
     if (error.code === "unauthorized" && headers !== corsHeaders) extra.push(["WWW-Authenticate", "Bearer"]);
     send(res, state, errorStatus[error.code], errorBody(error), extra, closeConnection);
   };
@@ -199,9 +204,20 @@ export async function startHttp({ config, credentials, ingest, query }: HttpDepe
     );
   };
 
+  const sdk = loadSdkAsset();
   const ingestRoutes = new Map<string, Route>([
     ["/ingest", { method: "post", handler: ingestRoute("single") }],
     ["/ingest/batch", { method: "post", handler: ingestRoute("batch") }],
+    [
+      "/sdk.js",
+      {
+        method: "get",
+        handler: (res, req, state) => {
+          const acceptEncoding = req.getHeader("accept-encoding");
+          if (finishRequest(state) && !state.aborted) res.cork(() => sdk.write(res, acceptEncoding, closing));
+        },
+      },
+    ],
   ]);
 
   // ---- query listener ----
@@ -281,7 +297,7 @@ export async function startHttp({ config, credentials, ingest, query }: HttpDepe
     if (method !== route.method) {
       return sendError(res, state, serviceError("method_not_allowed", `${method.toUpperCase()} is not allowed on ${path}; use ${route.method.toUpperCase()}`), [
         ...headers,
-        ["Allow", preflight ? "POST, OPTIONS" : route.method.toUpperCase()],
+        ["Allow", preflight ? `${route.method.toUpperCase()}, OPTIONS` : route.method.toUpperCase()],
       ]);
     }
     // uWS decodes chunked framing and nothing else: a body sent as "gzip, chunked" would reach us still compressed.
