@@ -39,6 +39,8 @@ export type IngestBodyResult =
       acceptedCount: number;
       /** Batch: the first limits.batchErrorsReportedMax per-event errors. */
       errors: EventError[];
+      /** Batch: how many events were skipped, all of them (for metrics; `errors` is cut short). */
+      refusedCount?: number;
       /** Index into the task's chunks of the chunk holding this body's rows; -1 when none. */
       chunkIndex: number;
       /** Batch: the event index of each row of the chunk; undefined when row r is event r. */
@@ -231,7 +233,7 @@ export function validateBody(bytes: Uint8Array, gzip: boolean, shape: IngestShap
     }
   }
   const chunkIndex = target.builder.rowCount > 0 ? target.chunkIndex : -1;
-  return { kind: "parsed", apiKey, error: undefined, acceptedCount, errors, chunkIndex, eventIndexOfRow };
+  return { kind: "parsed", apiKey, error: undefined, acceptedCount, errors, refusedCount: events.length - acceptedCount, chunkIndex, eventIndexOfRow };
 }
 
 /**

@@ -16,6 +16,7 @@ import { lowerBoundUser } from "./kernels/rows.js";
 import type { QueryPlan } from "./query-protocol.js";
 import { parseQueryBody, type FunnelRequest, type QueryKind, type QueryParseResult, type RetentionRequest, type TrendRequest } from "./schemas.js";
 import { ResultCache } from "./result-cache.js";
+import { retentionCacheLookups } from "../metrics.js";
 import type { SegmentView } from "./segment-view.js";
 import { ownedSegmentViews } from "./segment-views.js";
 
@@ -62,6 +63,10 @@ export class QueryService {
     private readonly store: Store,
   ) {}
 
+  get retentionCacheBytes(): number {
+    return this.retentionCache.byteLength;
+  }
+
   async run(kind: QueryKind, workspaceId: string, bytes: Uint8Array): Promise<ServiceReply> {
     try {
       return await this.runQuery(kind, workspaceId, bytes);
@@ -84,6 +89,7 @@ export class QueryService {
       case "retention": {
         const cacheKey = `${workspaceId}\u0000${JSON.stringify(query.request, ["cohortEvent", "retentionEvent", "dateFrom", "dateTo", "windowDays"])}`;
         const cached = this.retentionCache.get(cacheKey);
+        retentionCacheLookups.inc({ result: cached === undefined ? "miss" : "hit" });
         if (cached !== undefined) return { ok: true, body: cached };
         const reply = await this.retention(workspaceId, query.request);
         if (reply.ok) this.retentionCache.set(cacheKey, reply.body);

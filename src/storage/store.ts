@@ -925,6 +925,19 @@ export class Store {
     return this.cachedBytes;
   }
 
+  /** Sealed segments and their column bytes on disk, for metrics (walks the catalog in memory, not the disk). */
+  sealedSegmentTotals(): { count: number; bytes: number } {
+    let count = 0;
+    let bytes = 0;
+    for (const workspace of this.workspaces.values()) {
+      for (const partition of workspace.days.values()) {
+        count += partition.sealed.length;
+        for (const sealed of partition.sealed) bytes += sealed.layout.memoryBytes;
+      }
+    }
+    return { count, bytes };
+  }
+
   /** Flushes the WAL and seals everything, so the next start replays nothing. */
   /**
    * Adds the uuids of every sealed segment found at start-up to its workspace's

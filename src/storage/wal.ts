@@ -22,6 +22,7 @@ import { crc32 } from "node:zlib";
 import { limits } from "../config/limits.js";
 import { walDirectory, walFilePath } from "./paths.js";
 import { injectedFault, injectFault, recordCreate, recordSync } from "./fault-injection.js";
+import { walGroupSeconds } from "../metrics.js";
 import { fsyncDirectory, fsyncDirectoryInPool, makeDirectoryDurably } from "./files.js";
 
 const recordMagic = 0x314c5745; // "EWL1"
@@ -260,7 +261,9 @@ export class WriteAheadLog {
     const buffers = group.entries.map((entry) => entry.bytes);
     const path = this.path;
 
+    const startedAtMs = performance.now();
     const finished = (error: Error | undefined) => {
+      if (error === undefined && this.fsyncEnabled) walGroupSeconds.observe((performance.now() - startedAtMs) / 1000);
       group.done = true;
       group.error = error;
       this.settle();
