@@ -17,6 +17,7 @@ import { ChunkBuilder } from "./chunk-codec.js";
 import { parseTimestampMs, parseUuid } from "./event-fields.js";
 import { scanBody } from "./event-scanner.js";
 import { BatchDays, batchDaysExceeded, timestampWindowError } from "./batch-cardinality.js";
+import { log } from "../log.js";
 
 export type IngestShape = "batch" | "single";
 
@@ -93,7 +94,7 @@ function validateBodyIsolated(bytes: Uint8Array, gzip: boolean, shape: IngestSha
   try {
     return validateBody(bytes, gzip, shape, receivedAtMs, builderFor);
   } catch (error) {
-    console.error("ingest: validation failed unexpectedly", error);
+    log.error({ err: error }, "ingest: validation failed unexpectedly");
     return { kind: "rejected", error: { code: "internal_error", message: "internal error" } };
   }
 }

@@ -15,6 +15,7 @@ import { mergeSegments } from "../storage/segment-merge.js";
 import { unpackPropertyEntries } from "../storage/property-transfer.js";
 import { parseQueryBody } from "../query/schemas.js";
 import { assertNever, bodySliceFields, type WorkerSettings, type BarrierTask, type IngestTask, type SealTask, type StoredSingleEvent, type Task, type TaskResult } from "./protocol.js";
+import { log } from "../log.js";
 
 /**
  * Runs this worker thread `steps` nice steps below the main thread (Linux
@@ -33,7 +34,7 @@ function lowerThreadPriority(steps: number): void {
     const threadId = Number(readlinkSync("/proc/thread-self").split("/").pop());
     setPriority(threadId, Math.min(19, getPriority(threadId) + steps));
   } catch (error) {
-    console.error(`eventide: worker priority unchanged: ${(error as Error).message}`);
+    log.warn(`worker priority unchanged: ${(error as Error).message}`);
   }
 }
 
