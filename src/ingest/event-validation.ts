@@ -40,7 +40,7 @@ export type IngestBodyResult =
       acceptedCount: number;
       /** Batch: the first limits.batchErrorsReportedMax per-event errors. */
       errors: EventError[];
-      /** Batch: how many events were skipped, all of them (for metrics; `errors` is cut short). */
+      /** Batch: how many events were skipped, all of them (for metrics; `errors` is cut short); absent when none. */
       refusedCount?: number;
       /** Index into the task's chunks of the chunk holding this body's rows; -1 when none. */
       chunkIndex: number;
@@ -234,7 +234,9 @@ export function validateBody(bytes: Uint8Array, gzip: boolean, shape: IngestShap
     }
   }
   const chunkIndex = target.builder.rowCount > 0 ? target.chunkIndex : -1;
-  return { kind: "parsed", apiKey, error: undefined, acceptedCount, errors, refusedCount: events.length - acceptedCount, chunkIndex, eventIndexOfRow };
+  const refusedCount = events.length - acceptedCount;
+  // Only when some were: a batch the byte scanner takes whole has none, and both paths must answer alike.
+  return { kind: "parsed", apiKey, error: undefined, acceptedCount, errors, ...(refusedCount > 0 ? { refusedCount } : {}), chunkIndex, eventIndexOfRow };
 }
 
 /**
