@@ -110,10 +110,26 @@ export async function startHttp({ config, credentials, ingest, query }: HttpDepe
    * error for a 5xx. Method, path, route, status and the error's code and
    * message only: never headers, query strings or bodies, where secrets travel.
    */
+  let logSecond = 0;
+  let linesThisSecond = 0;
+  let linesSuppressed = 0;
   const account = (state: RequestState, status: string, error?: ServiceError) => {
     countRequest(state.route, status.slice(0, 3), state.startedAtMs);
     const level = status[0] === "5" ? "error" : status[0] === "4" ? "info" : "debug";
     if (!log.isLevelEnabled(level)) return;
+    if (limits.logRequestLinesPerSecondMax > 0) {
+      const second = Math.floor(Date.now() / 1000);
+      if (second !== logSecond) {
+        if (linesSuppressed > 0) log.warn({ suppressed: linesSuppressed }, "request lines suppressed (EVENTIDE_LOG_REQUEST_LINES_PER_SECOND_MAX); metrics count every request");
+        logSecond = second;
+        linesThisSecond = 0;
+        linesSuppressed = 0;
+      }
+      if (++linesThisSecond > limits.logRequestLinesPerSecondMax) {
+        linesSuppressed++;
+        return;
+      }
+    }
     const line = { method: state.method.toUpperCase(), path: state.path, route: state.route, status: Number(status.slice(0, 3)), durationMs: Math.round((performance.now() - state.startedAtMs) * 1000) / 1000, code: error?.code, error: error?.message };
     log[level](line, "request");
   };
