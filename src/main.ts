@@ -1,117 +1,23 @@
 /**
- * Eventide's process: config → the data directory's lock → store recovery →
- * credentials → worker pool → listeners. Prints one JSON line per milestone on
- * stdout (SPEC §0) and shuts down cleanly on SIGTERM/SIGINT: stop accepting,
- * answer what is in flight, seal and fsync, exit 0.
+ * The entry point: loads the process (serve.ts) and turns any failure to
+ * start into one JSON log line and exit code 1. Settings are read and checked
+ * when their modules load (limits.ts asserts its relations at import), so the
+ * process is imported here, inside the catch, rather than statically.
  */
-import { CredentialStore } from "./auth/credential-store.js";
-import { holdServerLock } from "./storage/lock-file.js";
-import { loadConfig } from "./config/config.js";
-import { limits } from "./config/limits.js";
-import { startHttp } from "./http/server.js";
-import { IngestService } from "./ingest/ingest-service.js";
-import { QueryService } from "./query/query-service.js";
-import { serverLockPath } from "./storage/paths.js";
-import { makeDataDirectoryPrivate } from "./storage/files.js";
-import { Store } from "./storage/store.js";
-import { WorkerPool } from "./workers/pool.js";
+import { errorMessage, log, logLevelFromEnvironment } from "./log.js";
 
-/** Workers start in well under a second; this only bounds a start-up that would otherwise hang. */
-const workerStartTimeoutMs = 60_000;
-
-function printLine(value: object): void {
-  process.stdout.write(`${JSON.stringify(value)}\n`);
-}
-
-/** Set once a signal arrived; start-up checks it between steps and the handler runs once ready. */
-let stopRequested: string | undefined;
-let stopNow: ((signal: string) => void) | undefined;
-
-// Registered before anything is printed: a signal that arrives during start-up
-// must still end in an orderly stop and exit 0, not the default kill.
-for (const signal of ["SIGTERM", "SIGINT"] as const) {
-  process.on(signal, () => {
-    if (stopNow) stopNow(signal);
-    else stopRequested ??= signal;
-  });
-}
-
-async function main(): Promise<void> {
-  const config = loadConfig();
-  const startedAtMs = Date.now();
-  makeDataDirectoryPrivate(config.dataDir);
-  const lockPath = serverLockPath(config.dataDir);
-  const releaseDataDir = await holdServerLock(
-    config.dataDir,
-    lockPath,
-    (holder) => new Error(`the data directory ${config.dataDir} is in use by ${holder}; stop that server first (if none is running, delete ${lockPath})`),
-  );
-  const store = Store.open(config.dataDir, config.fsync);
-  const credentials = await CredentialStore.open(config.dataDir);
-  const created = await credentials.ensureDefaultWorkspace();
-  if (created) printLine({ event: "workspace-created", ...created });
-
-  const pool = new WorkerPool(config.workerCount);
-  // Asked first, so its tasks are first in the queue: behind a merge that start-up resumes, the
-  // announcement would wait out the merge. A worker still loading roaring when the pool closes
-  // aborts the process, so the server is announced only once all have started.
-  const workersStarted = pool.ready(workerStartTimeoutMs);
-  store.start({
-    seal: async (segment, directory) =>
-      pool.seal({
-        kind: "seal",
-        directory,
-        dayStartMs: segment.dayStartMs,
-        rowCount: segment.rowCount,
-        time: segment.time.buffer,
-        user: segment.user.buffer,
-        event: segment.event.buffer,
-        uuidPresent: segment.uuidPresent.buffer,
-        uuid: segment.uuid.buffer,
-        properties: await segment.properties.pack(),
-        fsync: config.fsync,
-      }),
-    load: (directory) => pool.load({ kind: "load-segment", directory }),
-    merge: (directories, target, dayStartMs) => pool.merge({ kind: "merge", directories, target, dayStartMs, fsync: config.fsync }),
-  });
-  await workersStarted;
-  const ingest = new IngestService(pool, store, credentials);
-  const query = new QueryService(pool, store);
-  const http = await startHttp({ config, credentials, ingest, query });
-  console.error(`eventide: ready in ${Date.now() - startedAtMs} ms (${store.rowsApplied} rows replayed, ${config.workerCount} workers, data in ${config.dataDir})`);
-
-  let stopping = false;
-  const stop = async (signal: string) => {
-    if (stopping) return;
-    stopping = true;
-    const deadline = setTimeout(() => {
-      console.error(`eventide: shutdown exceeded ${limits.shutdownTimeoutMs} ms, exiting`);
-      process.exit(1);
-    }, limits.shutdownTimeoutMs);
-    deadline.unref();
-    try {
-      await http.close(limits.shutdownTimeoutMs / 3);
-      // Sealing may take what is left but a margin for closing the WAL and the pool; a seal still running then is abandoned.
-      const sealDeadlineMs = Date.now() + limits.shutdownTimeoutMs / 3;
-      pool.abandonStoreTasksAt(sealDeadlineMs);
-      await store.close(sealDeadlineMs);
-      credentials.close();
-      // Released before the pool closes, so that exit follows the pool's close at once.
-      await releaseDataDir();
-      await pool.close();
-      console.error(`eventide: stopped on ${signal}`);
-      process.exit(0);
-    } catch (error) {
-      console.error("eventide: shutdown failed", error);
-      process.exit(1);
-    }
-  };
-  stopNow = (signal) => void stop(signal);
-  printLine({ event: "listening", queryUrl: http.queryUrl, ingestUrl: http.ingestUrl });
-  if (stopRequested) stopNow(stopRequested);
-}
-
-main().catch((error) => {
-  console.error("eventide: failed to start:", error);
+function fail(msg: string, error: unknown): never {
+  log.fatal({ err: errorMessage(error) }, msg);
   process.exit(1);
-});
+}
+
+if (logLevelFromEnvironment() === undefined) {
+  fail("invalid configuration", new Error(`EVENTIDE_LOG_LEVEL must be one of fatal, error, warn, info, debug, trace, silent, got ${JSON.stringify(process.env.EVENTIDE_LOG_LEVEL)}`));
+}
+let serve: () => Promise<void>;
+try {
+  ({ serve } = await import("./serve.js"));
+} catch (error) {
+  fail("invalid configuration", error);
+}
+await serve().catch((error: unknown) => fail("failed to start", error));

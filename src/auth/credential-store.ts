@@ -13,6 +13,7 @@ import { registryPath } from "../storage/paths.js";
 import { errorCode } from "../storage/lock-file.js";
 import { createDefaultWorkspaceIfEmpty, emptyRegistry, parseRegistry, type CreatedWorkspace, type RegistryDocument } from "./registry.js";
 import { secretHash, secretLengthMax } from "./secrets.js";
+import { log } from "../log.js";
 
 export type { CreatedWorkspace } from "./registry.js";
 
@@ -55,7 +56,7 @@ function fileSignature(stats: BigIntStats): string {
 }
 
 function reportReloadError(error: Error): void {
-  process.stderr.write(`${JSON.stringify({ event: "registry-reload-failed", message: error.message })}\n`);
+  log.error({ event: "registry-reload-failed", message: error.message }, "the registry could not be reloaded");
 }
 
 export class CredentialStore {
@@ -152,7 +153,7 @@ export class CredentialStore {
       await this.refresh({ throwOnInvalid: false });
       this.pollErrorMessage = undefined;
       this.checkedAtMs = startedMs;
-      if (this.staleReported) process.stderr.write(`${JSON.stringify({ event: "registry-readable", message: "credentials are accepted again" })}\n`);
+      if (this.staleReported) log.info({ event: "registry-readable", message: "credentials are accepted again" }, "registry readable");
       this.staleReported = false;
     } catch (error) {
       const message = (error as Error).message;
@@ -161,7 +162,7 @@ export class CredentialStore {
       if (this.stale && !this.staleReported) {
         this.staleReported = true;
         const staleMessage = `the registry has not been readable for ${limits.registryStaleMsMax} ms; credentials are refused (503) until it is: ${message}`;
-        process.stderr.write(`${JSON.stringify({ event: "registry-stale", message: staleMessage })}\n`);
+        log.error({ event: "registry-stale", message: staleMessage }, "registry stale");
       }
     }
   }

@@ -13,6 +13,14 @@ function portFromEnvironment(name: string, fallback: number): number {
   return port;
 }
 
+function switchFromEnvironment(name: string, fallback: boolean): boolean {
+  const raw = (process.env[name] ?? "").trim().toLowerCase();
+  if (raw === "") return fallback;
+  if (raw === "on") return true;
+  if (raw === "off") return false;
+  throw new Error(`${name} must be on or off, got ${JSON.stringify(process.env[name])}`);
+}
+
 export interface Config {
   host: string;
   queryPort: number;
@@ -21,6 +29,8 @@ export interface Config {
   workerCount: number;
   /** fsync can be turned off only for throw-away benchmarks; the default keeps SPEC §2. */
   fsync: boolean;
+  /** GET /metrics on the query listener; EVENTIDE_METRICS=off for a listener that must not expose figures. */
+  metrics: boolean;
 }
 
 export function loadConfig(): Config {
@@ -36,5 +46,6 @@ export function loadConfig(): Config {
     dataDir: resolve(process.env.EVENTIDE_DATA_DIR || "./data"),
     workerCount,
     fsync: process.env.EVENTIDE_FSYNC !== "off",
+    metrics: switchFromEnvironment("EVENTIDE_METRICS", true),
   });
 }

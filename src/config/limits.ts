@@ -78,6 +78,8 @@ export const limits = Object.freeze({
   workerNiceSteps: integerFromEnvironment("EVENTIDE_WORKER_NICE", 10, 0),
   /** Single events gathered into one pool task (a task costs ~80 µs, an event ~2 µs). */
   singleEventsPerTaskMax: 512,
+  /** Request log lines per second (refusals at info, 5xx at error, all at debug); the rest is counted in one line. An overload answers thousands of 503s a second, and each line is a synchronous write. 0: no cap. */
+  logRequestLinesPerSecondMax: integerFromEnvironment("EVENTIDE_LOG_REQUEST_LINES_PER_SECOND_MAX", 100, 0),
   /** One WAL write + fdatasync carries at most this much. */
   groupCommitBytesMax: 32 * mebibyte,
   retryAfterSeconds: 1,

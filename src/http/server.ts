@@ -17,13 +17,29 @@ import type { QueryKind, QueryService } from "../query/query-service.js";
 import { errorBody, errorStatus, serviceError, type ServiceError } from "../errors.js";
 import { loadStaticFiles, type StaticAsset, type StaticFiles } from "./static-files.js";
 import { loadSdkAsset } from "./sdk-asset.js";
+import { log } from "../log.js";
+import { countRequest, registry } from "../metrics.js";
+import { openApiDocument } from "./openapi.js";
+import { routesOf, unknownRouteName, type Listener, type RouteName, type RouteSpec } from "./routes.js";
 
 interface RequestState {
   aborted: boolean;
   done: boolean;
+  /** The route's name (metrics label), or unknownRouteName. */
+  route: string;
+  method: string;
+  path: string;
+  /** performance.now() at arrival. */
+  startedAtMs: number;
+  /** The listener's headers on every answer (CORS on ingest). */
+  headers: Header[];
 }
 
-type Route = { method: "post" | "get"; handler: (res: HttpResponse, req: HttpRequest, state: RequestState) => void };
+type Handler = (res: HttpResponse, req: HttpRequest, state: RequestState) => void;
+type Route = RouteSpec & { handler: Handler };
+
+/** Starting: listeners bound, workspace not yet announced. Stopping: a signal arrived. */
+type Phase = "starting" | "ready" | "stopping";
 
 /**
  * A header or status line as uWS takes it. The constant ones are encoded once:
@@ -64,6 +80,8 @@ function listenExclusive(app: TemplatedApp, host: string, port: number, callback
 export interface HttpServer {
   queryUrl: string;
   ingestUrl: string;
+  /** From now on /ready answers 200 and the credentialed routes are served. */
+  markReady(): void;
   /** Stops accepting, waits for in-flight requests (bounded), refuses what comes on open connections. */
   close(timeoutMs: number): Promise<void>;
 }
@@ -78,6 +96,7 @@ export interface HttpDependencies {
 export async function startHttp({ config, credentials, ingest, query }: HttpDependencies): Promise<HttpServer> {
   let inFlight = 0;
   let closing = false;
+  let phase: Phase = "starting";
   const drainWaiters: Array<() => void> = [];
 
   const finishRequest = (state: RequestState) => {
@@ -88,8 +107,38 @@ export async function startHttp({ config, credentials, ingest, query }: HttpDepe
     return true;
   };
 
-  const send = (res: HttpResponse, state: RequestState, status: string, body: RecognizedString, headers: Header[], closeConnection = false) => {
+  /**
+   * One line per answer: debug for every request, info for a refusal (4xx),
+   * error for a 5xx. Method, path, route, status and the error's code and
+   * message only: never headers, query strings or bodies, where secrets travel.
+   */
+  let logSecond = 0;
+  let linesThisSecond = 0;
+  let linesSuppressed = 0;
+  const account = (state: RequestState, status: string, error?: ServiceError) => {
+    countRequest(state.route, status.slice(0, 3), state.startedAtMs);
+    const level = status[0] === "5" ? "error" : status[0] === "4" ? "info" : "debug";
+    if (!log.isLevelEnabled(level)) return;
+    if (limits.logRequestLinesPerSecondMax > 0) {
+      const second = Math.floor(Date.now() / 1000);
+      if (second !== logSecond) {
+        if (linesSuppressed > 0) log.warn({ suppressed: linesSuppressed }, "request lines suppressed (EVENTIDE_LOG_REQUEST_LINES_PER_SECOND_MAX); metrics count every request");
+        logSecond = second;
+        linesThisSecond = 0;
+        linesSuppressed = 0;
+      }
+      if (++linesThisSecond > limits.logRequestLinesPerSecondMax) {
+        linesSuppressed++;
+        return;
+      }
+    }
+    const line = { method: state.method.toUpperCase(), path: state.path, route: state.route, status: Number(status.slice(0, 3)), durationMs: Math.round((performance.now() - state.startedAtMs) * 1000) / 1000, code: error?.code, error: error?.message };
+    log[level](line, "request");
+  };
+
+  const send = (res: HttpResponse, state: RequestState, status: string, body: RecognizedString, headers: Header[], closeConnection = false, error?: ServiceError) => {
     if (!finishRequest(state) || state.aborted) return;
+    account(state, status, error);
     res.cork(() => {
       res.writeStatus(statusLine(status));
       res.writeHeader(contentTypeJson[0], contentTypeJson[1]);
@@ -106,7 +155,7 @@ export async function startHttp({ config, credentials, ingest, query }: HttpDepe
       if (headers === corsHeaders) extra.push(["Access-Control-Expose-Headers", "Retry-After"]);
     }
     if (error.code === "unauthorized" && headers !== corsHeaders) extra.push(["WWW-Authenticate", "Bearer"]);
-    send(res, state, errorStatus[error.code], errorBody(error), extra, closeConnection);
+    send(res, state, errorStatus[error.code], errorBody(error), extra, closeConnection, error);
   };
 
   const sendReply = (res: HttpResponse, state: RequestState, reply: IngestReply, headers: Header[]) => {
@@ -115,7 +164,7 @@ export async function startHttp({ config, credentials, ingest, query }: HttpDepe
   };
 
   const internalError = (res: HttpResponse, state: RequestState, headers: Header[]) => (error: unknown) => {
-    console.error(error);
+    log.error({ err: error, route: state.route }, "request failed");
     sendError(res, state, serviceError("internal_error", "internal error"), headers);
   };
 
@@ -167,8 +216,8 @@ export async function startHttp({ config, credentials, ingest, query }: HttpDepe
     });
   };
 
-  const begin = (res: HttpResponse): RequestState => {
-    const state: RequestState = { aborted: false, done: false };
+  const begin = (res: HttpResponse, method: string, path: string, headers: Header[]): RequestState => {
+    const state: RequestState = { aborted: false, done: false, route: unknownRouteName, method, path, startedAtMs: performance.now(), headers };
     inFlight++;
     res.onAborted(() => {
       state.aborted = true;
@@ -204,21 +253,6 @@ export async function startHttp({ config, credentials, ingest, query }: HttpDepe
     );
   };
 
-  const sdk = loadSdkAsset();
-  const ingestRoutes = new Map<string, Route>([
-    ["/ingest", { method: "post", handler: ingestRoute("single") }],
-    ["/ingest/batch", { method: "post", handler: ingestRoute("batch") }],
-    [
-      "/sdk.js",
-      {
-        method: "get",
-        handler: (res, req, state) => {
-          const acceptEncoding = req.getHeader("accept-encoding");
-          if (finishRequest(state) && !state.aborted) res.cork(() => sdk.write(res, acceptEncoding, closing));
-        },
-      },
-    ],
-  ]);
 
   // ---- query listener ----
   const authorizedQuery = (
@@ -239,38 +273,24 @@ export async function startHttp({ config, credentials, ingest, query }: HttpDepe
       query.run(kind, workspaceId, body).then((reply) => sendReply(res, state, reply, []), internalError(res, state, []));
     });
 
-  const queryRoutes = new Map<string, Route>([
-    [
-      "/api/v1/internal/test-event",
-      {
-        method: "post",
-        handler: authorizedQuery((res, state, workspaceId) => {
-          ingest.testEvent(workspaceId).then((reply) => sendReply(res, state, reply, []), internalError(res, state, []));
-        }),
-      },
-    ],
-    ["/api/v1/query/trend", { method: "post", handler: queryRoute("trend") }],
-    ["/api/v1/query/funnel", { method: "post", handler: queryRoute("funnel") }],
-    ["/api/v1/query/retention", { method: "post", handler: queryRoute("retention") }],
-    ["/api/v1/events", { method: "get", handler: authorizedQuery((res, state, workspaceId) => query.listEvents(workspaceId).then((reply) => sendReply(res, state, reply, []), internalError(res, state, []))) }],
-    [
-      "/api/v1/properties",
-      {
-        method: "get",
-        handler: (res, req, state) => {
-          // Read before the body: uWS's request is only valid during this callback.
-          const event = new URLSearchParams(req.getQuery() ?? "").get("event") ?? undefined;
-          authorizedQuery((res, state, workspaceId) => {
-            query.listProperties(workspaceId, event).then((reply) => sendReply(res, state, reply, []), internalError(res, state, []));
-          })(res, req, state);
-        },
-      },
-    ],
-  ]);
+  // ---- operations (SPEC §8), on both listeners unless routes.ts says otherwise ----
+  const healthBody = JSON.stringify({ ok: true });
+  const sendText = (res: HttpResponse, state: RequestState, contentType: string, body: string) => {
+    if (!finishRequest(state) || state.aborted) return;
+    account(state, "200 OK");
+    res.cork(() => {
+      res.writeStatus("200 OK");
+      res.writeHeader("Content-Type", contentType);
+      res.end(body, closing);
+    });
+  };
+  let openApiText: string | undefined;
+  const sdk = loadSdkAsset();
 
   // The dashboard's page and assets: no credentials, no data (see static-files.ts).
   const sendAsset = (res: HttpResponse, state: RequestState, asset: StaticAsset) => {
     if (!finishRequest(state) || state.aborted) return;
+    account(state, "200 OK");
     res.cork(() => {
       res.writeStatus("200 OK");
       for (const [name, value] of asset.headers) res.writeHeader(name, value);
@@ -278,26 +298,76 @@ export async function startHttp({ config, credentials, ingest, query }: HttpDepe
     });
   };
 
+  const handlers: Record<RouteName, Handler> = {
+    ingest: ingestRoute("single"),
+    ingest_batch: ingestRoute("batch"),
+    test_event: authorizedQuery((res, state, workspaceId) => {
+      ingest.testEvent(workspaceId).then((reply) => sendReply(res, state, reply, []), internalError(res, state, []));
+    }),
+    query_trend: queryRoute("trend"),
+    query_funnel: queryRoute("funnel"),
+    query_retention: queryRoute("retention"),
+    health: (res, _req, state) => send(res, state, "200 OK", healthBody, state.headers),
+    ready: (res, _req, state) => {
+      if (phase === "ready") return send(res, state, "200 OK", healthBody, state.headers);
+      sendError(res, state, serviceError("unavailable", phase === "starting" ? "server is starting" : "server is shutting down"), state.headers);
+    },
+    metrics: (res, _req, state) => {
+      registry.metrics().then((text) => sendText(res, state, registry.contentType, text), internalError(res, state, []));
+    },
+    openapi: (res, _req, state) => sendText(res, state, "application/json", (openApiText ??= JSON.stringify(openApiDocument()))),
+    events: authorizedQuery((res, state, workspaceId) => query.listEvents(workspaceId).then((reply) => sendReply(res, state, reply, []), internalError(res, state, []))),
+    properties: (res, req, state) => {
+      // Read before the body: uWS's request is only valid during this callback.
+      const event = new URLSearchParams(req.getQuery() ?? "").get("event") ?? undefined;
+      authorizedQuery((res, state, workspaceId) => {
+        query.listProperties(workspaceId, event).then((reply) => sendReply(res, state, reply, []), internalError(res, state, []));
+      })(res, req, state);
+    },
+    sdk: (res, req, state) => {
+      const acceptEncoding = req.getHeader("accept-encoding");
+      if (!finishRequest(state) || state.aborted) return;
+      account(state, "200 OK");
+      res.cork(() => sdk.write(res, acceptEncoding, closing));
+    },
+  };
+
+  const routeTable = (listener: Listener): Map<string, Route> => {
+    const table = new Map<string, Route>();
+    for (const spec of routesOf(listener)) {
+      if (spec.name === "metrics" && !config.metrics) continue;
+      table.set(spec.path, { ...spec, handler: handlers[spec.name as RouteName] });
+    }
+    return table;
+  };
+  const ingestRoutes = routeTable("ingest");
+  const queryRoutes = routeTable("query");
+
   const router = (routes: Map<string, Route>, headers: Header[], preflight: boolean, files?: StaticFiles) => (res: HttpResponse, req: HttpRequest) => {
-    const state = begin(res);
     const method = req.getMethod().toLowerCase();
     // A trailing slash names the same resource; query strings are ignored.
     let path = req.getUrl();
     if (path.length > 1 && path.endsWith("/")) path = path.slice(0, -1);
-    if (closing) return sendError(res, state, serviceError("unavailable", "server is shutting down"), headers, true);
+    const state = begin(res, method, path, headers);
+    const route = routes.get(path);
+    if (route !== undefined) state.route = route.name;
+    // Health and readiness answer while starting and stopping too: that is what they report.
+    const operational = route !== undefined && route.credential === "none";
+    if (closing && !operational) return sendError(res, state, serviceError("unavailable", "server is shutting down"), headers, true);
     // Closing the connection gives its descriptor back: see limits.httpRequestsInFlightMax.
     if (inFlight > limits.httpRequestsInFlightMax) return sendError(res, state, serviceError("overloaded", "too many requests in flight, retry later"), headers, true);
-    const route = routes.get(path);
     const asset = route === undefined && method === "get" ? files?.find(path, req.getHeader("accept-encoding")) : undefined;
     if (asset !== undefined) return sendAsset(res, state, asset);
     if (route === undefined) return sendError(res, state, serviceError("not_found", `no route ${path}`), headers);
-    // Every route takes a credential; one the registry can no longer confirm unrevoked is refused, not trusted.
-    if (credentials.stale && method !== "options") return sendError(res, state, serviceError("unavailable", "credentials cannot be checked right now (the registry is unreadable), retry later"), headers);
-    if (preflight && method === "options") return send(res, state, "204 No Content", "", preflightHeaders);
+    if (phase === "starting" && !operational) return sendError(res, state, serviceError("unavailable", "server is starting, retry later"), headers);
+    // A credential the registry can no longer confirm unrevoked is refused, not trusted.
+    if (credentials.stale && method !== "options" && !operational) return sendError(res, state, serviceError("unavailable", "credentials cannot be checked right now (the registry is unreadable), retry later"), headers);
+    if (preflight && method === "options" && !operational) return send(res, state, "204 No Content", "", preflightHeaders);
     if (method !== route.method) {
-      return sendError(res, state, serviceError("method_not_allowed", `${method.toUpperCase()} is not allowed on ${path}; use ${route.method.toUpperCase()}`), [
+      const allowed = route.method.toUpperCase();
+      return sendError(res, state, serviceError("method_not_allowed", `${method.toUpperCase()} is not allowed on ${path}; use ${allowed}`), [
         ...headers,
-        ["Allow", preflight ? `${route.method.toUpperCase()}, OPTIONS` : route.method.toUpperCase()],
+        ["Allow", preflight && !operational ? `${allowed}, OPTIONS` : allowed],
       ]);
     }
     // uWS decodes chunked framing and nothing else: a body sent as "gzip, chunked" would reach us still compressed.
@@ -329,8 +399,12 @@ export async function startHttp({ config, credentials, ingest, query }: HttpDepe
   return {
     queryUrl: `http://${urlHost}:${uWS.us_socket_local_port(querySocket as never)}`,
     ingestUrl: `http://${urlHost}:${uWS.us_socket_local_port(ingestSocket as never)}`,
+    markReady() {
+      if (phase === "starting") phase = "ready";
+    },
     async close(timeoutMs) {
       closing = true;
+      phase = "stopping";
       uWS.us_listen_socket_close(querySocket);
       uWS.us_listen_socket_close(ingestSocket);
       if (inFlight === 0) return;

@@ -16,6 +16,7 @@ import { ChunkBuilder } from "../storage/chunk-codec.js";
 import { parseTimestampMs, parseUuid } from "./event-fields.js";
 import { scanBody } from "./event-scanner.js";
 import { BatchDays, batchDaysExceeded, timestampWindowError } from "./batch-cardinality.js";
+import { log } from "../log.js";
 
 export type IngestShape = "batch" | "single";
 
@@ -38,6 +39,8 @@ export type IngestBodyResult =
       acceptedCount: number;
       /** Batch: the first limits.batchErrorsReportedMax per-event errors. */
       errors: EventError[];
+      /** Batch: how many events were skipped, all of them (for metrics; `errors` is cut short); absent when none. */
+      refusedCount?: number;
       /** Index into the task's chunks of the chunk holding this body's rows; -1 when none. */
       chunkIndex: number;
       /** Batch: the event index of each row of the chunk; undefined when row r is event r. */
@@ -90,7 +93,7 @@ function validateBodyIsolated(bytes: Uint8Array, gzip: boolean, shape: IngestSha
   try {
     return validateBody(bytes, gzip, shape, receivedAtMs, builderFor);
   } catch (error) {
-    console.error("ingest: validation failed unexpectedly", error);
+    log.error({ err: error }, "ingest: validation failed unexpectedly");
     return { kind: "rejected", error: { code: "internal_error", message: "internal error" } };
   }
 }
@@ -190,7 +193,9 @@ export function validateBody(bytes: Uint8Array, gzip: boolean, shape: IngestShap
     }
   }
   const chunkIndex = target.builder.rowCount > 0 ? target.chunkIndex : -1;
-  return { kind: "parsed", apiKey, error: undefined, acceptedCount, errors, chunkIndex, eventIndexOfRow };
+  const refusedCount = events.length - acceptedCount;
+  // Only when some were: a batch the byte scanner takes whole has none, and both paths must answer alike.
+  return { kind: "parsed", apiKey, error: undefined, acceptedCount, errors, ...(refusedCount > 0 ? { refusedCount } : {}), chunkIndex, eventIndexOfRow };
 }
 
 /**

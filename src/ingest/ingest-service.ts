@@ -15,6 +15,8 @@ import { bodySliceFields, type BatchKeyCheck, type IngestTaskResult, type Stored
 import type { EventError, IngestBodyResult, IngestShape } from "./event-validation.js";
 import { ChunkBuilder } from "../storage/chunk-codec.js";
 import { leadingApiKey } from "./leading-api-key.js";
+import { eventsAccepted, eventsRefused } from "../metrics.js";
+import { log } from "../log.js";
 
 /** Ingest's constant answer comes encoded: uWS sends a Uint8Array's bytes as they are, where it would convert a string on every call. */
 export type IngestReply = ServiceReply<string | Uint8Array>;
@@ -206,7 +208,7 @@ export class IngestService {
     };
     const failAll = (error: unknown) => {
       const reply: IngestReply = error instanceof PoolSaturatedError ? { ok: false, error: overloaded } : { ok: false, error: { code: "internal_error", message: "internal error" } };
-      if (!(error instanceof PoolSaturatedError)) console.error(error);
+      if (!(error instanceof PoolSaturatedError)) log.error({ err: error }, "ingest task failed");
       for (const body of bodies) body.onReply(reply);
     };
     this.pool.ingest({ kind: "ingest", shape: "single", bodies: buffer, slices }).then(
@@ -236,12 +238,13 @@ export class IngestService {
           const { refusals } = await this.store.commit(workspaceId, chunk);
           return refusals.length === 0 ? committedWhole : { kind: "committed", refusals };
         } catch (error) {
-          console.error(`ingest: commit failed: ${(error as Error).message}`);
+          log.error({ err: (error as Error).message }, "ingest commit failed");
           return { kind: "failed", error: { code: "unavailable", message: "events could not be stored durably; nothing was stored, retry later" } };
         }
       }),
     );
     const refusedSingles = shape === "single" && chunkOutcome.some((outcome) => outcome.kind === "committed" && outcome.refusals.length > 0) ? refusalsOfSingles(result.results, chunkOutcome) : undefined;
+    if (refusedSingles !== undefined) eventsRefused.inc({ code: "invalid_request" }, refusedSingles.size);
     return result.results.map((body, index) => refusedSingles?.get(index) ?? this.reply(body, shape, chunkOutcome));
   }
 
@@ -249,15 +252,22 @@ export class IngestService {
     // Its chunk's key was checked right before the commit (finish).
     if (typeof body === "number") {
       const outcome = chunkOutcome[body];
-      return outcome.kind === "committed" ? singleStored : { ok: false, error: outcome.error };
+      if (outcome.kind !== "committed") return { ok: false, error: outcome.error };
+      eventsAccepted.inc();
+      return singleStored;
     }
     if (body.kind === "rejected") return { ok: false, error: body.error };
     if (body.apiKey === undefined) return { ok: false, error: unauthorized };
     // A body with committed rows had its key checked right before the commit (finish, via chunkOutcome).
     // Checking it again here would answer 401 for rows already stored when a revoke lands during the fsync.
     if (body.chunkIndex < 0 && this.credentials.workspaceIdForApiKey(body.apiKey) === undefined) return { ok: false, error: unauthorized };
-    if (body.error) return { ok: false, error: body.error };
+    if (body.error) {
+      // A single request's body is its event; a batch refused whole (envelope, size) counts only as a request.
+      if (shape === "single" && body.error.code === "invalid_request") eventsRefused.inc({ code: body.error.code });
+      return { ok: false, error: body.error };
+    }
     let errors = body.errors;
+    let refusedCount = body.refusedCount ?? 0;
     let acceptedCount = body.acceptedCount;
     if (body.chunkIndex >= 0) {
       const outcome = chunkOutcome[body.chunkIndex];
@@ -267,8 +277,12 @@ export class IngestService {
         const refused = outcome.refusals.map((refusal): EventError => ({ index: body.eventIndexOfRow?.[refusal.row] ?? refusal.row, code: "invalid_request", message: refusalMessage(refusal) }));
         errors = [...errors, ...refused].sort((left, right) => left.index - right.index).slice(0, limits.batchErrorsReportedMax);
         acceptedCount -= refused.length;
+        refusedCount += refused.length;
       }
     }
+    // Counted per request, not per event: one increment for a batch of 1 000.
+    eventsAccepted.inc(acceptedCount);
+    if (refusedCount > 0) eventsRefused.inc({ code: "invalid_request" }, refusedCount);
     if (shape === "single") return singleStored;
     const answer: { ok: true; accepted: number; errors?: EventError[] } = { ok: true, accepted: acceptedCount };
     if (errors.length > 0) answer.errors = errors;
@@ -286,7 +300,7 @@ export class IngestService {
       const { refusals } = await this.store.commit(workspaceId, builder.finish());
       if (refusals.length > 0) return { ok: false, error: { code: "invalid_request", message: refusalMessage(refusals[0]) } };
     } catch (error) {
-      console.error(`test-event: commit failed: ${(error as Error).message}`);
+      log.error({ err: (error as Error).message }, "test-event commit failed");
       return { ok: false, error: { code: "unavailable", message: "event could not be stored durably, retry later" } };
     }
     const timestamp = new Date(timeMs).toISOString().replace("T", " ").slice(0, 23);

@@ -36,6 +36,7 @@ import {
 } from "./schemas.js";
 import { zoneClock } from "./time-zone.js";
 import { ResultCache } from "./result-cache.js";
+import { retentionCacheLookups } from "../metrics.js";
 import type { SegmentView } from "./segment-view.js";
 import { ownedSegmentViews } from "./segment-views.js";
 
@@ -83,6 +84,10 @@ export class QueryService {
     private readonly store: Store,
   ) {}
 
+  get retentionCacheBytes(): number {
+    return this.retentionCache.byteLength;
+  }
+
   async run(kind: QueryKind, workspaceId: string, bytes: Uint8Array): Promise<ServiceReply> {
     try {
       return await this.runQuery(kind, workspaceId, bytes);
@@ -106,6 +111,7 @@ export class QueryService {
         // The whole request after defaults, the zone's canonical name included: an alias shares its zone's entry.
         const cacheKey = `${workspaceId}\u0000${JSON.stringify(query.request)}`;
         const cached = this.retentionCache.get(cacheKey);
+        retentionCacheLookups.inc({ result: cached === undefined ? "miss" : "hit" });
         if (cached !== undefined) return { ok: true, body: cached };
         const reply = await this.retention(workspaceId, query.request);
         if (reply.ok) this.retentionCache.set(cacheKey, reply.body);

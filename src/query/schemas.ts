@@ -502,3 +502,6 @@ export function parseQueryBody(kind: QueryKind, bytes: Uint8Array): QueryParseRe
   if (!request.ok) return { ok: false, error: { code: "invalid_request", message: request.message } };
   return { ok: true, query: { kind, request: request.value } as ParsedQuery };
 }
+
+/** The request schemas as they validate, for the OpenAPI document (generated from them, so new fields appear there). */
+export const queryRequestSchemas = { trend: trendSchema, funnel: funnelSchema, retention: retentionSchema } as const;

@@ -47,6 +47,7 @@
  */
 import { appendFileSync, readFileSync, statSync } from "node:fs";
 import { constants } from "node:os";
+import { log } from "../log.js";
 
 export type FaultOperation =
   | "wal.write"
@@ -95,7 +96,7 @@ function refreshFaults(): void {
     } catch (error) {
       // A half-written file (the test did not rename it into place) arms nothing; the next change is read again.
       faultsFileIdentity = "";
-      console.error(`eventide: faults file ${faultsFile} unreadable: ${(error as Error).message}`);
+      log.error(`faults file ${faultsFile} unreadable: ${(error as Error).message}`);
     }
   }
   armed = next;
@@ -111,7 +112,7 @@ export function injectedFault(operation: FaultOperation, path: string): NodeJS.E
     if (fault.remaining <= 0) return undefined;
     fault.remaining--;
   }
-  console.error(`eventide: injected ${fault.errno} into ${operation} ${path}`);
+  log.warn(`injected ${fault.errno} into ${operation} ${path}`);
   // A thread stuck in a syscall: only terminating its worker ends it.
   if (fault.errno === "HANG") for (;;) Atomics.wait(new Int32Array(new SharedArrayBuffer(4)), 0, 0);
   const errno = (constants.errno as Record<string, number | undefined>)[fault.errno] ?? constants.errno.EIO;

@@ -41,6 +41,7 @@ import type { ActiveSegmentDescriptor, SealedSegmentDescriptor, SegmentDescripto
 import { readSegmentLayout, readSegmentUuids, SegmentCorruptError, segmentExists, verifySegment, type LoadSegmentResult, type SegmentLayout } from "./segment-format.js";
 import { UuidSet } from "./uuid-set.js";
 import { encodeRecord, listWalSequences, scanWalFile, truncateWalFile, WriteAheadLog } from "./wal.js";
+import { log } from "../log.js";
 
 export const dayMs = 86_400_000;
 /** Days larger than this are left as several segments rather than rewritten whole. */
@@ -761,7 +762,7 @@ export class Store {
         },
         (error: unknown) => {
           this.checkpointRetryAtMs = Date.now() + checkpointRetryDelayMs;
-          console.error(`eventide: checkpoint failed, its rows stay in the write-ahead log and in memory; retrying in ${checkpointRetryDelayMs} ms: ${(error as Error).message}`);
+          log.error(`checkpoint failed, its rows stay in the write-ahead log and in memory; retrying in ${checkpointRetryDelayMs} ms: ${(error as Error).message}`);
           return false;
         },
       )
@@ -861,7 +862,7 @@ export class Store {
         }
         throw error;
       }
-      console.error(`eventide: checkpoint ${newSequence} published, but not made durable: ${(error as Error).message}`);
+      log.error(`checkpoint ${newSequence} published, but not made durable: ${(error as Error).message}`);
     }
     this.checkpointSequence = newSequence;
 
@@ -879,7 +880,7 @@ export class Store {
       await this.wal.deleteBeforeInPool(newSequence);
     } catch (error) {
       // The checkpoint is published; start-up skips WAL files it covers, and the next checkpoint deletes them.
-      console.error(`eventide: deleting sealed write-ahead log files: ${(error as Error).message}`);
+      log.error(`deleting sealed write-ahead log files: ${(error as Error).message}`);
     }
   }
 
@@ -981,6 +982,19 @@ export class Store {
     return this.cachedBytes;
   }
 
+  /** Sealed segments and their column bytes on disk, for metrics (walks the catalog in memory, not the disk). */
+  sealedSegmentTotals(): { count: number; bytes: number } {
+    let count = 0;
+    let bytes = 0;
+    for (const workspace of this.workspaces.values()) {
+      for (const partition of workspace.days.values()) {
+        count += partition.sealed.length;
+        for (const sealed of partition.sealed) bytes += sealed.layout.memoryBytes;
+      }
+    }
+    return { count, bytes };
+  }
+
   /** Flushes the WAL and seals everything, so the next start replays nothing. */
   /**
    * Adds the uuids of every sealed segment found at start-up to its workspace's
@@ -1016,7 +1030,7 @@ export class Store {
           }
         }
       } catch (error) {
-        console.error(`eventide: reading stored uuids of workspace ${workspace.id} failed: ${(error as Error).message}`);
+        log.error(`reading stored uuids of workspace ${workspace.id} failed: ${(error as Error).message}`);
       } finally {
         workspace.uuidsPending = false;
         workspace.markUuidsReady();
@@ -1032,7 +1046,7 @@ export class Store {
       return;
     }
     this.mergeRunning = this.runMerges()
-      .catch((error: unknown) => console.error(`eventide: merging segments failed (they stay as they are): ${(error as Error).message}`))
+      .catch((error: unknown) => log.error(`merging segments failed (they stay as they are): ${(error as Error).message}`))
       .finally(() => {
         this.mergeRunning = undefined;
         if (this.mergeWanted) {
@@ -1129,7 +1143,7 @@ export class Store {
     for (let applying = this.applyingAnywhere(); applying; applying = this.applyingAnywhere()) await applying.catch(() => {});
     if (this.checkpointRunning) await this.checkpointRunning;
     if (this.rowsSinceCheckpoint > 0 || this.hasActiveRows() || this.unsealed.length > 0) {
-      if (!(await this.checkpoint())) console.error("eventide: the final checkpoint failed; the next start replays the write-ahead log");
+      if (!(await this.checkpoint())) log.error("the final checkpoint failed; the next start replays the write-ahead log");
     }
     this.closed = true;
     await this.wal.close();

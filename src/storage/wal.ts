@@ -32,7 +32,9 @@ import { crc32 } from "node:zlib";
 import { limits } from "../config/limits.js";
 import { walDirectory, walFilePath } from "./paths.js";
 import { injectedFault, injectFault, recordCreate, recordSync } from "./fault-injection.js";
+import { walGroupSeconds } from "../metrics.js";
 import { fsyncDirectory, fsyncDirectoryInPool, makeDirectoryDurably } from "./files.js";
+import { log } from "../log.js";
 
 const legacyRecordMagic = 0x314c5745; // "EWL1"
 const legacyHeaderBytes = 16;
@@ -364,7 +366,7 @@ export class WriteAheadLog {
       this.broken = error as Error;
       return false;
     }
-    console.error(`eventide: write-ahead log ${this.path} writable again`);
+    log.info(`write-ahead log ${this.path} writable again`);
     this.broken = undefined;
     return true;
   }
@@ -406,7 +408,9 @@ export class WriteAheadLog {
     const buffers = group.entries.map((entry) => entry.bytes);
     const path = this.path;
 
+    const startedAtMs = performance.now();
     const finished = (error: Error | undefined) => {
+      if (error === undefined && this.fsyncEnabled) walGroupSeconds.observe((performance.now() - startedAtMs) / 1000);
       group.done = true;
       group.error = error;
       this.settle();
@@ -483,7 +487,7 @@ export class WriteAheadLog {
       const failed = inFlight.splice(0);
       const error = failed[0].error!;
       const records = failed.reduce((sum, group) => sum + group.entries.length, 0);
-      console.error(`eventide: write-ahead log ${this.path}: ${error.message}; ${records} records refused`);
+      log.error(`write-ahead log ${this.path}: ${error.message}; ${records} records refused`);
       // Cut the file back so a record that was never acknowledged is not replayed half-way
       // through a later group; if even that fails, stop taking writes rather than guess.
       try {
@@ -541,7 +545,7 @@ export class WriteAheadLog {
         closeSync(old);
       } catch (error) {
         // Every byte of the old file that counts was fdatasynced already; a failed close loses nothing.
-        console.error(`eventide: closing ${this.path}: ${(error as Error).message}`);
+        log.error(`closing ${this.path}: ${(error as Error).message}`);
       }
     }
     this.fd = fd;

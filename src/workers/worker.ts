@@ -16,6 +16,7 @@ import { unpackPropertyEntries } from "../storage/property-transfer.js";
 import { parseQueryBody } from "../query/schemas.js";
 import { bodySliceFields, type WorkerSettings, type BarrierTask, type IngestTask, type SealTask, type StoredSingleEvent, type Task, type TaskResult } from "./protocol.js";
 import { assertNever } from "../errors.js";
+import { log } from "../log.js";
 
 /**
  * Runs this worker thread `steps` nice steps below the main thread (Linux
@@ -34,7 +35,7 @@ function lowerThreadPriority(steps: number): void {
     const threadId = Number(readlinkSync("/proc/thread-self").split("/").pop());
     setPriority(threadId, Math.min(19, getPriority(threadId) + steps));
   } catch (error) {
-    console.error(`eventide: worker priority unchanged: ${(error as Error).message}`);
+    log.warn(`worker priority unchanged: ${(error as Error).message}`);
   }
 }
 
