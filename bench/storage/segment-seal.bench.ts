@@ -18,7 +18,7 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { runMicroBench } from "../runner/micro-bench.js";
 import { SeededRandom } from "../fixtures/events.js";
-import { sealSegment, type SealInput } from "../../src/storage/segment-format.js";
+import { sealSegment, type SealInput } from "../../src/storage/segment-writer.js";
 
 const plans = ["", "free", "pro", "team", "enterprise"];
 const countries = ["", ...Array.from({ length: 20 }, (_, index) => `country-${index}`)];

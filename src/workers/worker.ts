@@ -10,7 +10,7 @@ import { limits } from "../config/limits.js";
 import { checkBatchApiKey, validateBodies, type BodyInput, type IngestBodyResult, type KeyedChunk } from "../ingest/event-validation.js";
 import { runQueryTask } from "../query/query-worker.js";
 import { setSealedViewBytesMax } from "../query/segment-views.js";
-import { loadSegment, sealSegment } from "../storage/segment-format.js";
+import { loadSegment, sealSegment } from "../storage/segment-writer.js";
 import { mergeSegments } from "../storage/segment-merge.js";
 import { unpackPropertyEntries } from "../storage/property-transfer.js";
 import { parseQueryBody } from "../query/schemas.js";

@@ -21,7 +21,7 @@ import {
   segmentExists,
   type SealInput,
   type SegmentLayout,
-} from "../../src/storage/segment-format.js";
+} from "../../src/storage/segment-writer.js";
 import { Random } from "../helpers/random.js";
 
 const { RoaringBitmap32 } = roaring;

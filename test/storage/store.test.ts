@@ -14,7 +14,7 @@ import { afterEach, beforeEach, describe, expect, it } from "vitest";
 import { ChunkBuilder } from "../../src/storage/chunk-codec.js";
 import { checkpointPath, walFilePath } from "../../src/storage/paths.js";
 import { unpackPropertyEntries } from "../../src/storage/property-transfer.js";
-import { loadSegment, PropertyDirectory, sealSegment, type LoadSegmentResult } from "../../src/storage/segment-format.js";
+import { loadSegment, PropertyDirectory, sealSegment, type LoadSegmentResult } from "../../src/storage/segment-writer.js";
 import { mergeSegments } from "../../src/storage/segment-merge.js";
 import { ActiveSegment, Store, type StoreTasks } from "../../src/storage/store.js";
 import { readWalFile } from "../../src/storage/wal.js";
