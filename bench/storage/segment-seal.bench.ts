@@ -1,5 +1,5 @@
 /**
- * Micro-benchmark of sealing a segment (src/storage/segment-format.ts): the
+ * Micro-benchmark of sealing a segment (src/storage/segment-writer.ts): the
  * checkpoint step that sorts an active segment's rows by (event, user, time),
  * builds per-event user bitmaps and writes the column files. Run:
  * `node dist/bench/storage/segment-seal.bench.js` (fsync off: this times the
