@@ -1,3 +1,4 @@
+// Over 500 lines: one scanner class whose field readers share its cursor and scratch in a monomorphic hot loop.
 /**
  * The fast path of ingest: a body of flat events read straight from its bytes
  * into a chunk. JSON.parse builds an object per event and a string per field,
