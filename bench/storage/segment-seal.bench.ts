@@ -1,5 +1,5 @@
 /**
- * Micro-benchmark of sealing a segment (src/storage/segment-format.ts): the
+ * Micro-benchmark of sealing a segment (src/storage/segment-writer.ts): the
  * checkpoint step that sorts an active segment's rows by (event, user, time),
  * builds per-event user bitmaps and writes the column files. Run:
  * `node dist/bench/storage/segment-seal.bench.js` (fsync off: this times the
@@ -18,7 +18,7 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { runMicroBench } from "../runner/micro-bench.js";
 import { SeededRandom } from "../fixtures/events.js";
-import { sealSegment, type SealInput } from "../../src/storage/segment-format.js";
+import { sealSegment, type SealInput } from "../../src/storage/segment-writer.js";
 
 const plans = ["", "free", "pro", "team", "enterprise"];
 const countries = ["", ...Array.from({ length: 20 }, (_, index) => `country-${index}`)];

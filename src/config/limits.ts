@@ -200,3 +200,29 @@ assert(limits.registryPollIntervalMs * 2 < 1000, "credential changes must reach 
 assert(limits.shutdownTimeoutMs < 10_000, "SPEC: exit within 10 s of SIGTERM");
 assert(limits.workspaceListingCacheTtlMs <= 60_000, "SPEC §7.6: EVENTIDE_WORKSPACE_LISTING_CACHE_TTL_MS must be at most 60 000 (listings lag by at most 60 s)");
 assert(limits.registryStaleMsMax > limits.registryPollIntervalMs, `EVENTIDE_REGISTRY_STALE_MS_MAX must exceed the registry poll interval (${limits.registryPollIntervalMs} ms)`);
+
+/**
+ * Tuning of the hot loops that parse bodies and seal segments. Not settings (no
+ * environment variable): each changes only how fast a result comes, never the
+ * result or a byte on disk, and the tests compare the outputs either way.
+ */
+export const tuning = Object.freeze({
+  /** Row sort digits of at most this many bits: 2 048 places written at once stay in the caches and the TLB. */
+  rowSortDigitBitsMax: 11,
+  /** Property entry sort digits: 2 048 buckets, few enough places written at once to stay in cache. */
+  entrySortDigitBits: 11,
+  /** An object with up to this many members is checked for duplicate and index keys pairwise, allocating nothing. */
+  objectMembersComparedPairwiseMax: 16,
+  /** …and with plain keys of this many bytes in all: longer keys are hashed instead. */
+  objectKeyBytesComparedPairwiseMax: 256,
+  /** Index keys of one object up to this many are sorted by insertion; more, natively. */
+  indexKeysInsertionSortedMax: 16,
+  /** The first members of `properties` whose values are scanned tracked once; past them values are tracked when built. */
+  propertiesTrackedMembersMax: 4096,
+  /** Keys grouped by one hash table at a time: a table for this many fits in the CPU's caches. */
+  keyTablePartitionMembersTarget: 4096,
+  /** An event with more properties is left to the JSON.parse path: the fast scan's duplicate table (64 KiB) stays in cache. */
+  scannedEventPropertiesMax: 4096,
+});
+assert(tuning.rowSortDigitBitsMax <= 16 && tuning.entrySortDigitBits <= 16, "radix digits index a counts table of 2^bits entries");
+assert(tuning.indexKeysInsertionSortedMax >= 1 && tuning.objectMembersComparedPairwiseMax >= 1, "pairwise paths need room for one member");

@@ -1,3 +1,4 @@
+// Over 500 lines: one scanner class whose field readers share its cursor and scratch in a monomorphic hot loop.
 /**
  * The fast path of ingest: a body of flat events read straight from its bytes
  * into a chunk. JSON.parse builds an object per event and a string per field,
@@ -28,16 +29,17 @@
  * giving up halfway needs no undoing.
  */
 import { BatchDays, timestampWindowError } from "./batch-cardinality.js";
-import { limits } from "../config/limits.js";
+import { limits, tuning } from "../config/limits.js";
 import { byteKeys, bytesEqual, finishHash, fnvPrime, hashBasis, hashBytes, type ChunkBuilder } from "../storage/chunk-codec.js";
 import { parseTimestampBytes, parseUuidBytes } from "./event-fields.js";
+import { Byte, doubled } from "../json/bytes.js";
 
 /**
  * Past this many properties in one event, the duplicate check would need a
- * larger table (this one, 64 KiB, stays in cache): JSON.parse reads it. Within
- * 64 KiB of properties an event holds at most ~13 k, and SDK events a few dozen.
+ * larger table: JSON.parse reads it. Within 64 KiB of properties an event
+ * holds at most ~13 k, and SDK events a few dozen.
  */
-const propertiesScannedMax = 4096;
+const propertiesScannedMax = tuning.scannedEventPropertiesMax;
 
 /** What the scan of one body found; valid until the next scan. */
 export interface ScannedBody {
@@ -47,35 +49,18 @@ export interface ScannedBody {
   appendTo(builder: ChunkBuilder): void;
 }
 
-/** Value kinds of a scanned property. */
-const valueBytes = 0; // the text is valueStart..valueEnd of the body
-const valuePrinted = 1; // the text is printedTexts[valueStart] (a number String() prints otherwise)
-const valueNull = 2; // not set
-
-const enum Byte {
-  Tab = 0x09,
-  LineFeed = 0x0a,
-  CarriageReturn = 0x0d,
-  Space = 0x20,
-  Quote = 0x22,
-  Plus = 0x2b,
-  Comma = 0x2c,
-  Minus = 0x2d,
-  Point = 0x2e,
-  Zero = 0x30,
-  Nine = 0x39,
-  Colon = 0x3a,
-  UpperE = 0x45,
-  OpenBracket = 0x5b,
-  Backslash = 0x5c,
-  CloseBracket = 0x5d,
-  LowerE = 0x65,
-  LowerF = 0x66,
-  LowerN = 0x6e,
-  LowerT = 0x74,
-  OpenBrace = 0x7b,
-  CloseBrace = 0x7d,
+/** Value kinds of a scanned property (and what numberValue found). */
+const enum ValueKind {
+  /** The text is valueStart..valueEnd of the body. */
+  Bytes = 0,
+  /** The text is printedTexts[valueStart] (a number String() prints otherwise). */
+  Printed = 1,
+  /** Not set. */
+  Null = 2,
+  /** Not a value this scanner takes (not JSON, or a number not finite): the JSON.parse path reads the body. */
+  Unscannable = 3,
 }
+
 
 /**
  * Top-level and event fields, one bit each. A const enum, so that `switch`
@@ -113,12 +98,6 @@ const uuidLength = 36;
 const emptyBytes = new Uint8Array(0);
 const emptyBuffer = Buffer.alloc(0);
 
-/** A scratch array twice as long, holding the same contents. */
-function doubled<T extends Int32Array | Uint32Array>(array: T): T {
-  const larger = new (array.constructor as new (length: number) => T)(array.length * 2);
-  larger.set(array);
-  return larger;
-}
 
 /**
  * One scanner per worker, reused for every body: its scratch arrays are sized
@@ -228,10 +207,10 @@ class EventScanner implements ScannedBody {
       const row = builder.addInternedRow(this.timeMs[event], name, distinctId, this.hasUuid[event] === 1 ? this.uuids : undefined, event * 16);
       for (let property = this.firstProperty[event]; property < this.firstProperty[event + 1]; property++) {
         const kind = this.valueKind[property];
-        if (kind === valueNull) continue;
+        if (kind === ValueKind.Null) continue;
         const key = builder.internBytes(source, this.keyStart[property], this.keyEnd[property], this.keyHash[property]);
         const text =
-          kind === valueBytes
+          kind === ValueKind.Bytes
             ? builder.internBytes(source, this.valueStart[property], this.valueEnd[property], this.valueHash[property])
             : builder.intern(this.printedTexts[this.valueStart[property]]);
         builder.addInternedProperty(row, key, text);
@@ -326,8 +305,8 @@ class EventScanner implements ScannedBody {
           } else {
             // A numeric distinctId is stored as String(number).
             const kind = this.numberValue();
-            if (kind < 0) return undefined;
-            if (kind === valueBytes) {
+            if (kind === ValueKind.Unscannable) return undefined;
+            if (kind === ValueKind.Bytes) {
               this.idStart[event] = this.stringStart;
               this.idEnd[event] = this.stringEnd;
               this.idHash[event] = hashBytes(this.source, this.stringStart, this.stringEnd);
@@ -423,12 +402,12 @@ class EventScanner implements ScannedBody {
       let valueLength: number;
       if (valueFirst === Byte.Quote) {
         if (!this.stringValue()) return false;
-        this.valueKind[property] = valueBytes;
+        this.valueKind[property] = ValueKind.Bytes;
         valueLength = this.stringEnd - this.stringStart + 2;
       } else if (valueFirst === Byte.LowerT || valueFirst === Byte.LowerF || valueFirst === Byte.LowerN) {
         const start = this.at;
-        const kind = this.literal("true") || this.literal("false") ? valueBytes : this.literal("null") ? valueNull : -1;
-        if (kind < 0) return false;
+        const kind = this.literal("true") || this.literal("false") ? ValueKind.Bytes : this.literal("null") ? ValueKind.Null : ValueKind.Unscannable;
+        if (kind === ValueKind.Unscannable) return false;
         this.valueKind[property] = kind;
         this.stringStart = start;
         this.stringEnd = this.at;
@@ -436,9 +415,9 @@ class EventScanner implements ScannedBody {
         valueLength = this.at - start;
       } else {
         const kind = this.numberValue();
-        if (kind < 0) return false;
+        if (kind === ValueKind.Unscannable) return false;
         this.valueKind[property] = kind;
-        if (kind === valuePrinted) {
+        if (kind === ValueKind.Printed) {
           const printed = this.printedTexts.length - 1;
           this.stringStart = printed;
           valueLength = this.printedTexts[printed].length;
@@ -591,29 +570,29 @@ class EventScanner implements ScannedBody {
     let field: number;
     let name: Uint8Array;
     switch (source[at + 1]) {
-      case 0x61 /* a */:
+      case Byte.LowerA:
         field = Field.ApiKey;
         name = apiKeyName;
         break;
-      case 0x64 /* d */:
+      case Byte.LowerD:
         field = Field.DistinctId;
         name = distinctIdName;
         break;
-      case 0x65 /* e */: {
-        const plural = source[at + 6] === 0x73; /* s */
+      case Byte.LowerE: {
+        const plural = source[at + 6] === Byte.LowerS;
         field = plural ? Field.Events : Field.Event;
         name = plural ? eventsName : eventName;
         break;
       }
-      case 0x70 /* p */:
+      case Byte.LowerP:
         field = Field.Properties;
         name = propertiesName;
         break;
-      case 0x74 /* t */:
+      case Byte.LowerT:
         field = Field.Timestamp;
         name = timestampName;
         break;
-      case 0x75 /* u */:
+      case Byte.LowerU:
         field = Field.Uuid;
         name = uuidName;
         break;
@@ -706,11 +685,11 @@ class EventScanner implements ScannedBody {
 
   /**
    * A JSON number at `at`, its bytes in stringStart..stringEnd. Returns
-   * valueBytes when String(Number(text)) is the text itself, valuePrinted
-   * when it is another text (pushed on printedTexts), -1 when the number is
+   * ValueKind.Bytes when String(Number(text)) is the text itself, ValueKind.Printed
+   * when it is another text (pushed on printedTexts), Unscannable when the number is
    * not JSON or not finite.
    */
-  private numberValue(): number {
+  private numberValue(): ValueKind {
     const source = this.source;
     const start = this.at;
     let at = start;
@@ -719,7 +698,7 @@ class EventScanner implements ScannedBody {
     if (source[at] === Byte.Zero) {
       at++;
     } else {
-      if (!(source[at] > Byte.Zero && source[at] <= Byte.Nine)) return -1;
+      if (!(source[at] > Byte.Zero && source[at] <= Byte.Nine)) return ValueKind.Unscannable;
       while (source[at] >= Byte.Zero && source[at] <= Byte.Nine) at++;
     }
     const integerDigits = at - integerStart;
@@ -728,7 +707,7 @@ class EventScanner implements ScannedBody {
       plainInteger = false;
       const fractionStart = ++at;
       while (source[at] >= Byte.Zero && source[at] <= Byte.Nine) at++;
-      if (at === fractionStart) return -1;
+      if (at === fractionStart) return ValueKind.Unscannable;
     }
     if (source[at] === Byte.LowerE || source[at] === Byte.UpperE) {
       plainInteger = false;
@@ -736,21 +715,21 @@ class EventScanner implements ScannedBody {
       if (source[at] === Byte.Plus || source[at] === Byte.Minus) at++;
       const exponentStart = at;
       while (source[at] >= Byte.Zero && source[at] <= Byte.Nine) at++;
-      if (at === exponentStart) return -1;
+      if (at === exponentStart) return ValueKind.Unscannable;
     }
-    if (at > this.end) return -1;
+    if (at > this.end) return ValueKind.Unscannable;
     this.at = at;
     this.stringStart = start;
     this.stringEnd = at;
     // Integers below 2^53 print as written, except -0 (String(-0) is "0").
-    if (plainInteger && integerDigits <= 15 && !(source[start] === Byte.Minus && source[integerStart] === Byte.Zero)) return valueBytes;
+    if (plainInteger && integerDigits <= 15 && !(source[start] === Byte.Minus && source[integerStart] === Byte.Zero)) return ValueKind.Bytes;
     const text = this.textOf(start, at, "latin1");
     const value = Number(text);
-    if (!Number.isFinite(value)) return -1;
+    if (!Number.isFinite(value)) return ValueKind.Unscannable;
     const printed = String(value);
-    if (printed === text) return valueBytes;
+    if (printed === text) return ValueKind.Bytes;
     this.printedTexts.push(printed);
-    return valuePrinted;
+    return ValueKind.Printed;
   }
 }
 

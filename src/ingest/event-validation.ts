@@ -10,7 +10,8 @@
  */
 import { limits } from "../config/limits.js";
 import type { ServiceError } from "../errors.js";
-import { PrintedValue, checkEnvelope, parseBodyBytes } from "../json/body-bytes.js";
+import { checkEnvelope, parseBodyBytes } from "../json/body-bytes.js";
+import { PrintedValue } from "../json/value-printer.js";
 import { invalidJson, notAnObject, parseJsonObject, plainUtf8Body } from "../json/body.js";
 import { ChunkBuilder } from "../storage/chunk-codec.js";
 import { parseTimestampMs, parseUuid } from "./event-fields.js";

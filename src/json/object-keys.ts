@@ -10,10 +10,8 @@
  * backslashes), so only escaped keys are rewritten.
  */
 import { randomFillSync } from "node:crypto";
-
-const backslash = 0x5c;
-const quote = 0x22;
-const zero = 0x30;
+import { tuning } from "../config/limits.js";
+import { Byte, hexDigitValue, lowerHexDigits, shortEscapeLetters } from "./bytes.js";
 
 /** A growable byte buffer. */
 export class ByteSink {
@@ -30,23 +28,10 @@ export class ByteSink {
   }
 }
 
-/** The letter JSON.stringify escapes a control character with (`\b` for 0x08…), 0 when it uses `\u00XX`. */
-const shortEscapeLetters = new Uint8Array(0x20);
-shortEscapeLetters[0x08] = 0x62;
-shortEscapeLetters[0x09] = 0x74;
-shortEscapeLetters[0x0a] = 0x6e;
-shortEscapeLetters[0x0c] = 0x66;
-shortEscapeLetters[0x0d] = 0x72;
-const lowerHex = [0x30, 0x31, 0x32, 0x33, 0x34, 0x35, 0x36, 0x37, 0x38, 0x39, 0x61, 0x62, 0x63, 0x64, 0x65, 0x66];
-
-function hexValue(byte: number): number {
-  return byte <= 0x39 ? byte - 0x30 : (byte | 0x20) - 0x61 + 10;
-}
-
 /** The code unit of the `\uXXXX` escape at `at`, or -1 when none starts there. */
 function unicodeEscapeAt(source: Uint8Array, at: number, end: number): number {
-  if (at + 6 > end || source[at] !== backslash || source[at + 1] !== 0x75) return -1;
-  return (hexValue(source[at + 2]) << 12) | (hexValue(source[at + 3]) << 8) | (hexValue(source[at + 4]) << 4) | hexValue(source[at + 5]);
+  if (at + 6 > end || source[at] !== Byte.Backslash || source[at + 1] !== Byte.LowerU) return -1;
+  return (hexDigitValue(source[at + 2]) << 12) | (hexDigitValue(source[at + 3]) << 8) | (hexDigitValue(source[at + 4]) << 4) | hexDigitValue(source[at + 5]);
 }
 
 /**
@@ -64,18 +49,18 @@ export function writeCanonicalString(source: Uint8Array, start: number, end: num
   let position = start + 1;
   while (position < last) {
     const byte = source[position];
-    if (byte !== backslash) {
+    if (byte !== Byte.Backslash) {
       out[length++] = byte;
       position++;
       continue;
     }
     const letter = source[position + 1];
-    if (letter !== 0x75) {
+    if (letter !== Byte.LowerU) {
       // Every one-letter escape prints as itself, but `\/`, which prints as `/`.
-      if (letter === 0x2f) {
+      if (letter === Byte.Slash) {
         out[length++] = letter;
       } else {
-        out[length++] = backslash;
+        out[length++] = Byte.Backslash;
         out[length++] = letter;
       }
       position += 2;
@@ -102,13 +87,13 @@ export function writeCanonicalString(source: Uint8Array, start: number, end: num
     } else if (unit < 0x20) {
       const letterOut = shortEscapeLetters[unit];
       if (letterOut !== 0) {
-        out[length++] = backslash;
+        out[length++] = Byte.Backslash;
         out[length++] = letterOut;
       } else {
         length = writeUnicodeEscape(out, length, unit);
       }
-    } else if (unit === quote || unit === backslash) {
-      out[length++] = backslash;
+    } else if (unit === Byte.Quote || unit === Byte.Backslash) {
+      out[length++] = Byte.Backslash;
       out[length++] = unit;
     } else if (unit < 0x80) {
       out[length++] = unit;
@@ -127,22 +112,22 @@ export function writeCanonicalString(source: Uint8Array, start: number, end: num
 
 /** `\uXXXX` in lower-case hex, as JSON.stringify escapes controls and lone surrogates. */
 function writeUnicodeEscape(out: Uint8Array, length: number, unit: number): number {
-  out[length++] = backslash;
-  out[length++] = 0x75;
-  out[length++] = lowerHex[(unit >> 12) & 0xf];
-  out[length++] = lowerHex[(unit >> 8) & 0xf];
-  out[length++] = lowerHex[(unit >> 4) & 0xf];
-  out[length++] = lowerHex[unit & 0xf];
+  out[length++] = Byte.Backslash;
+  out[length++] = Byte.LowerU;
+  out[length++] = lowerHexDigits[(unit >> 12) & 0xf];
+  out[length++] = lowerHexDigits[(unit >> 8) & 0xf];
+  out[length++] = lowerHexDigits[(unit >> 4) & 0xf];
+  out[length++] = lowerHexDigits[unit & 0xf];
   return length;
 }
 
 /** The array index canonical key bytes spell (decimal without leading zeros, ≤ 2³² − 2), or -1. */
 export function arrayIndexOf(bytes: Uint8Array, start: number, end: number): number {
   const length = end - start;
-  if (length < 1 || length > 10 || (length > 1 && bytes[start] === zero)) return -1;
+  if (length < 1 || length > 10 || (length > 1 && bytes[start] === Byte.Zero)) return -1;
   let value = 0;
   for (let position = start; position < end; position++) {
-    const digit = bytes[position] - zero;
+    const digit = bytes[position] - Byte.Zero;
     if (digit < 0 || digit > 9) return -1;
     value = value * 10 + digit;
   }
@@ -157,8 +142,7 @@ export function arrayIndexOf(bytes: Uint8Array, start: number, end: number): num
 const byteSubstitution = randomFillSync(new Uint32Array(256));
 const hashBasis = randomFillSync(new Uint32Array(1))[0];
 
-/** Members hashed into one table at a time: a table for this many fits in the CPU's caches. */
-const partitionMembersTarget = 4096;
+const partitionMembersTarget = tuning.keyTablePartitionMembersTarget;
 
 /**
  * Groups the members of one object by key. A table over millions of keys is
@@ -285,7 +269,7 @@ export class KeyTable {
     let escaped = false;
     for (let position = start + 1; position < end - 1; position++) {
       const byte = source[position];
-      if (byte === backslash) {
+      if (byte === Byte.Backslash) {
         escaped = true;
         break;
       }

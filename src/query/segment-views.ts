@@ -8,7 +8,8 @@
 import roaring from "roaring";
 import { limits } from "../config/limits.js";
 import type { ActiveSegmentDescriptor, SealedSegmentDescriptor, SegmentDescriptor } from "../storage/segment-descriptor.js";
-import { denseValueIds, PropertyDirectory, type SegmentLayout } from "../storage/segment-format.js";
+import type { SegmentLayout } from "../storage/segment-layout.js";
+import { denseValueIds, PropertyDirectory } from "../storage/segment-reader.js";
 import type { PropertyColumn, SegmentView } from "./segment-view.js";
 
 const { RoaringBitmap32 } = roaring;

@@ -8,7 +8,7 @@
  * transferred buffer, and only keys with many entries, whose handles are few,
  * as shared buffers.
  */
-import type { PropertyEntries } from "./segment-format.js";
+import type { PropertyEntries } from "./segment-writer.js";
 
 /** Every array in it is made for the message and transferred with it (pool.ts). */
 export interface PropertyEntriesMessage {

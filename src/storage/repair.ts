@@ -31,7 +31,8 @@ import { StoreCorruptionError } from "./corruption.js";
 import { scanDictionaryBlocks } from "./dictionary.js";
 import { fsyncDirectory, publishFileAtomically } from "./files.js";
 import { checkpointPath, dictionaryPath, isWorkspaceId, walFilePath, workspaceDirectory, workspacesDirectory, type DictionaryName } from "./paths.js";
-import { loadSegment, PropertyDirectory, readSegmentLayout, SegmentCorruptError, verifySegment } from "./segment-format.js";
+import { SegmentCorruptError } from "./segment-layout.js";
+import { loadSegment, PropertyDirectory, readSegmentLayout, verifySegment } from "./segment-reader.js";
 import { encodeRecord, listWalSequences, scanWalFile } from "./wal.js";
 
 export interface RepairReport {

@@ -11,7 +11,9 @@
  */
 import { strict as assert } from "node:assert";
 import { basename } from "node:path";
-import { loadSegment, PropertyDirectory, readSegmentFile, sealSegment, type LoadSegmentResult, type PropertyEntries } from "./segment-format.js";
+import type { LoadSegmentResult } from "./segment-layout.js";
+import { loadSegment, PropertyDirectory, readSegmentFile } from "./segment-reader.js";
+import { sealSegment, type PropertyEntries } from "./segment-writer.js";
 
 export interface MergeInput {
   /** Sealed segment directories of one day, oldest first. */

@@ -38,7 +38,8 @@ import {
   workspacesDirectory,
 } from "./paths.js";
 import type { ActiveSegmentDescriptor, SealedSegmentDescriptor, SegmentDescriptor } from "./segment-descriptor.js";
-import { readSegmentLayout, readSegmentUuids, SegmentCorruptError, segmentExists, verifySegment, type LoadSegmentResult, type SegmentLayout } from "./segment-format.js";
+import { SegmentCorruptError, type LoadSegmentResult, type SegmentLayout } from "./segment-layout.js";
+import { readSegmentLayout, readSegmentUuids, segmentExists, verifySegment } from "./segment-reader.js";
 import { UuidSet } from "./uuid-set.js";
 import { encodeRecord, listWalSequences, scanWalFile, truncateWalFile, WriteAheadLog } from "./wal.js";
 import { log } from "../log.js";

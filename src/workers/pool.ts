@@ -7,7 +7,7 @@ import { Piscina } from "piscina";
 import { limits, workerSegmentCacheBytesMax } from "../config/limits.js";
 import type { Task, TimedTask, WorkerSettings, BarrierTask, BarrierTaskResult, IngestTask, IngestTaskResult, LoadSegmentTask, MergeTask, SealTask } from "./protocol.js";
 import type { ParseQueryTask, ParseQueryTaskResult, QueryTask, QueryTaskResult } from "../query/query-protocol.js";
-import type { LoadSegmentResult } from "../storage/segment-format.js";
+import type { LoadSegmentResult } from "../storage/segment-layout.js";
 
 export class PoolSaturatedError extends Error {}
 

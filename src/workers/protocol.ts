@@ -6,7 +6,7 @@
  */
 import type { IngestBodyResult, IngestShape, KeyedChunk } from "../ingest/event-validation.js";
 import type { ParseQueryTask, ParseQueryTaskResult, QueryTask, QueryTaskResult } from "../query/query-protocol.js";
-import type { LoadSegmentResult } from "../storage/segment-format.js";
+import type { LoadSegmentResult } from "../storage/segment-layout.js";
 import type { PropertyEntriesMessage } from "../storage/property-transfer.js";
 
 /**

@@ -1,5 +1,6 @@
 import { unpackPropertyEntries } from "../../src/storage/property-transfer.js";
-import { sealSegment, type LoadSegmentResult } from "../../src/storage/segment-format.js";
+import type { LoadSegmentResult } from "../../src/storage/segment-layout.js";
+import { sealSegment } from "../../src/storage/segment-writer.js";
 import type { ActiveSegment } from "../../src/storage/store.js";
 
 /** Seals on the calling thread exactly as the pool's worker does (src/workers/worker.ts runSeal); for StoreTasks in tests. */

@@ -21,7 +21,7 @@ import type { Store as StoreType, StoreTasks } from "../../src/storage/store.js"
 const idleMs = 2000;
 process.env.EVENTIDE_CHECKPOINT_IDLE_MS = String(idleMs);
 const { ChunkBuilder } = await import("../../src/storage/chunk-codec.js");
-const { loadSegment } = await import("../../src/storage/segment-format.js");
+const { loadSegment } = await import("../../src/storage/segment-reader.js");
 const { sealInline } = await import("../helpers/seal-inline.js");
 const { mergeSegments } = await import("../../src/storage/segment-merge.js");
 const { Store } = await import("../../src/storage/store.js");

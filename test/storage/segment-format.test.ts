@@ -10,18 +10,9 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import roaring from "roaring";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import {
-  denseValueIds,
-  loadSegment,
-  PropertyDirectory,
-  readSegmentLayout,
-  readSegmentUuids,
-  sealSegment,
-  SegmentCorruptError,
-  segmentExists,
-  type SealInput,
-  type SegmentLayout,
-} from "../../src/storage/segment-format.js";
+import { SegmentCorruptError, type SegmentLayout } from "../../src/storage/segment-layout.js";
+import { denseValueIds, loadSegment, PropertyDirectory, readSegmentLayout, readSegmentUuids, segmentExists } from "../../src/storage/segment-reader.js";
+import { sealSegment, type SealInput } from "../../src/storage/segment-writer.js";
 import { Random } from "../helpers/random.js";
 
 const { RoaringBitmap32 } = roaring;

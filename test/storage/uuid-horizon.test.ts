@@ -10,7 +10,7 @@ import { join } from "node:path";
 import { afterEach, beforeEach, describe, expect, it } from "vitest";
 import { ChunkBuilder } from "../../src/storage/chunk-codec.js";
 import { limits } from "../../src/config/limits.js";
-import { loadSegment } from "../../src/storage/segment-format.js";
+import { loadSegment } from "../../src/storage/segment-reader.js";
 import { mergeSegments } from "../../src/storage/segment-merge.js";
 import { Store, type StoreTasks } from "../../src/storage/store.js";
 import { UuidSet } from "../../src/storage/uuid-set.js";
