@@ -19,7 +19,7 @@ import { decodeChunk } from "../storage/chunk-codec.js";
 import { Dictionary } from "../storage/dictionary.js";
 import { checkpointSequenceOf } from "./snapshot.js";
 import { dictionaryPath, segmentDirectory, walDirectory, workspaceDirectory } from "../storage/paths.js";
-import { loadSegment, PropertyDirectory, readSegmentFile, readSegmentLayout } from "../storage/segment-format.js";
+import { loadSegment, PropertyDirectory, readSegmentFile, readSegmentLayout } from "../storage/segment-reader.js";
 import { readWalFile } from "../storage/wal.js";
 
 export interface ExportedEvent {
