@@ -1,7 +1,7 @@
 /**
  * Every bound of the service, in one place, units last (TigerBeetle's
  * constants.zig habit). The SPEC §6 limits are settings: each can be overridden
- * by an environment variable named in the README; relations between them are
+ * by an environment variable listed in docs/configuration.md; relations between them are
  * asserted when this module loads, so a bad override fails at start-up rather
  * than in the middle of a request.
  */

@@ -17,15 +17,23 @@ const srcRoot = resolve(import.meta.dirname, "..", "..", "src");
 const allowedImports: Record<string, readonly string[]> = {
   "config": [],
   "errors": ["config"],
+  "log": [],
+  "metrics": [],
   "json": ["config", "errors"],
-  "storage": ["config", "errors"],
-  "auth": ["config", "errors", "storage"],
-  "ingest": ["config", "errors", "json", "storage", "auth", "workers"],
-  "query": ["config", "errors", "json", "storage", "workers"],
-  "workers": ["config", "errors", "json", "storage", "ingest", "query"],
-  "http": ["config", "errors", "json", "storage", "auth", "ingest", "query", "workers"],
-  "main": ["config", "errors", "json", "storage", "auth", "ingest", "query", "workers", "http"],
-  "cli": ["config", "errors", "storage", "auth"],
+  "storage": ["config", "errors", "log", "metrics"],
+  "auth": ["config", "errors", "log", "storage"],
+  "ingest": ["config", "errors", "log", "metrics", "json", "storage", "auth", "workers"],
+  "query": ["config", "errors", "log", "metrics", "json", "storage", "workers"],
+  "workers": ["config", "errors", "log", "json", "storage", "ingest", "query"],
+  "http": ["config", "errors", "log", "metrics", "json", "storage", "auth", "ingest", "query", "workers"],
+  "serve": ["config", "errors", "log", "metrics", "json", "storage", "auth", "ingest", "query", "workers", "http"],
+  "main": ["log", "serve"],
+  // The command and its lifecycle commands are one layer in two folders: the table in cli.ts loads them lazily.
+  "cli": ["config", "errors", "log", "storage", "auth", "lifecycle"],
+  "lifecycle": ["config", "errors", "log", "json", "storage", "auth", "cli"],
+  // Code that runs in browsers or users' processes: it imports nothing of the server.
+  "sdk": [],
+  "client": [],
 };
 
 /** The layer of a path under src/: its first folder, or the file's own name at the root. */
