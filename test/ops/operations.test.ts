@@ -9,7 +9,7 @@ import { createServer, type AddressInfo, type Server as NetServer } from "node:n
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { routes } from "../../src/http/routes.js";
 import { serverNodeFlags } from "../../src/config/node-flags.js";
-import { expectError, expectOk, ingestBatch, ingestOne, send, sendJson } from "../helpers/http.js";
+import { elapsedUntil, expectError, expectOk, ingestBatch, ingestOne, send, sendJson } from "../helpers/http.js";
 import { mainScript, makeDataDir, removeDataDir, repoRoot, startServer, type ServerHandle } from "../helpers/server.js";
 
 const get = { method: "GET" };
@@ -213,7 +213,9 @@ describe("logs", () => {
     expectOk(await send(`${server.queryUrl}/api/v1/internal/test-event`, { method: "POST", token: server.token }));
     expectError(await send(`${server.queryUrl}/nowhere?apiKey=${server.apiKey}&token=${server.token}`), 404, "not_found");
     const requestCount = 10;
-    // The last answer's line is written before its answer: no wait needed.
+    // The server writes each line before its answer, but this process reads the pipe when it gets to it.
+    const requestLines = () => jsonLines(server.stderr()).filter((line) => line.msg === "request").length;
+    await elapsedUntil(async () => requestLines() >= requestCount, 10_000).catch(() => undefined);
     const lines = jsonLines(server.stderr());
     const requests = lines.filter((line) => line.msg === "request");
     expect(requests).toHaveLength(requestCount);
@@ -228,6 +230,7 @@ describe("logs", () => {
     const server = await start({ env: { EVENTIDE_LOG_LEVEL: undefined } });
     expectOk(await ingestOne(server, server.apiKey, { event: "quiet", distinctId: "u" }));
     expectError(await ingestOne(server, "ek_wrong", { event: "quiet", distinctId: "u" }), 401, "unauthorized");
+    await elapsedUntil(async () => jsonLines(server.stderr()).some((line) => line.msg === "request"), 10_000).catch(() => undefined);
     const requests = jsonLines(server.stderr()).filter((line) => line.msg === "request");
     expect(requests.map((line) => line.status)).toEqual([401]);
   });
