@@ -19,6 +19,7 @@ import { holdServerLock } from "../storage/lock-file.js";
 import { findWorkspaceSummary, removeWorkspace } from "../auth/registry.js";
 import type { CliContext } from "../cli.js";
 import { CliCommandError, CliUsageError } from "../cli/command-errors.js";
+import { forgetWorkspace } from "../storage/checkpoint-file.js";
 import { fsyncDirectory } from "../storage/files.js";
 import { serverLockPath, walDirectory, workspaceDirectory, workspacesDirectory } from "../storage/paths.js";
 import { readWalFile } from "../storage/wal.js";
@@ -65,7 +66,11 @@ export async function deleteWorkspaceCommand(workspaceArgument: string, { io, da
       rmSync(doomed, { recursive: true, force: true });
       renameSync(directory, doomed);
       fsyncDirectory(workspacesDirectory(dataDir));
+      // A crash before this line leaves a start refused for the missing directory: running the delete again finishes it.
+      forgetWorkspace(dataDir, workspace.workspaceId);
       rmSync(doomed, { recursive: true, force: true });
+    } else {
+      forgetWorkspace(dataDir, workspace.workspaceId);
     }
     await removeWorkspace(dataDir, workspace.workspaceId);
     return { deleted: true, workspaceId: workspace.workspaceId, name: workspace.name };

@@ -9,6 +9,7 @@
  * as it is.
  */
 import { existsSync, readFileSync } from "node:fs";
+import { publishFileAtomically } from "./files.js";
 import { crc32 } from "node:zlib";
 import { StoreCorruptionError } from "./corruption.js";
 import { checkpointPath } from "./paths.js";
@@ -51,4 +52,15 @@ export function readCheckpointFile(dataDir: string): CheckpointFile {
   const wellFormed = Array.isArray(entries) && entries.every((entry) => Array.isArray(entry) && entry.length === 4 && typeof entry[0] === "string" && entry.slice(1).every(isCount));
   if (!wellFormed || checksum !== checksummed(walSequence, entries)) throw new StoreCorruptionError(path, undefined, "checksum mismatch");
   return { walSequence, dictionaryBytes: new Map(entries.map(([workspaceId, events, users, keys]) => [workspaceId, [events, users, keys]])) };
+}
+
+/**
+ * Drops a deleted workspace's dictionary lengths (eventide workspace delete),
+ * published atomically; otherwise start-up would take its missing directory
+ * for lost durable data.
+ */
+export function forgetWorkspace(dataDir: string, workspaceId: string): void {
+  const checkpoint = readCheckpointFile(dataDir);
+  if (!checkpoint.dictionaryBytes.delete(workspaceId)) return;
+  publishFileAtomically(checkpointPath(dataDir), encodeCheckpointFile(checkpoint));
 }

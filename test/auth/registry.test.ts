@@ -68,8 +68,8 @@ describe("registry", () => {
     expect(text).not.toContain(created.apiKey);
     expect(text).not.toContain(created.token);
     const registry = await readRegistry(dataDir);
-    expect(registry.workspaces[0].apiKeys).toEqual([{ hash: secretHash(created.apiKey), createdAt: expect.any(String) }]);
-    expect(registry.workspaces[0].tokens).toEqual([{ hash: secretHash(created.token), createdAt: expect.any(String) }]);
+    expect(registry.workspaces[0].apiKeys).toEqual([{ id: expect.stringMatching(/^key_[0-9a-f]+$/), hash: secretHash(created.apiKey), createdAt: expect.any(String) }]);
+    expect(registry.workspaces[0].tokens).toEqual([{ id: expect.stringMatching(/^tok_[0-9a-f]+$/), hash: secretHash(created.token), createdAt: expect.any(String) }]);
   });
 
   it("refuses a taken name, and a name equal to another workspace's id", async () => {
