@@ -150,6 +150,11 @@ describe("eventide workspace delete", () => {
     const server = await startServer({ dataDir });
     servers.push(server);
     const other = succeeded(await runEventide(["workspace", "create", "doomed"], { dataDir }));
+    // The server reads the new key at its next registry poll (within a second).
+    for (let waitedMs = 0; waitedMs < 10_000; waitedMs += 50) {
+      if ((await post(`${server.ingestUrl}/ingest/batch`, { apiKey: other.apiKey, events: [] })).status === 200) break;
+      await new Promise((resolve) => setTimeout(resolve, 50));
+    }
     await ingestAll({ ingestUrl: server.ingestUrl, apiKey: other.apiKey }, [{ event: "x", distinctId: "u", timestamp: "2024-05-01T00:00:00Z" }]);
     await ingestAll(server, [{ event: "kept", distinctId: "u", timestamp: "2024-05-01T00:00:00Z" }]);
 
