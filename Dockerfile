@@ -8,7 +8,7 @@ FROM node:20-bookworm-slim AS build
 # roaring's native addon is built from source when no prebuilt binary fits.
 RUN apt-get update && apt-get install -y --no-install-recommends python3 make g++ && rm -rf /var/lib/apt/lists/*
 WORKDIR /app
-COPY package.json package-lock.json tsconfig.json ./
+COPY package.json package-lock.json tsconfig.json tsconfig.client.json ./
 COPY bin ./bin
 COPY scripts ./scripts
 COPY src ./src
@@ -29,6 +29,7 @@ COPY --from=build /app/package.json ./package.json
 COPY --from=build /app/node_modules ./node_modules
 COPY --from=build /app/bin ./bin
 COPY --from=build /app/dist/src ./dist/src
+COPY --from=build /app/src/dashboard ./src/dashboard
 RUN mkdir -p /data && chown node:node /data
 USER node
 VOLUME ["/data"]

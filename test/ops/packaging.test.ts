@@ -136,12 +136,17 @@ describe("the Dockerfile", () => {
           if (parsed.event === "listening") resolve(parsed.queryUrl);
         });
         child.once("exit", (code) => reject(new Error(`exited with ${code}: ${stderr}`)));
+        // A start that neither listens nor exits fails here rather than holding the suite.
+        setTimeout(() => reject(new Error(`did not listen within 60 s: ${stderr}`)), 60_000).unref();
       });
       const port = new URL(queryUrl).port;
       expect(runHealthcheck(runtime.healthcheck!, { EVENTIDE_QUERY_PORT: port })).toBe(0);
     } finally {
-      child.kill("SIGTERM");
-      await new Promise((resolve) => child.once("exit", resolve));
+      if (child.exitCode === null && child.signalCode === null) {
+        const exited = new Promise((resolve) => child.once("exit", resolve));
+        child.kill("SIGTERM");
+        await exited;
+      }
     }
     // Nothing listens there any more: the same check now fails.
     const closedPort = await new Promise<string>((resolve) => {
