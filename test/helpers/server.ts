@@ -208,3 +208,23 @@ export function serverPerFile(options: StartOptions = {}): ServerHandle {
   });
   return handle;
 }
+
+/**
+ * Servers a test file starts as it goes: each is stopped (or, for files whose
+ * servers may hang on purpose, killed) and its data directory removed after the
+ * file's last test. Returns the function that starts one.
+ */
+export function serversPerFile(teardown: "stop" | "kill" = "stop"): (options?: StartOptions) => Promise<ServerHandle> {
+  const servers: ServerHandle[] = [];
+  afterAll(async () => {
+    for (const server of servers) {
+      await (teardown === "stop" ? server.stop() : server.kill());
+      removeDataDir(server.dataDir);
+    }
+  });
+  return async (options = {}) => {
+    const server = await startServer(options);
+    servers.push(server);
+    return server;
+  };
+}

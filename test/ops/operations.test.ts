@@ -10,21 +10,10 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { routes } from "../../src/http/routes.js";
 import { serverNodeFlags } from "../../src/config/node-flags.js";
 import { elapsedUntil, expectError, expectOk, ingestBatch, ingestOne, send, sendJson } from "../helpers/http.js";
-import { mainScript, makeDataDir, removeDataDir, repoRoot, startServer, type ServerHandle } from "../helpers/server.js";
+import { mainScript, makeDataDir, removeDataDir, repoRoot, serversPerFile, startServer, type ServerHandle } from "../helpers/server.js";
 
 const get = { method: "GET" };
-const servers: ServerHandle[] = [];
-async function start(options: Parameters<typeof startServer>[0] = {}): Promise<ServerHandle> {
-  const server = await startServer(options);
-  servers.push(server);
-  return server;
-}
-afterAll(async () => {
-  for (const server of servers) {
-    await server.stop();
-    removeDataDir(server.dataDir);
-  }
-});
+const start = serversPerFile("stop");
 
 /** A sample's value in Prometheus text: `name{labels} value`; 0 when absent. */
 function sample(text: string, series: string): number {

@@ -11,23 +11,10 @@ import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { serverLockPath, registryPath } from "../../src/storage/paths.js";
 import { elapsedUntil, expectError, expectOk, ingestBatch, send, sendJson, type HttpAnswer } from "../helpers/http.js";
-import { makeDataDir, removeDataDir, startServer, type ServerHandle } from "../helpers/server.js";
+import { makeDataDir, removeDataDir, serversPerFile, type ServerHandle } from "../helpers/server.js";
 
 const day = "2024-03-01";
-const servers: ServerHandle[] = [];
-
-async function start(options: Parameters<typeof startServer>[0] = {}): Promise<ServerHandle> {
-  const server = await startServer(options);
-  servers.push(server);
-  return server;
-}
-
-afterAll(async () => {
-  for (const server of servers) {
-    await server.kill();
-    removeDataDir(server.dataDir);
-  }
-});
+const start = serversPerFile("kill");
 
 function trend(server: ServerHandle, body: Record<string, unknown>): Promise<HttpAnswer> {
   return sendJson(`${server.queryUrl}/api/v1/query/trend`, { event: "view", dateFrom: day, dateTo: day, ...body }, { token: server.token });
@@ -212,11 +199,8 @@ describe("the data directory", () => {
     const first = await start({ workers: 1 });
     const credentials = { apiKey: first.apiKey, token: first.token, workspaceId: first.workspaceId };
     rmSync(serverLockPath(first.dataDir), { force: true });
-    const refused = await startServer({ dataDir: first.dataDir, workers: 1, credentials }).then(
-      (second) => {
-        servers.push(second);
-        return "started";
-      },
+    const refused = await start({ dataDir: first.dataDir, workers: 1, credentials }).then(
+      () => "started",
       (error: Error) => error.message,
     );
     expect(refused).toMatch(/exited with 1 before listening/);
