@@ -10,7 +10,7 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { routes } from "../../src/http/routes.js";
 import { serverNodeFlags } from "../../src/config/node-flags.js";
 import { elapsedUntil, expectError, expectOk, ingestBatch, ingestOne, send, sendJson } from "../helpers/http.js";
-import { mainScript, makeDataDir, removeDataDir, repoRoot, serversPerFile, startServer, type ServerHandle } from "../helpers/server.js";
+import { mainScript, makeDataDir, removeDataDir, repoRoot, serversPerFile, type ServerHandle } from "../helpers/server.js";
 
 const get = { method: "GET" };
 const start = serversPerFile("stop");

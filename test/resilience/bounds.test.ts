@@ -8,10 +8,10 @@
 import { mkdirSync, readdirSync, renameSync, rmdirSync, rmSync, statSync, writeFileSync } from "node:fs";
 import { connect, type Socket } from "node:net";
 import { join } from "node:path";
-import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { beforeAll, describe, expect, it } from "vitest";
 import { serverLockPath, registryPath } from "../../src/storage/paths.js";
 import { elapsedUntil, expectError, expectOk, ingestBatch, send, sendJson, type HttpAnswer } from "../helpers/http.js";
-import { makeDataDir, removeDataDir, serversPerFile, type ServerHandle } from "../helpers/server.js";
+import { makeDataDir, serversPerFile, type ServerHandle } from "../helpers/server.js";
 
 const day = "2024-03-01";
 const start = serversPerFile("kill");
