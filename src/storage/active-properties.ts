@@ -364,15 +364,14 @@ function grown(array: Uint32Array<ArrayBuffer>, capacity: number): Uint32Array<A
   return larger;
 }
 
-/**
- * Value ids of a chunk's strings under one key of one segment, by chunk string
- * index, for the apply loop (store.ts). Stamped, so forgetting every id when
- * the key or segment changes costs one increment rather than a fill. 0: not
- * known (value ids start at 1).
- */
 /** ValueIdCache.get's answer for a string not looked up in this run: value id 0 means unset, so no text has it. */
 export const valueIdUnknown = 0;
 
+/**
+ * Value ids of a chunk's strings under one key of one segment, by chunk string
+ * index, for the apply loop (apply.ts). Stamped, so forgetting every id when
+ * the key or segment changes costs one increment rather than a fill.
+ */
 export class ValueIdCache {
   private ids = new Uint32Array(0);
   private stamps = new Uint32Array(0);
