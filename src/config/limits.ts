@@ -132,6 +132,26 @@ export const limits = Object.freeze({
    * slots, and a bound keeps a lookup's walk short whatever uuids clients choose.
    */
   uuidProbeSlotsMax: 128,
+  /** Days larger than this are left as several segments rather than rewritten whole: a merge holds a worker for its whole day. */
+  mergeRowsMax: 20_000_000,
+  /**
+   * While ingest is busy, a day is merged only once it holds this many sealed segments: merging at
+   * every checkpoint rewrote a day's rows again and again (work quadratic in them, taken from the
+   * workers that parse ingest), while a query pays little for a few more segments.
+   */
+  busyMergeSegmentsMin: 8,
+  /** After a failed checkpoint the next waits this long: a full or failing disk is not asked again on every commit. */
+  checkpointRetryDelayMs: 1_000,
+  /** A chunk with more property keys, or entries, than these is applied in slices: at once it could hold the main thread for a second. */
+  applyAtOnceKeysMax: 4_096,
+  applyAtOnceEntriesMax: 65_536,
+  /** Longest the main thread applies one chunk without letting other work run. */
+  applySliceMs: 8,
+  /** Keys, and entries, applied between looks at the clock: reading it per key would cost more than the key. */
+  applyClockKeys: 256,
+  applyClockEntries: 16_384,
+  /** A query's snapshot looks again this many times when merges keep retiring a segment it waits for; more means a bug. */
+  snapshotAttemptsMax: 3,
 
   // Queries.
   /** Decoded sealed segments kept in memory by all threads together (main half, workers the other): half the memory by default. */
@@ -197,6 +217,8 @@ assert(limits.propertiesBytesMax < limits.ingestBodyBytesMax, "EVENTIDE_PROPERTI
 assert(limits.groupCommitBytesMax <= limits.writeQueueBytesMax, `EVENTIDE_WRITE_QUEUE_BYTES_MAX must be at least ${limits.groupCommitBytesMax} (one WAL group)`);
 assert(limits.workerNiceSteps <= 19, "EVENTIDE_WORKER_NICE must be 0–19");
 assert(limits.registryPollIntervalMs * 2 < 1000, "credential changes must reach the server within 1 s");
+assert(limits.busyMergeSegmentsMin >= 2, "a merge needs at least two segments");
+assert(limits.applyClockKeys <= limits.applyAtOnceKeysMax && limits.applyClockEntries <= limits.applyAtOnceEntriesMax, "a sliced apply looks at the clock within its first slice");
 assert(limits.shutdownTimeoutMs < 10_000, "SPEC: exit within 10 s of SIGTERM");
 assert(limits.workspaceListingCacheTtlMs <= 60_000, "SPEC §7.6: EVENTIDE_WORKSPACE_LISTING_CACHE_TTL_MS must be at most 60 000 (listings lag by at most 60 s)");
 assert(limits.registryStaleMsMax > limits.registryPollIntervalMs, `EVENTIDE_REGISTRY_STALE_MS_MAX must exceed the registry poll interval (${limits.registryPollIntervalMs} ms)`);

@@ -364,11 +364,13 @@ function grown(array: Uint32Array<ArrayBuffer>, capacity: number): Uint32Array<A
   return larger;
 }
 
+/** ValueIdCache.get's answer for a string not looked up in this run: value id 0 means unset, so no text has it. */
+export const valueIdUnknown = 0;
+
 /**
  * Value ids of a chunk's strings under one key of one segment, by chunk string
- * index, for the apply loop (store.ts). Stamped, so forgetting every id when
- * the key or segment changes costs one increment rather than a fill. 0: not
- * known (value ids start at 1).
+ * index, for the apply loop (apply.ts). Stamped, so forgetting every id when
+ * the key or segment changes costs one increment rather than a fill.
  */
 export class ValueIdCache {
   private ids = new Uint32Array(0);
@@ -394,7 +396,7 @@ export class ValueIdCache {
   }
 
   get(stringIndex: number): number {
-    return this.stamps[stringIndex] === this.stamp ? this.ids[stringIndex] : 0;
+    return this.stamps[stringIndex] === this.stamp ? this.ids[stringIndex] : valueIdUnknown;
   }
 
   set(stringIndex: number, valueId: number): void {

@@ -37,6 +37,9 @@ const shardBits = 8;
 const shardInitialCapacity = 16;
 const dayMs = 86_400_000;
 
+/** UuidSet.claim's answer when the uuid was new and is now held by the claiming commit (owners are commit ids ≥ 0). */
+export const uuidClaimedNow = -1;
+
 /**
  * Batches of fewer rows are claimed without reading ahead (prefetchHomes):
  * the tasks of gathered single events (~60 rows at 256 connections) lost 6
@@ -424,7 +427,7 @@ export class UuidSet {
   }
 
   /**
-   * Claims the uuid for commit `owner`. Returns -1 when it was new (now claimed),
+   * Claims the uuid for commit `owner`. Returns uuidClaimedNow (-1) when it was new (now claimed),
    * else the owner that claimed it first (0 once that commit is durable).
    */
   claim(bytes: Uint8Array, offset: number, owner: number): number {

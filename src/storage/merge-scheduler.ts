@@ -1,0 +1,132 @@
+/**
+ * Merge scheduling: after a published checkpoint (and when ingest pauses),
+ * the sealed segments of each day are merged into one in the worker pool, in
+ * the background and one pass at a time. A merged segment is published before
+ * the ones it replaces are deleted; recovery finishes a deletion a crash cut.
+ */
+import { strict as assert } from "node:assert";
+import { limits } from "../config/limits.js";
+import type { AbandonedSegments } from "./abandoned-segments.js";
+import type { PublishedCheckpoint } from "./checkpoint.js";
+import { fsyncDirectory, removeDirectory } from "./files.js";
+import { dayDirectory, segmentDirectory } from "./paths.js";
+import type { SegmentCache } from "./segment-cache.js";
+import type { LoadSegmentResult } from "./segment-layout.js";
+import { dayLabel, SealedSegment } from "./segments.js";
+import type { Workspaces } from "./workspace-store.js";
+import { log } from "../log.js";
+
+/** Whether a merge pass is needed: none asked, or one asked while a pass runs (it runs again after). */
+type MergeRequest = "none" | "again-after-this-pass";
+
+export class MergeScheduler {
+  private running: Promise<void> | undefined;
+  private request: MergeRequest = "none";
+  /** A merge pass left a day unmerged because ingest was busy; the idle timer runs another. */
+  deferred = false;
+  private mergeCount = 0;
+
+  constructor(
+    private readonly dataDir: string,
+    private readonly fsync: boolean,
+    private readonly workspaces: Workspaces,
+    private readonly cache: SegmentCache,
+    private readonly abandoned: AbandonedSegments,
+    private readonly checkpoint: PublishedCheckpoint,
+    /** Merges the segments of `directories` into `target` in the pool (the store's tasks, given at start). */
+    private readonly merge: (directories: string[], target: string, dayStartMs: number) => Promise<LoadSegmentResult>,
+    /** When ingest last did something (see Store.lastIngestAtMs). */
+    private readonly lastIngestAtMs: () => number,
+    private readonly isClosing: () => boolean,
+  ) {}
+
+  /** The pass under way, if any. */
+  get inProgress(): Promise<void> | undefined {
+    return this.running;
+  }
+
+  /** Runs merges in the background, one at a time; a call while one runs asks for another pass after it. */
+  schedule(): void {
+    if (this.isClosing()) return;
+    if (this.running) {
+      this.request = "again-after-this-pass";
+      return;
+    }
+    this.running = this.runMerges()
+      .catch((error: unknown) => log.error(`merging segments failed (they stay as they are): ${(error as Error).message}`))
+      .finally(() => {
+        this.running = undefined;
+        if (this.request === "again-after-this-pass") {
+          this.request = "none";
+          this.schedule();
+        }
+      });
+  }
+
+  /** Merges every day that holds several sealed segments into one now, busy or not (maintenance, tests). */
+  async mergeAll(): Promise<void> {
+    while (this.running) await this.running;
+    this.running = this.runMerges(true).finally(() => (this.running = undefined));
+    await this.running;
+  }
+
+  /**
+   * Merges every day that holds more than one sealed segment into one segment
+   * (see busyMergeSegmentsMin). Whether ingest is busy is asked again before
+   * each day, unless `force`: a pass that began in a pause must not go on
+   * rewriting day after day once batches are back (it held a worker and a
+   * core for seconds, and halved batch throughput in the bench's later repeats).
+   */
+  private async runMerges(force = false): Promise<void> {
+    this.abandoned.remove();
+    this.deferred = false;
+    for (const workspace of [...this.workspaces.values()]) {
+      for (const [dayStartMs, partition] of [...workspace.days]) {
+        // A merge must not fold in segments of a checkpoint a power loss could still undo (see Checkpoints.run).
+        if (this.isClosing() || this.checkpoint.state === "rename-not-durable") return;
+        const victims = partition.sealed.slice();
+        if (victims.length < 2) continue;
+        const busy = !force && Date.now() - this.lastIngestAtMs() < limits.checkpointIdleMs;
+        if (busy && victims.length < limits.busyMergeSegmentsMin) {
+          this.deferred = true;
+          continue;
+        }
+        let rows = 0;
+        for (const victim of victims) rows += victim.layout.rowCount;
+        if (rows > limits.mergeRowsMax) continue;
+        const day = dayLabel(dayStartMs);
+        // Named under the published checkpoint, so start-up accepts it; the suffix keeps it unique.
+        const name = `seg-${String(this.checkpoint.sequence).padStart(12, "0")}-m${(++this.mergeCount).toString(36)}${Date.now().toString(36)}`;
+        const target = segmentDirectory(this.dataDir, workspace.id, day, name);
+        let result: LoadSegmentResult;
+        try {
+          result = await this.merge(victims.map((victim) => victim.directory), target, dayStartMs);
+        } catch (error) {
+          // The worker may have failed after the rename (its directory fsync): left in place, that segment
+          // and a later merge of the same victims would both be adopted at start-up, each with their rows.
+          this.abandoned.add(target);
+          try {
+            this.abandoned.remove();
+          } catch {
+            // Retried before the next merge pass and the next checkpoint, which wait for it.
+          }
+          throw error;
+        }
+        assert.equal(result.layout.rowCount, rows, "merged segment lost rows");
+        const merged = new SealedSegment(`${workspace.id}/${day}/${name}`, target, dayStartMs, result.layout);
+        merged.attach(result);
+        merged.uuidsLoaded = victims.every((victim) => victim.uuidsLoaded);
+        partition.sealed = [merged, ...partition.sealed.filter((segment) => !victims.includes(segment))];
+        for (const victim of victims) {
+          this.cache.release(victim);
+          victim.retired = true;
+        }
+        this.cache.admit(merged, result.layout.memoryBytes);
+        // Published first, deleted second: start-up finishes the deletion if a crash lands between.
+        // Renamed away before deletion: a kill mid-delete must not leave a victim without its _meta.json.
+        for (const victim of victims) removeDirectory(victim.directory);
+        if (this.fsync) fsyncDirectory(dayDirectory(this.dataDir, workspace.id, day));
+      }
+    }
+  }
+}

@@ -1,0 +1,190 @@
+/**
+ * Recovery: how a store opens. It reads `_checkpoint.json`, drops what no
+ * published checkpoint owns (tmp_ and unpublished segments, the victims of an
+ * interrupted merge), verifies every sealed segment and the dictionaries the
+ * checkpoint made durable, replays the WAL files it does not cover through the
+ * applier, and opens the WAL for appends. Damage that acknowledged data depends
+ * on refuses the start (StoreCorruptionError; `eventide repair` moves it
+ * aside); a torn WAL tail is cut and said. After the server serves, the sealed
+ * segments' uuids are read back into the workspaces' sets (warmUuids).
+ */
+import { existsSync, readdirSync, rmSync } from "node:fs";
+import { decodeChunk } from "./chunk-codec.js";
+import type { Applier } from "./apply.js";
+import { readCheckpointFile } from "./checkpoint-file.js";
+import { StoreCorruptionError } from "./corruption.js";
+import { fsyncDirectory, makeDirectoryDurably, removeDirectory } from "./files.js";
+import { dayDirectory, isWorkspaceId, segmentDirectory, walFilePath, workspaceDirectory, workspacesDirectory } from "./paths.js";
+import { SegmentCorruptError, type SegmentLayout } from "./segment-layout.js";
+import { readSegmentLayout, readSegmentUuids, segmentExists, verifySegment } from "./segment-reader.js";
+import { SealedSegment, writtenAtMs } from "./segments.js";
+import { listWalSequences, scanWalFile, truncateWalFile, WriteAheadLog } from "./wal.js";
+import { Workspaces, type WorkspaceStore } from "./workspace-store.js";
+import { log } from "../log.js";
+
+export interface RecoveredStore {
+  workspaces: Workspaces;
+  wal: WriteAheadLog;
+  /** The WAL sequence the published checkpoint names (0: none published yet). */
+  checkpointSequence: number;
+}
+
+/** Recovers the store: drops unpublished segments, loads dictionaries and segment catalogs, replays the WAL. */
+export function recoverStore(dataDir: string, fsync: boolean, applier: Applier): RecoveredStore {
+  makeDirectoryDurably(workspacesDirectory(dataDir), fsync);
+  const checkpoint = readCheckpointFile(dataDir);
+  const checkpointSequence = checkpoint.walSequence;
+  const workspaces = new Workspaces(dataDir, fsync, checkpoint.dictionaryBytes);
+  for (const [workspaceId, bytes] of checkpoint.dictionaryBytes) {
+    if (bytes.some((length) => length > 0) && !existsSync(workspaceDirectory(dataDir, workspaceId))) {
+      throw new StoreCorruptionError(workspaceDirectory(dataDir, workspaceId), undefined, "missing, though a checkpoint made its dictionaries durable");
+    }
+  }
+
+  for (const workspaceId of readdirSync(workspacesDirectory(dataDir))) {
+    if (!isWorkspaceId(workspaceId)) continue;
+    const workspace = workspaces.open(workspaceId);
+    // Entries a killed process created (a day directory, a dictionary) may still be in the page cache only.
+    if (fsync) fsyncDirectory(workspace.directory);
+    for (const day of readdirSync(workspace.directory)) {
+      if (!/^\d{4}-\d{2}-\d{2}$/.test(day)) continue;
+      recoverDay(dataDir, fsync, workspace, day, checkpointSequence);
+    }
+  }
+
+  // Replay every WAL file the last checkpoint did not cover, cutting torn tails.
+  const sequences = listWalSequences(dataDir);
+  let appendSequence = Math.max(checkpointSequence, 1);
+  for (const sequence of sequences) {
+    if (sequence < checkpointSequence) continue;
+    const path = walFilePath(dataDir, sequence);
+    const { records, validBytes, fileBytes, state } = scanWalFile(path);
+    if (state.kind === "corrupt") {
+      throw new StoreCorruptionError(path, state.offset, `${state.damagedBytes} damaged bytes, followed by ${state.recordsAfter} intact records that prove them durable (acknowledged data, not a torn write)`);
+    }
+    // Cut a torn tail, and make what is replayed durable: the killed process may have left it in the
+    // page cache only, and once replayed it is counted, and a uuid retry of it acknowledged as stored.
+    if (validBytes < fileBytes || fsync) truncateWalFile(path, validBytes);
+    if (validBytes < fileBytes) {
+      // Never silent: unacknowledged bytes only (no later record proves them durable), but said.
+      console.error(JSON.stringify({ level: "warn", time: new Date().toISOString(), msg: "write-ahead log torn tail cut", file: path, offset: validBytes, bytes: fileBytes - validBytes }));
+    }
+    for (const record of records) {
+      if (!isWorkspaceId(record.workspaceId)) continue;
+      const chunk = decodeChunk(record.payload);
+      const workspace = workspaces.open(record.workspaceId);
+      if (chunk.uuidPresent) {
+        for (let row = 0; row < chunk.rowCount; row++) if (chunk.uuidPresent[row]) workspace.uuids.add(chunk.uuidBytes!, row * 16);
+      }
+      applier.apply(workspace, chunk);
+    }
+    appendSequence = sequence;
+  }
+  const wal = WriteAheadLog.open(dataDir, appendSequence, fsync);
+  // A checkpoint whose final directory fsync failed left `_checkpoint.json` renamed but maybe not
+  // durable, and its old WAL files in place: make the rename durable before they go.
+  if (fsync) fsyncDirectory(dataDir);
+  wal.deleteBefore(Math.min(appendSequence, checkpointSequence));
+  return { workspaces, wal, checkpointSequence };
+}
+
+/** Adopts one day directory's published segments into the workspace, removing (durably) what no checkpoint owns. */
+function recoverDay(dataDir: string, fsync: boolean, workspace: WorkspaceStore, day: string, checkpointSequence: number): void {
+  const workspaceId = workspace.id;
+  const dayStartMs = Date.parse(`${day}T00:00:00Z`);
+  let removed = false;
+  const layouts = new Map<string, SegmentLayout>();
+  for (const segmentName of readdirSync(dayDirectory(dataDir, workspaceId, day)).sort()) {
+    const directory = segmentDirectory(dataDir, workspaceId, day, segmentName);
+    const match = /^seg-(\d+)-([0-9a-z]+)$/.exec(segmentName);
+    // tmp_ directories and segments of a checkpoint that never completed are not part of the store.
+    // A segment without _meta.json was never published (its files are written
+    // before its directory is renamed into place): the remains of a deletion.
+    if (match === null || Number(match[1]) > checkpointSequence || !segmentExists(directory)) {
+      rmSync(directory, { recursive: true, force: true });
+      removed = true;
+      continue;
+    }
+    layouts.set(segmentName, checkedSegment(directory));
+  }
+  // A merge publishes its segment before deleting the ones it replaces; finish that deletion.
+  for (const layout of [...layouts.values()]) {
+    for (const replaced of layout.replaces ?? []) {
+      if (!layouts.delete(replaced)) continue;
+      removeDirectory(segmentDirectory(dataDir, workspaceId, day, replaced));
+      removed = true;
+    }
+  }
+  for (const [segmentName, layout] of layouts) {
+    const directory = segmentDirectory(dataDir, workspaceId, day, segmentName);
+    checkedSegment(directory, layout);
+    const segment = new SealedSegment(`${workspaceId}/${day}/${segmentName}`, directory, dayStartMs, layout);
+    workspace.partition(dayStartMs).sealed.push(segment);
+    // Its uuids join the workspace's set in the background (warmUuids), after the server serves;
+    // unless it was written beyond the uuid horizon (then so were its rows received).
+    segment.uuidsLoaded = !layout.uuids || !workspace.uuids.remembers(writtenAtMs(directory));
+    if (!segment.uuidsLoaded) workspace.uuidsPending = true;
+  }
+  // Durably gone: a removed segment that came back after a power loss would be adopted by the next published checkpoint.
+  if (removed && fsync) fsyncDirectory(dayDirectory(dataDir, workspaceId, day));
+}
+
+/**
+ * Reads a published segment's layout or, with `layout`, checks every file of
+ * it: a damaged sealed segment refuses the start (repair moves it aside)
+ * rather than failing queries later or answering from flipped bits.
+ */
+function checkedSegment(directory: string, layout?: SegmentLayout): SegmentLayout {
+  try {
+    if (layout === undefined) return readSegmentLayout(directory);
+    verifySegment(directory, layout);
+    return layout;
+  } catch (error) {
+    if (error instanceof SegmentCorruptError) throw new StoreCorruptionError(directory, undefined, `damaged sealed segment (${error.message})`);
+    throw error;
+  }
+}
+
+/** Adds a sealed segment's uuids to its workspace's set, as received when it was written. */
+function loadSegmentUuids(workspace: WorkspaceStore, segment: SealedSegment): void {
+  const uuids = readSegmentUuids(segment.directory, segment.layout);
+  const receivedAtMs = writtenAtMs(segment.directory);
+  for (let offset = 0; offset < uuids.length; offset += 16) workspace.uuids.add(uuids, offset, receivedAtMs);
+  segment.uuidsLoaded = true;
+}
+
+/**
+ * Adds the uuids of every sealed segment found at start-up to its workspace's
+ * set, one segment per turn of the event loop, so a 10 M-event store serves
+ * queries at once instead of after a second of hashing.
+ */
+export async function warmUuids(workspaces: Workspaces): Promise<void> {
+  const waiting = [...workspaces.values()].filter((workspace) => workspace.uuidsPending);
+  for (const workspace of waiting) workspace.uuidsReady = new Promise((resolve) => (workspace.markUuidsReady = resolve));
+  for (const workspace of waiting) {
+    try {
+      for (const partition of [...workspace.days.values()]) {
+        for (const segment of partition.sealed.slice()) {
+          if (segment.uuidsLoaded || !segment.layout.uuids) continue;
+          try {
+            loadSegmentUuids(workspace, segment);
+          } catch (error) {
+            // A merge retired it meanwhile: its rows are in the merged segment, read below.
+            if (!segment.retired) throw error;
+          }
+          await new Promise((resolve) => setImmediate(resolve));
+        }
+        // Merged segments born during the warm-up hold rows not read yet.
+        for (const segment of partition.sealed) {
+          if (segment.uuidsLoaded || !segment.layout.uuids) continue;
+          loadSegmentUuids(workspace, segment);
+        }
+      }
+    } catch (error) {
+      log.error(`reading stored uuids of workspace ${workspace.id} failed: ${(error as Error).message}`);
+    } finally {
+      workspace.uuidsPending = false;
+      workspace.markUuidsReady();
+    }
+  }
+}

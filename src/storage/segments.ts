@@ -1,0 +1,109 @@
+/**
+ * The two forms a (workspace, UTC day) segment takes in the store: an active
+ * segment, growing in memory as commits are applied, and a sealed segment, its
+ * immutable column files (loaded into memory on demand by the segment cache).
+ * A checkpoint turns the first into the second; a merge turns several sealed
+ * ones into one.
+ */
+import { strict as assert } from "node:assert";
+import { statSync } from "node:fs";
+import { ActiveProperties } from "./active-properties.js";
+import { SharedColumn } from "./column-builder.js";
+import type { ActiveSegmentDescriptor, SealedSegmentDescriptor } from "./segment-descriptor.js";
+import type { LoadSegmentResult, SegmentLayout } from "./segment-layout.js";
+
+export const dayMs = 86_400_000;
+
+export function dayLabel(dayStartMs: number): string {
+  return new Date(dayStartMs).toISOString().slice(0, 10);
+}
+
+/**
+ * When a sealed segment was written (sealed, or merged): a time no earlier than
+ * the receipt of any of its rows, which the store keeps nowhere else. Its
+ * directory's, as the files were created in it just before it was renamed into
+ * place; a merge rewrites old rows and so counts them as received anew.
+ */
+export function writtenAtMs(directory: string): number {
+  return statSync(directory).mtimeMs;
+}
+
+export class ActiveSegment {
+  rowCount = 0;
+  readonly time = new SharedColumn(Uint32Array, 1);
+  readonly user = new SharedColumn(Uint32Array, 1);
+  readonly event = new SharedColumn(Uint32Array, 1);
+  readonly uuidPresent = new SharedColumn(Uint8Array, 1);
+  readonly uuid = new SharedColumn(Uint8Array, 16);
+  readonly properties = new ActiveProperties();
+
+  constructor(
+    readonly key: string,
+    readonly dayStartMs: number,
+  ) {}
+
+  /** Reserves one row; columns grow by doubling. */
+  appendRow(): number {
+    const row = this.rowCount++;
+    if (row >= this.time.values.length) {
+      const rows = this.rowCount;
+      this.time.ensureRows(rows);
+      this.user.ensureRows(rows);
+      this.event.ensureRows(rows);
+      this.uuidPresent.ensureRows(rows);
+      this.uuid.ensureRows(rows);
+    }
+    return row;
+  }
+
+  describe(filterKeyIds: readonly number[]): ActiveSegmentDescriptor {
+    const properties: ActiveSegmentDescriptor["properties"] = [];
+    for (const keyId of filterKeyIds) {
+      const slot = this.properties.slotOf(keyId);
+      if (slot >= 0) properties.push(this.properties.entries(slot));
+    }
+    return {
+      kind: "active",
+      key: this.key,
+      dayStartMs: this.dayStartMs,
+      rowCount: this.rowCount,
+      time: this.time.buffer,
+      user: this.user.buffer,
+      event: this.event.buffer,
+      properties,
+    };
+  }
+}
+
+/** A snapshot met a segment a merge replaced while it waited for it to load: it looks again. */
+export class RetiredSegmentError extends Error {}
+
+export class SealedSegment {
+  memory: SharedArrayBuffer | undefined;
+  /** Set when a merge replaced this segment: it must not be described again. */
+  retired = false;
+  /** Its uuids are in the workspace's set (new segments: their rows' uuids were claimed at commit), or were written beyond the uuid horizon. */
+  uuidsLoaded = true;
+  private layoutJson: string | undefined;
+  loading: Promise<void> | undefined;
+  /** The segment cache's clock when it was last loaded (least recently loaded ones are dropped first). */
+  lastUsed = 0;
+
+  constructor(
+    readonly key: string,
+    readonly directory: string,
+    readonly dayStartMs: number,
+    public layout: SegmentLayout,
+  ) {}
+
+  attach(result: LoadSegmentResult): void {
+    this.layout = result.layout;
+    this.memory = result.memory;
+  }
+
+  describe(): SealedSegmentDescriptor {
+    assert(this.memory, "segment must be loaded before it is described");
+    this.layoutJson ??= JSON.stringify(this.layout);
+    return { kind: "sealed", key: this.key, dayStartMs: this.dayStartMs, layoutJson: this.layoutJson, memory: this.memory };
+  }
+}
