@@ -5,8 +5,8 @@
  * sequence number and no uuid (so no dedupe hides a replayed block); after the
  * kills, every acknowledged number must be in ClickHouse once and no number twice.
  */
-import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { type ClickHouseHandle, clickhouseBinary, skipNotice, startClickHouse, storeUrl } from "../helpers/clickhouse.js";
+import { describe, expect, it } from "vitest";
+import { type ClickHouseHandle, clickhouseBinary, clickhousePerSuite, skipNotice, storeUrl } from "../helpers/clickhouse.js";
 import { type ServerHandle, makeDataDir, removeDataDir, startServer } from "../helpers/server.js";
 
 const binary = clickhouseBinary();
@@ -84,13 +84,7 @@ async function acknowledgedGrowsBy(stream: Stream, count: number): Promise<void>
 }
 
 describe.skipIf(binary === undefined)("the ClickHouse store counts every acknowledged event exactly once across kill -9", () => {
-  let clickhouse: ClickHouseHandle;
-  beforeAll(async () => {
-    clickhouse = await startClickHouse();
-  }, 90_000);
-  afterAll(async () => {
-    await clickhouse?.stop();
-  });
+  const clickhouse = clickhousePerSuite();
 
   const env = (database: string) => ({ EVENTIDE_STORE: storeUrl(clickhouse, database), EVENTIDE_CLICKHOUSE_FORWARD_DELAY_MS: "50", EVENTIDE_CLICKHOUSE_BLOCK_ROWS_MAX: "2000" });
 
@@ -98,7 +92,7 @@ describe.skipIf(binary === undefined)("the ClickHouse store counts every acknowl
     const database = "crash_eventide";
     const dataDir = makeDataDir();
     const stream: Stream = { acknowledged: new Set(), sent: 0 };
-    let server = await startServer({ dataDir, env: env(database) });
+    let server = await startServer({ dataDir, env: env(database), startTimeoutMs: 90_000 });
     const credentials = { apiKey: server.apiKey, token: server.token, workspaceId: server.workspaceId };
     try {
       for (let cycle = 0; cycle < 3; cycle++) {
@@ -108,7 +102,7 @@ describe.skipIf(binary === undefined)("the ClickHouse store counts every acknowl
         await server.kill();
         going = false;
         await sending;
-        server = await startServer({ dataDir, env: env(database), credentials });
+        server = await startServer({ dataDir, env: env(database), credentials, startTimeoutMs: 90_000 });
       }
       const { missing, duplicated, rows } = await auditWhenForwarded(clickhouse, database, stream.acknowledged);
       expect(stream.acknowledged.size).toBeGreaterThan(9000);
@@ -124,7 +118,7 @@ describe.skipIf(binary === undefined)("the ClickHouse store counts every acknowl
     const database = "crash_clickhouse";
     const dataDir = makeDataDir();
     const stream: Stream = { acknowledged: new Set(), sent: 0 };
-    const server = await startServer({ dataDir, env: { ...env(database), EVENTIDE_CLICKHOUSE_RETRY_DELAY_MS: "100" } });
+    const server = await startServer({ dataDir, env: { ...env(database), EVENTIDE_CLICKHOUSE_RETRY_DELAY_MS: "100" }, startTimeoutMs: 90_000 });
     try {
       let going = true;
       const sending = streamBatches(server, stream, () => going);

@@ -10,6 +10,7 @@ import { existsSync, mkdirSync, mkdtempSync, rmSync, writeFileSync } from "node:
 import { createServer } from "node:net";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
+import { afterAll, beforeAll } from "vitest";
 
 const binaryCandidates = ["/usr/bin/clickhouse-server", "/usr/sbin/clickhouse-server", "/usr/local/bin/clickhouse-server"];
 
@@ -157,4 +158,19 @@ export async function startClickHouse(options: ClickHouseOptions = {}): Promise<
 /** EVENTIDE_STORE for a database on a test server. */
 export function storeUrl(clickhouse: Pick<ClickHouseHandle, "httpPort">, database: string): string {
   return `clickhouse://127.0.0.1:${clickhouse.httpPort}/${database}`;
+}
+
+/**
+ * One ClickHouse server for the enclosing describe: started before its first
+ * test, stopped after its last. The handle is filled in when the server has started.
+ */
+export function clickhousePerSuite(options: ClickHouseOptions = {}): ClickHouseHandle {
+  const handle = {} as ClickHouseHandle;
+  beforeAll(async () => {
+    Object.assign(handle, await startClickHouse(options));
+  }, 90_000);
+  afterAll(async () => {
+    if (handle.stop !== undefined) await handle.stop();
+  });
+  return handle;
 }
