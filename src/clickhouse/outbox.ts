@@ -317,6 +317,8 @@ export class ClickHouseOutbox {
     }
     this.state = { sequence: done.sequence, index: done.to, underway: undefined };
     this.saveState();
+    // Appends move to a new file now and then, so that shipped files can be deleted while the server runs.
+    if (this.wal.fileBytes >= limits.clickhouseOutboxFileBytesMax) await this.wal.rotate(() => undefined, () => (this.appendedInFile = 0));
     if (this.queue.length === 0 || this.queue[0].sequence !== done.sequence) this.dropShippedFiles();
     if (this.queue.length === 0) for (const resolve of this.waiters.splice(0)) resolve();
   }

@@ -163,6 +163,8 @@ export const limits = Object.freeze({
   clickhouseBlockRowsMax: integerFromEnvironment("EVENTIDE_CLICKHOUSE_BLOCK_ROWS_MAX", 200_000),
   /** An acknowledged event waits at most this long in the outbox for more to share its INSERT: the visibility delay's main part. */
   clickhouseForwardDelayMs: integerFromEnvironment("EVENTIDE_CLICKHOUSE_FORWARD_DELAY_MS", 1000),
+  /** The ClickHouse outbox's file is rotated past this size; a file is deleted once all its events are in ClickHouse. */
+  clickhouseOutboxFileBytesMax: integerFromEnvironment("EVENTIDE_CLICKHOUSE_OUTBOX_FILE_BYTES_MAX", 64 * mebibyte),
   /** After a failed INSERT (ClickHouse down or restarting), the forwarder tries again this much later. */
   clickhouseRetryDelayMs: integerFromEnvironment("EVENTIDE_CLICKHOUSE_RETRY_DELAY_MS", 1000),
   queryTaskTimeoutMs: integerFromEnvironment("EVENTIDE_QUERY_TASK_TIMEOUT_MS", 30_000),

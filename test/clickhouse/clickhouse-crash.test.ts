@@ -86,7 +86,7 @@ async function acknowledgedGrowsBy(stream: Stream, count: number): Promise<void>
 describe.skipIf(binary === undefined)("the ClickHouse store counts every acknowledged event exactly once across kill -9", () => {
   const clickhouse = clickhousePerSuite();
 
-  const env = (database: string) => ({ EVENTIDE_STORE: storeUrl(clickhouse, database), EVENTIDE_CLICKHOUSE_FORWARD_DELAY_MS: "50", EVENTIDE_CLICKHOUSE_BLOCK_ROWS_MAX: "2000" });
+  const env = (database: string) => ({ EVENTIDE_STORE: storeUrl(clickhouse, database), EVENTIDE_CLICKHOUSE_FORWARD_DELAY_MS: "50", EVENTIDE_CLICKHOUSE_BLOCK_ROWS_MAX: "2000", EVENTIDE_CLICKHOUSE_OUTBOX_FILE_BYTES_MAX: "300000" });
 
   it("kill -9 of Eventide while it ingests and forwards, three times: 0 lost, 0 duplicated", { timeout: 240_000 }, async () => {
     const database = "crash_eventide";

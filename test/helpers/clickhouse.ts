@@ -23,7 +23,7 @@ export function skipNotice(suite: string): string {
 }
 
 /** A port free right now (the server binds it a moment later; a collision fails the start loudly). */
-async function freePort(): Promise<number> {
+export async function freePort(): Promise<number> {
   return new Promise((resolve, reject) => {
     const server = createServer();
     server.once("error", reject);

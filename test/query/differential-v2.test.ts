@@ -417,7 +417,8 @@ function differentialSeeds(store: StoreEnvironment): void {
     it(`seed ${seed}, ${variant}`, { timeout: 180_000 }, async () => {
       // Read when the test runs: the ClickHouse server starts in beforeAll.
       const batchDays = { EVENTIDE_BATCH_DAYS_MAX: "1000", ...store?.(seed) };
-      const serverOptions = { env: variant === "checkpoints" ? { ...batchDays, EVENTIDE_CHECKPOINT_ROWS_MAX: "300" } : batchDays };
+      // A ClickHouse store's start creates its tables first: on a loaded machine that can take a while.
+      const serverOptions = { env: variant === "checkpoints" ? { ...batchDays, EVENTIDE_CHECKPOINT_ROWS_MAX: "300" } : batchDays, startTimeoutMs: store === undefined ? undefined : 90_000 };
       const random = new Random(seed);
       const dataset = datasetInDstSeason(random);
       const events = toStoredEvents(dataset.events);
