@@ -8,8 +8,12 @@
  * machine's core count and load are printed with the figures.
  */
 import { availableParallelism, loadavg } from "node:os";
+import { resolve } from "node:path";
 import { startClickHouse, storeUrl } from "../../test/helpers/clickhouse.js";
-import { type ServerHandle, makeDataDir, removeDataDir, startServer } from "../../test/helpers/server.js";
+import { type Target, startEventide } from "../runner/server.js";
+
+type ServerHandle = Target;
+const repositoryRoot = resolve(import.meta.dirname, "..", "..", "..");
 
 const eventsTotal = Number(process.env.BENCH_EVENTS ?? 200_000);
 const batchSize = 1000;
@@ -112,11 +116,13 @@ async function main(): Promise<void> {
   const cores = availableParallelism();
   console.log(`ClickHouse store bench: ${eventsTotal} events in batches of ${batchSize}, ${batchesInFlight} in flight; ${cores} cores, load ${loadavg().map((value) => value.toFixed(1)).join(" ")}`);
   const clickhouse = await startClickHouse();
-  const dataDirs = [makeDataDir(), makeDataDir()];
   const servers: ServerHandle[] = [];
   try {
-    servers.push(await startServer({ dataDir: dataDirs[0], startTimeoutMs: 90_000 }));
-    servers.push(await startServer({ dataDir: dataDirs[1], env: { EVENTIDE_STORE: storeUrl(clickhouse, "bench") }, startTimeoutMs: 90_000 }));
+    servers.push(await startEventide({ repositoryRoot, keepData: false }));
+    // The bench runner passes this process's environment on: the store is chosen there.
+    process.env.EVENTIDE_STORE = storeUrl(clickhouse, "bench");
+    servers.push(await startEventide({ repositoryRoot, keepData: false }));
+    delete process.env.EVENTIDE_STORE;
     const names = ["embedded", "clickhouse"];
     const results = [];
     for (const [index, server] of servers.entries()) {
@@ -136,8 +142,10 @@ async function main(): Promise<void> {
     }
     console.log(`\nload after: ${loadavg().map((value) => value.toFixed(1)).join(" ")}`);
   } finally {
-    for (const server of servers) await server.stop();
-    for (const dataDir of dataDirs) removeDataDir(dataDir);
+    for (const server of servers) {
+      await server.stop();
+      server.cleanup();
+    }
     await clickhouse.stop();
   }
 }

@@ -352,6 +352,8 @@ export class ClickHouseOutbox {
     const lines: string[] = [];
     for (const { workspaceId, chunk } of chunks) {
       lines.push(...chunkRows(workspaceId, chunk, blockId, this.schema.shardCount, (day, shard) => !present.has(`${day}/${shard}`)));
+      // One record (one request's chunk) at a time: a block of 200 000 rows must not hold the main thread, which answers ingest, for seconds.
+      await new Promise((resolve) => setImmediate(resolve));
     }
     if (lines.length === 0) return;
     await this.client.run(`INSERT INTO ${this.database}.${eventsTable} (workspace, event, user, time_ms, day, uuid, prop_keys, prop_values, block_id, shard) FORMAT JSONEachRow`, `${lines.join("\n")}\n`, this.insertSettings);
