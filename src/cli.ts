@@ -163,6 +163,21 @@ export const cliCommands: CliCommand[] = [
     run: async (_operands, context) => (await import("./cli/server-commands.js")).serve(context),
   },
   {
+    words: ["clickhouse", "init"],
+    operands: [],
+    summary: "create or upgrade the ClickHouse store's tables (EVENTIDE_STORE=clickhouse://…); the server also does it at start",
+    dataDir: "any",
+    run: async () => {
+      const { storeFromEnvironment } = await import("./config/config.js");
+      const settings = storeFromEnvironment();
+      if (settings.kind !== "clickhouse") throw new CliUsageError("EVENTIDE_STORE must name a ClickHouse store: clickhouse://HOST:PORT/DATABASE");
+      const { initClickHouse } = await import("./clickhouse/store.js");
+      const { schemaVersion } = await import("./clickhouse/schema.js");
+      const { shardCount } = await initClickHouse(settings);
+      return { database: settings.database, cluster: settings.cluster ?? null, shards: shardCount, schemaVersion };
+    },
+  },
+  {
     words: ["export"],
     operands: [],
     summary: "write a workspace's events as NDJSON or CSV (to stdout, or --output FILE)",

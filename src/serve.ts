@@ -18,6 +18,8 @@ import { Store } from "./storage/store.js";
 import { WorkerPool } from "./workers/pool.js";
 import { errorMessage, log } from "./log.js";
 import { startServiceMetrics } from "./metrics.js";
+import { openClickHouseStore } from "./clickhouse/store.js";
+import { ClickHouseQueryService } from "./clickhouse/query-service.js";
 
 /** Workers start in well under a second; this only bounds a start-up that would otherwise hang. */
 const workerStartTimeoutMs = 60_000;
@@ -49,7 +51,10 @@ export async function serve(): Promise<void> {
     lockPath,
     (holder) => new Error(`the data directory ${config.dataDir} is in use by ${holder}; stop that server first (if none is running, delete ${lockPath})`),
   );
-  const store = Store.open(config.dataDir, config.fsync);
+  // With EVENTIDE_STORE=clickhouse://…, the outbox takes the embedded store's place on the write path.
+  const store = config.store.kind === "embedded" ? Store.open(config.dataDir, config.fsync) : undefined;
+  const outbox = config.store.kind === "clickhouse" ? await openClickHouseStore(config.dataDir, config.fsync, config.store) : undefined;
+  const writes = store ?? outbox!;
   const credentials = await CredentialStore.open(config.dataDir);
 
   const pool = new WorkerPool(config.workerCount);
@@ -57,7 +62,7 @@ export async function serve(): Promise<void> {
   // announcement would wait out the merge. A worker still loading roaring when the pool closes
   // aborts the process, so the server is announced only once all have started.
   const workersStarted = pool.ready(workerStartTimeoutMs);
-  store.start({
+  store?.start({
     seal: async (segment, directory) =>
       pool.seal({
         kind: "seal",
@@ -76,21 +81,22 @@ export async function serve(): Promise<void> {
     merge: (directories, target, dayStartMs) => pool.merge({ kind: "merge", directories, target, dayStartMs, fsync: config.fsync }),
   });
   await workersStarted;
-  const ingest = new IngestService(pool, store, credentials);
-  const query = new QueryService(pool, store);
+  outbox?.start();
+  const ingest = new IngestService(pool, writes, credentials);
+  const query = config.store.kind === "clickhouse" ? new ClickHouseQueryService(pool, config.store) : new QueryService(pool, store!);
   const http = await startHttp({ config, credentials, ingest, query });
   // After both listeners are bound: a start that fails on a port in use must not create
   // (and print, once and for all) credentials of a workspace nobody could reach.
   const created = await credentials.ensureDefaultWorkspace();
   if (created) printLine({ event: "workspace-created", ...created });
   startServiceMetrics({
-    writeQueueBytes: () => store.writeQueueBytes,
+    writeQueueBytes: () => writes.writeQueueBytes,
     workerQueueTasks: () => pool.queueSize,
-    segments: () => store.sealedSegmentTotals(),
+    segments: () => store?.sealedSegmentTotals() ?? { count: 0, bytes: 0 },
     retentionCacheBytes: () => query.retentionCacheBytes,
   });
   http.markReady();
-  log.info({ startMs: Date.now() - startedAtMs, rowsReplayed: store.rowsApplied, workers: config.workerCount, dataDir: config.dataDir }, "ready");
+  log.info({ startMs: Date.now() - startedAtMs, rowsReplayed: store?.rowsApplied ?? 0, workers: config.workerCount, dataDir: config.dataDir }, "ready");
 
   let stopping = false;
   const stop = async (signal: string) => {
@@ -106,7 +112,7 @@ export async function serve(): Promise<void> {
       // Sealing may take what is left but a margin for closing the WAL and the pool; a seal still running then is abandoned.
       const sealDeadlineMs = Date.now() + limits.shutdownTimeoutMs / 3;
       pool.abandonStoreTasksAt(sealDeadlineMs);
-      await store.close(sealDeadlineMs);
+      await (store ?? outbox!).close(sealDeadlineMs);
       credentials.close();
       // Released before the pool closes, so that exit follows the pool's close at once.
       await releaseDataDir();

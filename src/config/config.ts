@@ -31,6 +31,50 @@ export interface Config {
   fsync: boolean;
   /** GET /metrics on the query listener; EVENTIDE_METRICS=off for a listener that must not expose figures. */
   metrics: boolean;
+  /** Where events are stored: the embedded store (default) or a ClickHouse server or cluster. */
+  store: StoreSettings;
+}
+
+export interface ClickHouseSettings {
+  kind: "clickhouse";
+  /** http://HOST:PORT of the server (or the cluster's entry server) Eventide talks to. */
+  url: string;
+  database: string;
+  user: string;
+  password: string;
+  /** A cluster of the server's remote_servers: writes and queries go through a Distributed table over its shards. */
+  cluster: string | undefined;
+  /** Each shard's http://HOST:PORT, where `eventide clickhouse init` creates the shard's own table. */
+  shardUrls: string[];
+}
+
+export type StoreSettings = { kind: "embedded" } | ClickHouseSettings;
+
+/** EVENTIDE_STORE: empty or `embedded`, or clickhouse://[USER[:PASSWORD]@]HOST:PORT/DATABASE. */
+export function storeFromEnvironment(): StoreSettings {
+  const raw = (process.env.EVENTIDE_STORE ?? "").trim();
+  if (raw === "" || raw === "embedded") return { kind: "embedded" };
+  const expected = `EVENTIDE_STORE must be embedded or clickhouse://[USER[:PASSWORD]@]HOST:PORT/DATABASE, got ${JSON.stringify(raw)}`;
+  let url: URL;
+  try {
+    url = new URL(raw);
+  } catch {
+    throw new Error(expected);
+  }
+  const database = decodeURIComponent(url.pathname.replace(/^\//, ""));
+  if (url.protocol !== "clickhouse:" || url.hostname === "" || !/^[A-Za-z_][A-Za-z0-9_]*$/.test(database)) throw new Error(expected);
+  const cluster = process.env.EVENTIDE_CLICKHOUSE_CLUSTER || undefined;
+  if (cluster !== undefined && !/^[A-Za-z_][A-Za-z0-9_]*$/.test(cluster)) throw new Error(`EVENTIDE_CLICKHOUSE_CLUSTER must be a plain name, got ${JSON.stringify(cluster)}`);
+  const shardUrls = (process.env.EVENTIDE_CLICKHOUSE_SHARD_URLS ?? "").split(",").map((text) => text.trim()).filter((text) => text !== "");
+  return {
+    kind: "clickhouse",
+    url: `http://${url.port === "" ? `${url.hostname}:8123` : url.host}`,
+    database,
+    user: process.env.EVENTIDE_CLICKHOUSE_USER ?? (decodeURIComponent(url.username) || "default"),
+    password: process.env.EVENTIDE_CLICKHOUSE_PASSWORD ?? decodeURIComponent(url.password),
+    cluster,
+    shardUrls,
+  };
 }
 
 export function loadConfig(): Config {
@@ -47,5 +91,6 @@ export function loadConfig(): Config {
     workerCount,
     fsync: process.env.EVENTIDE_FSYNC !== "off",
     metrics: switchFromEnvironment("EVENTIDE_METRICS", true),
+    store: storeFromEnvironment(),
   });
 }

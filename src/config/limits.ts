@@ -157,6 +157,16 @@ export const limits = Object.freeze({
   /** Decoded sealed segments kept in memory by all threads together (main half, workers the other): half the memory by default. */
   segmentCacheBytesMax: integerFromEnvironment("EVENTIDE_SEGMENT_CACHE_BYTES_MAX", Math.floor(memoryBytesAvailable() / 2)),
   /** One query task longer than this has its worker replaced and the query answers 503: a worker is not held for minutes. */
+  /** A ClickHouse request (an INSERT of a block, a query) that takes longer is abandoned: a block is retried, a query answers 503. */
+  clickhouseRequestTimeoutMs: integerFromEnvironment("EVENTIDE_CLICKHOUSE_REQUEST_TIMEOUT_MS", 60_000),
+  /** Rows per INSERT at most: ClickHouse wants few large inserts, and a block must stay one block on its side (max_insert_block_size). */
+  clickhouseBlockRowsMax: integerFromEnvironment("EVENTIDE_CLICKHOUSE_BLOCK_ROWS_MAX", 200_000),
+  /** An acknowledged event waits at most this long in the outbox for more to share its INSERT: the visibility delay's main part. */
+  clickhouseForwardDelayMs: integerFromEnvironment("EVENTIDE_CLICKHOUSE_FORWARD_DELAY_MS", 1000),
+  /** The ClickHouse outbox's file is rotated past this size; a file is deleted once all its events are in ClickHouse. */
+  clickhouseOutboxFileBytesMax: integerFromEnvironment("EVENTIDE_CLICKHOUSE_OUTBOX_FILE_BYTES_MAX", 64 * mebibyte),
+  /** After a failed INSERT (ClickHouse down or restarting), the forwarder tries again this much later. */
+  clickhouseRetryDelayMs: integerFromEnvironment("EVENTIDE_CLICKHOUSE_RETRY_DELAY_MS", 1000),
   queryTaskTimeoutMs: integerFromEnvironment("EVENTIDE_QUERY_TASK_TIMEOUT_MS", 30_000),
   /** A seal, merge or segment load longer than this is abandoned (its worker replaced); a checkpoint retries later. */
   storeTaskTimeoutMs: integerFromEnvironment("EVENTIDE_STORE_TASK_TIMEOUT_MS", 300_000),

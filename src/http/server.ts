@@ -90,7 +90,8 @@ export interface HttpDependencies {
   config: Config;
   credentials: CredentialStore;
   ingest: IngestService;
-  query: QueryService;
+  /** The embedded store's query service, or the ClickHouse store's. */
+  query: Pick<QueryService, "run" | "listEvents" | "listProperties">;
 }
 
 export async function startHttp({ config, credentials, ingest, query }: HttpDependencies): Promise<HttpServer> {

@@ -117,7 +117,8 @@ export class IngestService {
 
   constructor(
     private readonly pool: WorkerPool,
-    private readonly store: Store,
+    /** The embedded store, or any store that commits chunks as it does (the ClickHouse store's outbox). */
+    private readonly store: Pick<Store, "commit" | "writeQueueBytes" | "noteIngest">,
     private readonly credentials: CredentialStore,
   ) {}
 

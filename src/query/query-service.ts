@@ -12,10 +12,10 @@ import { PoolTaskTimeoutError, type WorkerPool } from "../workers/pool.js";
 import { dayMs, retentionLayout, retentionPeriodLabels, trendBucketLabels, trendLayout, zonedRange, zonedRetentionBoundaries, zonedTrendBoundaries } from "./buckets.js";
 import type { FilterPlan } from "./filters.js";
 import type { GatherPlan, PropertyRead, ReferencePlan } from "./kernels/event-rows.js";
-import type { StepCounts } from "./kernels/funnel-chains.js";
+import type { FunnelChainsAnswer, FunnelChainsPlan, StepCounts } from "./kernels/funnel-chains.js";
 import type { ListingPlan } from "./kernels/workspace-listing.js";
-import type { CohortCounts } from "./kernels/retention-cohorts.js";
-import type { BucketValues } from "./kernels/trend-series.js";
+import type { CohortCounts, RetentionCohortsAnswer } from "./kernels/retention-cohorts.js";
+import type { BucketValues, TrendSeriesAnswer } from "./kernels/trend-series.js";
 import type { TrendMath as CountMath } from "./kernels/trend.js";
 import { retentionCountsByPair } from "./kernels/retention.js";
 import { lowerBoundUser } from "./kernels/rows.js";
@@ -313,13 +313,7 @@ export class QueryService {
     };
     const rows = await this.runRows(workspace, gather, { kind: "trend", plan: { startsMs, math: request.math, breakdownLimit: request.breakdown?.limit } }, resolver.keyIds);
     if (rows.kind !== "trend") throw new Error("unreachable");
-    const counted = request.math === "total" || request.math === "unique";
-    const data = (values: BucketValues) => labels.map((date, index) => (counted ? { date, count: values[index] } : { date, value: values[index] }));
-    const answer = rows.answer;
-    const body: Record<string, unknown> = { data: data(answer.values) };
-    if (answer.series !== undefined) body.breakdown = answer.series.map((series) => ({ value: series.value, data: data(series.values) }));
-    if (answer.other !== undefined) body.breakdownOther = { data: data(answer.other) };
-    return { ok: true, body: JSON.stringify(body) };
+    return { ok: true, body: trendRowsBody(request, labels, rows.answer) };
   }
 
   private async rowsFunnel(workspaceId: string, request: FunnelRequest): Promise<ServiceReply> {
@@ -339,24 +333,9 @@ export class QueryService {
       breakdown: resolver.property(request.breakdown?.property),
       math: { kind: "none" },
     };
-    const plan = {
-      stepCount: request.steps.length,
-      exclusions: request.exclusions.map(({ fromStep, toStep }) => ({ fromStep, toStep })),
-      order: request.order,
-      entryFromMs: fromMs,
-      entryToMsExclusive: toMsExclusive,
-      windowMs,
-      timeToConvert: request.timeToConvert,
-      breakdownLimit: request.breakdown?.limit,
-    };
-    const rows = await this.runRows(workspace, gather, { kind: "funnel", plan }, resolver.keyIds);
+    const rows = await this.runRows(workspace, gather, { kind: "funnel", plan: funnelChainsPlanOf(request, fromMs, toMsExclusive) }, resolver.keyIds);
     if (rows.kind !== "funnel") throw new Error("unreachable");
-    const events = request.steps.map((step) => step.event);
-    const answer = rows.answer;
-    const body: Record<string, unknown> = { steps: stepEntries(events, answer.all) };
-    if (answer.series !== undefined) body.breakdown = answer.series.map((series) => ({ value: series.value, steps: stepEntries(events, series.steps) }));
-    if (answer.other !== undefined) body.breakdownOther = { steps: stepEntries(events, answer.other) };
-    return { ok: true, body: JSON.stringify(body) };
+    return { ok: true, body: funnelRowsBody(request, rows.answer) };
   }
 
   private async rowsRetention(workspaceId: string, request: RetentionRequest): Promise<ServiceReply> {
@@ -373,11 +352,7 @@ export class QueryService {
     };
     const rows = await this.runRows(workspace, gather, { kind: "retention", plan: { startsMs, breakdownLimit: request.breakdown?.limit } }, resolver.keyIds);
     if (rows.kind !== "retention") throw new Error("unreachable");
-    const answer = rows.answer;
-    const body: Record<string, unknown> = { cohorts: cohortEntries(labels, answer.all) };
-    if (answer.series !== undefined) body.breakdown = answer.series.map((series) => ({ value: series.value, cohorts: cohortEntries(labels, series.counts) }));
-    if (answer.other !== undefined) body.breakdownOther = { cohorts: cohortEntries(labels, answer.other) };
-    return { ok: true, body: JSON.stringify(body) };
+    return { ok: true, body: retentionRowsBody(labels, rows.answer) };
   }
 }
 
@@ -408,6 +383,44 @@ class Resolver {
     if (keyId !== undefined) this.keyIds.add(keyId);
     return keyId;
   }
+}
+
+/** The answer body of a SPEC §7 trend from its kernel's answer (also the ClickHouse store's). */
+export function trendRowsBody(request: TrendRequest, labels: readonly string[], answer: TrendSeriesAnswer): string {
+  const counted = request.math === "total" || request.math === "unique";
+  const data = (values: BucketValues) => labels.map((date, index) => (counted ? { date, count: values[index] } : { date, value: values[index] }));
+  const body: Record<string, unknown> = { data: data(answer.values) };
+  if (answer.series !== undefined) body.breakdown = answer.series.map((series) => ({ value: series.value, data: data(series.values) }));
+  if (answer.other !== undefined) body.breakdownOther = { data: data(answer.other) };
+  return JSON.stringify(body);
+}
+
+export function funnelChainsPlanOf(request: FunnelRequest, fromMs: number, toMsExclusive: number): FunnelChainsPlan {
+  return {
+    stepCount: request.steps.length,
+    exclusions: request.exclusions.map(({ fromStep, toStep }) => ({ fromStep, toStep })),
+    order: request.order,
+    entryFromMs: fromMs,
+    entryToMsExclusive: toMsExclusive,
+    windowMs: request.conversionWindow * 1000,
+    timeToConvert: request.timeToConvert,
+    breakdownLimit: request.breakdown?.limit,
+  };
+}
+
+export function funnelRowsBody(request: FunnelRequest, answer: FunnelChainsAnswer): string {
+  const events = request.steps.map((step) => step.event);
+  const body: Record<string, unknown> = { steps: stepEntries(events, answer.all) };
+  if (answer.series !== undefined) body.breakdown = answer.series.map((series) => ({ value: series.value, steps: stepEntries(events, series.steps) }));
+  if (answer.other !== undefined) body.breakdownOther = { steps: stepEntries(events, answer.other) };
+  return JSON.stringify(body);
+}
+
+export function retentionRowsBody(labels: readonly string[], answer: RetentionCohortsAnswer): string {
+  const body: Record<string, unknown> = { cohorts: cohortEntries(labels, answer.all) };
+  if (answer.series !== undefined) body.breakdown = answer.series.map((series) => ({ value: series.value, cohorts: cohortEntries(labels, series.counts) }));
+  if (answer.other !== undefined) body.breakdownOther = { cohorts: cohortEntries(labels, answer.other) };
+  return JSON.stringify(body);
 }
 
 function stepEntries(events: readonly string[], counts: StepCounts): Array<Record<string, unknown>> {

@@ -5,6 +5,7 @@
  *   <data>/_server.lock                         held by the one server using this directory
  *   <data>/_checkpoint.json                     last completed checkpoint (WAL position)
  *   <data>/wal/<sequence>.wal                   write-ahead log, group-committed
+ *   <data>/clickhouse-outbox/                   with a ClickHouse store: its own WAL of events not yet forwarded, and where forwarding stands
  *   <data>/ws/<workspaceId>/_events.dict        event-name dictionary (append-only)
  *   <data>/ws/<workspaceId>/_users.dict         distinctId dictionary (append-only)
  *   <data>/ws/<workspaceId>/_keys.dict          property-key dictionary (append-only)
@@ -65,4 +66,9 @@ export function dayDirectory(dataDir: string, workspaceId: string, day: string):
 
 export function segmentDirectory(dataDir: string, workspaceId: string, day: string, segmentName: string): string {
   return join(dayDirectory(dataDir, workspaceId, day), segmentName);
+}
+
+/** With a ClickHouse store: a WAL directory of its own (wal/ inside it) and the forwarder's files. */
+export function clickhouseOutboxDirectory(dataDir: string): string {
+  return join(dataDir, "clickhouse-outbox");
 }

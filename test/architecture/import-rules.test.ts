@@ -26,10 +26,12 @@ const allowedImports: Record<string, readonly string[]> = {
   "query": ["config", "errors", "log", "metrics", "json", "storage", "workers"],
   "workers": ["config", "errors", "log", "json", "storage", "ingest", "query"],
   "http": ["config", "errors", "log", "metrics", "json", "storage", "auth", "ingest", "query", "workers"],
-  "serve": ["config", "errors", "log", "metrics", "json", "storage", "auth", "ingest", "query", "workers", "http"],
+  // The ClickHouse store: its outbox is built on the storage layer's WAL, its queries on the query layer's kernels.
+  "clickhouse": ["config", "errors", "log", "storage", "query", "workers"],
+  "serve": ["config", "errors", "log", "metrics", "json", "storage", "auth", "ingest", "query", "workers", "http", "clickhouse"],
   "main": ["log", "serve"],
   // The command and its lifecycle commands are one layer in two folders: the table in cli.ts loads them lazily.
-  "cli": ["config", "errors", "log", "storage", "auth", "lifecycle"],
+  "cli": ["config", "errors", "log", "storage", "auth", "lifecycle", "clickhouse"],
   "lifecycle": ["config", "errors", "log", "json", "storage", "auth", "cli"],
   // Code that runs in browsers or users' processes: it imports nothing of the server.
   "sdk": [],

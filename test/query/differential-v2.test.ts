@@ -33,6 +33,7 @@ import { edgeTimestamps, localDateOf, zoneTransitions } from "../reference/zone-
 import { ingestInRandomOrder, queryKindAt, randomStepNames, runConcurrently, truncate } from "../helpers/differential.js";
 import { type GeneratedDataset, type GeneratedEvent, Random, generateDataset, numericFilterValues, seedsFromEnvironment, toStoredEvents } from "../helpers/random.js";
 import { type ServerHandle, post, removeDataDir, startServer } from "../helpers/server.js";
+import { clickhouseBinary, clickhousePerSuite, skipNotice, storeUrl } from "../helpers/clickhouse.js";
 
 const seeds = seedsFromEnvironment("EVENTIDE_TEST_SEEDS", [20_241_027, 5_550_123]);
 /** Three seeds × 180 = 540 queries per run. */
@@ -395,13 +396,29 @@ async function checkListings(server: ServerHandle, events: readonly StoredEvent[
 
 // ---------------------------------------------------------------------------
 
-describe("the query engine answers the v2 fields exactly as the reference on seeded random data", () => {
+/** The ClickHouse store's settings for one seed's database; undefined: the embedded store. */
+type StoreEnvironment = ((seed: number) => Record<string, string>) | undefined;
+
+/** Resolves once the ClickHouse store's queries see all `count` events (its forwarder ships them a moment after the 200s). */
+async function everyEventVisible(server: ServerHandle, count: number): Promise<void> {
+  const deadlineMs = performance.now() + 120_000;
+  for (;;) {
+    const answer = await getJson(`${server.queryUrl}/api/v1/events`, server.token);
+    const seen = answer.status === 200 ? (answer.body as { data: { count: number }[] }).data.reduce((sum, entry) => sum + entry.count, 0) : -1;
+    if (seen === count) return;
+    if (performance.now() > deadlineMs) throw new Error(`the ClickHouse store shows ${seen} events of ${count} after 120 s`);
+    await new Promise((resolve) => setTimeout(resolve, 100));
+  }
+}
+
+function differentialSeeds(store: StoreEnvironment): void {
   for (const [seedIndex, seed] of seeds.entries()) {
     const variant = variants[seedIndex % variants.length];
-    const batchDays = { EVENTIDE_BATCH_DAYS_MAX: "1000" };
-    const serverOptions = { env: variant === "checkpoints" ? { ...batchDays, EVENTIDE_CHECKPOINT_ROWS_MAX: "300" } : batchDays };
-
     it(`seed ${seed}, ${variant}`, { timeout: 180_000 }, async () => {
+      // Read when the test runs: the ClickHouse server starts in beforeAll.
+      const batchDays = { EVENTIDE_BATCH_DAYS_MAX: "1000", ...store?.(seed) };
+      // A ClickHouse store's start creates its tables first: on a loaded machine that can take a while.
+      const serverOptions = { env: variant === "checkpoints" ? { ...batchDays, EVENTIDE_CHECKPOINT_ROWS_MAX: "300" } : batchDays, startTimeoutMs: store === undefined ? undefined : 90_000 };
       const random = new Random(seed);
       const dataset = datasetInDstSeason(random);
       const events = toStoredEvents(dataset.events);
@@ -420,6 +437,7 @@ describe("the query engine answers the v2 fields exactly as the reference on see
       const credentials = { apiKey: server.apiKey, token: server.token, workspaceId: server.workspaceId };
       try {
         await ingestInRandomOrder(server, random, dataset, false);
+        if (store !== undefined) await everyEventVisible(server, events.length);
         const ask = async (ordinal: number): Promise<void> => {
           const query = queries[ordinal];
           const response = await post(`${server.queryUrl}/api/v1/query/${query.kind}`, query.body, { token: server.token });
@@ -446,6 +464,20 @@ describe("the query engine answers the v2 fields exactly as the reference on see
       }
     });
   }
+}
+
+describe("the query engine answers the v2 fields exactly as the reference on seeded random data", () => {
+  differentialSeeds(undefined);
+});
+
+const clickhouseServer = clickhouseBinary();
+if (clickhouseServer === undefined) console.warn(skipNotice("the differential suite over the ClickHouse store"));
+
+describe.skipIf(clickhouseServer === undefined)("the ClickHouse store answers the same queries exactly as the reference on the same events", () => {
+  const clickhouse = clickhousePerSuite();
+  // This suite checks answers: credentials read a few seconds late on a loaded machine must not turn one into a 503.
+  const env = { EVENTIDE_CLICKHOUSE_FORWARD_DELAY_MS: "50", EVENTIDE_REGISTRY_STALE_MS_MAX: "30000" };
+  differentialSeeds((seed) => ({ EVENTIDE_STORE: storeUrl(clickhouse, `differential_${seed}`), ...env }));
 });
 
 describe("the v2 fields refuse what SPEC §7 refuses", () => {

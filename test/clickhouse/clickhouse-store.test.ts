@@ -1,0 +1,136 @@
+/**
+ * The ClickHouse store behind the same HTTP API: `eventide clickhouse init`
+ * creates the tables (partitioned by day, ordered by workspace, event, user,
+ * time) and is idempotent; names and values that would break a SQL literal
+ * (quotes, backslashes, control bytes, a statement after a quote) are stored
+ * and queried as the text they are, answers equal the reference's; a uuid
+ * retry is stored once, also after a restart; an unreachable ClickHouse makes
+ * queries answer 503.
+ */
+import { execFile } from "node:child_process";
+import { promisify } from "node:util";
+import { describe, expect, it } from "vitest";
+import { referenceFunnelV2, referenceRetentionV2, referenceTrendV2 } from "../reference/reference-v2.js";
+import type { StoredEvent } from "../reference/reference.js";
+import { clickhouseBinary, clickhousePerSuite, skipNotice, startClickHouse, storeUrl } from "../helpers/clickhouse.js";
+import { ingestAll, makeDataDir, post, removeDataDir, repoRoot, startServer } from "../helpers/server.js";
+
+const binary = clickhouseBinary();
+if (binary === undefined) console.warn(skipNotice("ClickHouse store tests"));
+
+const run = promisify(execFile);
+
+/** Texts that end a naive SQL literal or smuggle a statement in. */
+const hostile = ["it's", "back\\slash", "'); DROP TABLE events; --", "tab\tnew\nline", "nul\u0000byte", "\\'", "emoji 🎉 ü", "`x` \"y\""];
+
+/** Resolves once the store's queries see `count` events (the forwarder ships them a moment after the 200s). */
+async function visible(queryUrl: string, token: string, count: number): Promise<void> {
+  for (;;) {
+    const answer = await post(`${queryUrl}/api/v1/events`, undefined, { token, method: "GET" });
+    const seen = answer.status === 200 ? (answer.body.data as { count: number }[]).reduce((sum, entry) => sum + entry.count, 0) : -1;
+    if (seen === count) return;
+    await new Promise((resolve) => setTimeout(resolve, 100));
+  }
+}
+
+describe.skipIf(binary === undefined)("the ClickHouse store", () => {
+  const clickhouse = clickhousePerSuite();
+
+  it("eventide clickhouse init creates the tables, partitioned by day and ordered for the queries, and a second run changes nothing", { timeout: 60_000 }, async () => {
+    const env = { ...process.env, EVENTIDE_STORE: storeUrl(clickhouse, "init_check") };
+    for (let round = 0; round < 2; round++) {
+      const { stdout } = await run(process.execPath, ["bin/eventide.js", "clickhouse", "init"], { cwd: repoRoot, env });
+      expect(JSON.parse(stdout.trim())).toEqual({ database: "init_check", cluster: null, shards: 1, schemaVersion: 1 });
+    }
+    const table = await clickhouse.sql("SELECT partition_key, sorting_key FROM system.tables WHERE database = 'init_check' AND name = 'events' FORMAT TSV");
+    expect(table.trim()).toBe("day\tworkspace, event, user, time_ms");
+    expect((await clickhouse.sql("SELECT count() FROM init_check.eventide_schema FORMAT TSV")).trim()).toBe("1");
+  });
+
+  it("stores and queries hostile event names, property names and values as the text they are", { timeout: 120_000 }, async () => {
+    const dataDir = makeDataDir();
+    const server = await startServer({ dataDir, env: { EVENTIDE_STORE: storeUrl(clickhouse, "hostile"), EVENTIDE_CLICKHOUSE_FORWARD_DELAY_MS: "20" }, startTimeoutMs: 90_000 });
+    try {
+      const dayMs = 86_400_000;
+      const startMs = Date.UTC(2024, 4, 1);
+      const events: StoredEvent[] = [];
+      hostile.forEach((name, index) => {
+        for (let copy = 0; copy <= index; copy++) {
+          const properties = { [name]: hostile[(index + copy) % hostile.length], n: String(index + copy) };
+          events.push({ event: name, distinctId: `${name}${copy % 2}`, timestampMs: startMs + (copy % 3) * dayMs + index * 1000, properties });
+          events.push({ event: "plain", distinctId: `${name}${copy % 2}`, timestampMs: startMs + (copy % 3) * dayMs + index * 1000 + 1, properties });
+        }
+      });
+      await ingestAll(server, events.map((event) => ({ event: event.event, distinctId: event.distinctId, timestamp: new Date(event.timestampMs).toISOString(), properties: event.properties })));
+      await visible(server.queryUrl, server.token, events.length);
+      const range = { dateFrom: "2024-05-01", dateTo: "2024-05-04" };
+      const problems: string[] = [];
+      for (const [index, name] of hostile.entries()) {
+        const value = hostile[(index + 1) % hostile.length];
+        const trend = { event: { event: name, filters: [{ property: name, op: "neq" as const, value }] }, ...range, breakdown: name, filters: [{ property: name, op: "contains" as const, value: value.slice(0, 3) }] };
+        const funnel = { steps: [name, { event: "plain", filters: [{ property: name, op: "eq" as const, value }] }], ...range, breakdown: name };
+        const retention = { cohortEvent: name, retentionEvent: { event: "plain", filters: [{ property: name, op: "is_set" as const }] }, ...range, windowDays: 1 };
+        const sum = { event: "plain", ...range, math: "sum" as const, mathProperty: "n", breakdown: name };
+        for (const [kind, body, want] of [
+          ["trend", trend, referenceTrendV2(events, trend)],
+          ["funnel", funnel, referenceFunnelV2(events, funnel)],
+          ["retention", retention, referenceRetentionV2(events, retention)],
+          ["trend", sum, referenceTrendV2(events, sum)],
+        ] as const) {
+          const answer = await post(`${server.queryUrl}/api/v1/query/${kind}`, body, { token: server.token });
+          if (answer.status !== 200 || JSON.stringify(answer.body) !== JSON.stringify(want)) problems.push(`${kind} ${JSON.stringify(body)}: ${answer.status} ${answer.text}\n  want ${JSON.stringify(want)}`);
+        }
+      }
+      expect(problems, problems.join("\n")).toEqual([]);
+      const listing = await post(`${server.queryUrl}/api/v1/properties?event=${encodeURIComponent(hostile[2])}`, undefined, { token: server.token, method: "GET" });
+      expect(listing.body.data.map((entry: { property: string }) => entry.property).sort()).toEqual([hostile[2], "n"].sort());
+      expect((await clickhouse.sql("EXISTS TABLE hostile.events FORMAT TSV")).trim()).toBe("1");
+    } finally {
+      await server.stop();
+      removeDataDir(dataDir);
+    }
+  });
+
+  it("stores a uuid's event once: retried in one batch, in another, and after a restart", { timeout: 120_000 }, async () => {
+    const dataDir = makeDataDir();
+    const env = { EVENTIDE_STORE: storeUrl(clickhouse, "uuids"), EVENTIDE_CLICKHOUSE_FORWARD_DELAY_MS: "20" };
+    let server = await startServer({ dataDir, env, startTimeoutMs: 90_000 });
+    const credentials = { apiKey: server.apiKey, token: server.token, workspaceId: server.workspaceId };
+    try {
+      const uuid = (index: number) => `6e3a1c2e-0000-4000-8000-${String(index).padStart(12, "0")}`;
+      const event = (index: number) => ({ event: "paid", distinctId: `u${index}`, timestamp: "2024-05-01T10:00:00Z", uuid: uuid(index) });
+      const first = await post(`${server.ingestUrl}/ingest/batch`, { apiKey: server.apiKey, events: [event(1), event(2), event(1)] });
+      expect(first.body).toEqual({ ok: true, accepted: 3 });
+      const again = await post(`${server.ingestUrl}/ingest/batch`, { apiKey: server.apiKey, events: [event(2), { ...event(3), uuid: uuid(3).toUpperCase() }] });
+      expect(again.body).toEqual({ ok: true, accepted: 2 });
+      await visible(server.queryUrl, server.token, 3);
+      await server.stop();
+      server = await startServer({ dataDir, env, credentials, startTimeoutMs: 90_000 });
+      const afterRestart = await post(`${server.ingestUrl}/ingest/batch`, { apiKey: server.apiKey, events: [event(1), event(3), event(4)] });
+      expect(afterRestart.body).toEqual({ ok: true, accepted: 3 });
+      await visible(server.queryUrl, server.token, 4);
+      expect((await clickhouse.sql("SELECT count(), uniqExact(uuid) FROM uuids.events FORMAT TSV")).trim()).toBe("4\t4");
+    } finally {
+      await server.stop();
+      removeDataDir(dataDir);
+    }
+  });
+
+  it("answers 503 unavailable to queries while ClickHouse is down, and acknowledges ingest from its outbox", { timeout: 120_000 }, async () => {
+    const dataDir = makeDataDir();
+    const down = await startClickHouse();
+    const server = await startServer({ dataDir, env: { EVENTIDE_STORE: storeUrl(down, "gone") }, startTimeoutMs: 90_000 });
+    try {
+      await down.kill();
+      const query = await post(`${server.queryUrl}/api/v1/query/trend`, { event: "a", dateFrom: "2024-05-01", dateTo: "2024-05-02" }, { token: server.token });
+      expect(query.status).toBe(503);
+      expect(query.body.error.code).toBe("unavailable");
+      const ingest = await post(`${server.ingestUrl}/ingest`, { apiKey: server.apiKey, event: "a", distinctId: "u" });
+      expect(ingest.body).toEqual({ ok: true });
+    } finally {
+      await server.stop();
+      await down.stop();
+      removeDataDir(dataDir);
+    }
+  });
+});
