@@ -77,6 +77,7 @@ export interface CliCommand {
 }
 
 
+const workspaceSelectOption: CliOption = { name: "workspace", value: "WORKSPACE", summary: "the workspace (id or name); optional when there is only one" };
 const labelOption: CliOption = { name: "label", value: "TEXT", summary: "a note shown by `key list` / `token list`" };
 
 // Lifecycle commands are imported when run: the store's readers (roaring among them) would slow every credential command's start.
@@ -171,7 +172,7 @@ export const cliCommands: CliCommand[] = [
       "Each event: event, distinctId, timestamp (ISO 8601, ms, Z), properties, uuid. An event stored without a uuid gets one\n" +
       "derived from its place in the store, so importing the same file twice stores it once.",
     options: [
-      { name: "workspace", value: "WORKSPACE", summary: "the workspace (id or name); optional when there is only one" },
+      workspaceSelectOption,
       { name: "format", value: "FORMAT", summary: "ndjson (default) or csv" },
       { name: "from", value: "DATE", summary: "first day (YYYY-MM-DD, UTC), inclusive" },
       { name: "to", value: "DATE", summary: "last day (YYYY-MM-DD, UTC), inclusive" },
@@ -188,11 +189,26 @@ export const cliCommands: CliCommand[] = [
       "server (--ingest-url, EVENTIDE_INGEST_URL, or EVENTIDE_HOST:EVENTIDE_INGEST_PORT), or, when no server holds the data\n" +
       "directory, to a server of its own started for the import. Events with a uuid are stored once however often imported.",
     options: [
-      { name: "workspace", value: "WORKSPACE", summary: "the workspace (id or name); optional when there is only one" },
+      workspaceSelectOption,
       { name: "ingest-url", value: "URL", summary: "the running server's ingest URL" },
     ],
     changes: true,
     run: async ([file], context) => (await import("./lifecycle/import.js")).importCommand(file, context),
+  },
+  {
+    words: ["user", "delete"],
+    operands: ["DISTINCT_ID"],
+    summary: "delete every event of one user (a privacy request): gone from every answer and from disk when it returns",
+    description:
+      "Goes through the running server's POST /api/v1/users/delete (--query-url, EVENTIDE_QUERY_URL, or\n" +
+      "EVENTIDE_HOST:EVENTIDE_QUERY_PORT), or, when no server holds the data directory, a server of its own. Events of the\n" +
+      "user that arrive after the deletion are kept, as new events.",
+    options: [
+      workspaceSelectOption,
+      { name: "query-url", value: "URL", summary: "the running server's query URL" },
+    ],
+    changes: true,
+    run: async ([distinctId], context) => (await import("./lifecycle/user-delete.js")).deleteUserCommand(distinctId, context),
   },
   {
     words: ["backup"],

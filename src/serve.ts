@@ -7,7 +7,7 @@
  */
 import { CredentialStore } from "./auth/credential-store.js";
 import { holdServerLock } from "./storage/lock-file.js";
-import { loadConfig } from "./config/config.js";
+import { loadConfig, type Config, type RetentionPolicy } from "./config/config.js";
 import { limits } from "./config/limits.js";
 import { startHttp } from "./http/server.js";
 import { IngestService } from "./ingest/ingest-service.js";
@@ -37,6 +37,36 @@ for (const signal of ["SIGTERM", "SIGINT"] as const) {
     if (stopNow) stopNow(signal);
     else stopRequested ??= signal;
   });
+}
+
+/**
+ * Drops expired days now and every retentionCheckIntervalMs: a workspace's own
+ * retention from the registry, else EVENTIDE_RETENTION_DAYS.
+ */
+function startRetention(store: Store, credentials: CredentialStore, config: Config): NodeJS.Timeout {
+  const retentionOf = (workspaceId: string): RetentionPolicy => {
+    const own = credentials.retentionOf(workspaceId);
+    if (own === undefined) return config.retention;
+    return own === "forever" ? { kind: "forever" } : { kind: "days", days: own };
+  };
+  let running = false;
+  const pass = () => {
+    if (running) return;
+    running = true;
+    store
+      .dropExpiredDays(retentionOf, Date.now())
+      .then(
+        (dropped) => {
+          if (dropped.daysDropped > 0) log.info(dropped, "retention: expired days dropped");
+        },
+        (error: unknown) => log.error({ err: errorMessage(error) }, "retention: dropping expired days failed; retried at the next check"),
+      )
+      .finally(() => (running = false));
+  };
+  pass();
+  const timer = setInterval(pass, limits.retentionCheckIntervalMs);
+  timer.unref();
+  return timer;
 }
 
 export async function serve(): Promise<void> {
@@ -73,7 +103,7 @@ export async function serve(): Promise<void> {
         fsync: config.fsync,
       }),
     load: (directory) => pool.load({ kind: "load-segment", directory }),
-    merge: (directories, target, dayStartMs) => pool.merge({ kind: "merge", directories, target, dayStartMs, fsync: config.fsync }),
+    merge: (directories, target, dayStartMs, dropUserIds) => pool.merge({ kind: "merge", directories, target, dayStartMs, fsync: config.fsync, dropUserIds }),
   });
   await workersStarted;
   const ingest = new IngestService(pool, store, credentials);
@@ -89,6 +119,7 @@ export async function serve(): Promise<void> {
     segments: () => store.sealedSegmentTotals(),
     retentionCacheBytes: () => query.retentionCacheBytes,
   });
+  const retentionTimer = startRetention(store, credentials, config);
   http.markReady();
   log.info({ startMs: Date.now() - startedAtMs, rowsReplayed: store.rowsApplied, workers: config.workerCount, dataDir: config.dataDir }, "ready");
 
@@ -102,6 +133,7 @@ export async function serve(): Promise<void> {
     }, limits.shutdownTimeoutMs);
     deadline.unref();
     try {
+      clearInterval(retentionTimer);
       await http.close(limits.shutdownTimeoutMs / 3);
       // Sealing may take what is left but a margin for closing the WAL and the pool; a seal still running then is abandoned.
       const sealDeadlineMs = Date.now() + limits.shutdownTimeoutMs / 3;

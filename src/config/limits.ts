@@ -158,6 +158,8 @@ export const limits = Object.freeze({
   segmentCacheBytesMax: integerFromEnvironment("EVENTIDE_SEGMENT_CACHE_BYTES_MAX", Math.floor(memoryBytesAvailable() / 2)),
   /** One query task longer than this has its worker replaced and the query answers 503: a worker is not held for minutes. */
   queryTaskTimeoutMs: integerFromEnvironment("EVENTIDE_QUERY_TASK_TIMEOUT_MS", 30_000),
+  /** How often expired days are looked for (EVENTIDE_RETENTION_DAYS, per-workspace retention): a day expires once a day, so an hour's lag is a few percent of it. */
+  retentionCheckIntervalMs: integerFromEnvironment("EVENTIDE_RETENTION_CHECK_INTERVAL_MS", 3_600_000),
   /** A seal, merge or segment load longer than this is abandoned (its worker replaced); a checkpoint retries later. */
   storeTaskTimeoutMs: integerFromEnvironment("EVENTIDE_STORE_TASK_TIMEOUT_MS", 300_000),
   /** Filters in one query: a dashboard uses a handful. */
