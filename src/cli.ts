@@ -20,7 +20,8 @@ import { resolve } from "node:path";
 import type { Writable } from "node:stream";
 
 import { isRegistryError } from "./auth/registry-error.js";
-import { createApiKey, createToken, createWorkspace, listCredentials, listWorkspaces, revokeApiKey, revokeToken } from "./auth/registry.js";
+import { createApiKey, createToken, createWorkspace, listCredentials, listWorkspaces, revokeApiKey, revokeToken, setWorkspaceRetention } from "./auth/registry.js";
+import { parseRetention } from "./config/config.js";
 import { ArgumentError, globalOptions, leadingGlobalOptionCount, parseArguments, type CliOption, type OptionValues } from "./cli/arguments.js";
 import { CliCommandError, CliExit, CliUsageError } from "./cli/command-errors.js";
 import { commandHelp, commandSynopsis, overallHelp } from "./cli/help.js";
@@ -105,6 +106,20 @@ export const cliCommands: CliCommand[] = [
     options: [{ name: "yes", summary: "confirm: the events cannot be recovered (except from a backup)" }],
     changes: true,
     run: async ([workspace], context) => (await import("./lifecycle/workspace-delete.js")).deleteWorkspaceCommand(workspace, context),
+  },
+  {
+    words: ["workspace", "retention"],
+    operands: ["WORKSPACE", "DAYS"],
+    summary: "keep a workspace's events DAYS whole days (older days are dropped, files removed), forever, or default",
+    description:
+      "DAYS is a whole number of days (at least 1), forever, or default (the server's EVENTIDE_RETENTION_DAYS, itself forever\n" +
+      "when unset). A running server applies it within its next retention check (EVENTIDE_RETENTION_CHECK_INTERVAL_MS).",
+    changes: true,
+    run: ([workspace, days], { dataDir }) => {
+      const retention = days === "default" ? "default" : parseRetention(days);
+      if (retention === undefined) throw new CliUsageError(`DAYS must be a whole number of days (at least 1), forever or default, got ${JSON.stringify(days)}`);
+      return setWorkspaceRetention(dataDir, workspace, typeof retention === "string" ? retention : retention.kind === "forever" ? "forever" : retention.days);
+    },
   },
   {
     words: ["key", "create"],
