@@ -259,10 +259,14 @@ const repairLockWaitMs = 1_000;
 async function runRepair(dataDir: string, io: CliIo): Promise<unknown> {
   if (!existsSync(dataDir)) throw new CliCommandError(`no data directory at ${dataDir}`);
   const { repairStore } = await import("./storage/repair.js");
+  const { NewerFormatError } = await import("./storage/format-versions.js");
   const release = await holdLockFile(serverLockPath(dataDir), repairLockWaitMs, (holder) => new CliCommandError(`the data directory ${dataDir} is in use by ${holder}; stop the server first`));
   try {
     const report = repairStore(dataDir, (entry) => io.writeDiagnostic(`${JSON.stringify({ level: "warn", time: new Date().toISOString(), msg: "repair", ...entry })}\n`));
     return { repaired: true, quarantine: report.quarantine ?? null, actions: report.actions };
+  } catch (error) {
+    if (error instanceof NewerFormatError) throw new CliCommandError(`nothing repaired: ${error.message}`);
+    throw error;
   } finally {
     await release();
   }

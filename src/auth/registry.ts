@@ -101,6 +101,10 @@ export function parseRegistry(text: string, source: string): RegistryDocument {
   } catch (error) {
     throw new RegistryError("registry_invalid", `${source} is not valid JSON: ${(error as Error).message}`);
   }
+  const version = (value as { version?: unknown } | null)?.version;
+  if (typeof version === "number" && version > registryFormatVersion) {
+    throw new RegistryError("registry_invalid", `${source}: written by a newer Eventide (registry format ${version}; this version reads up to ${registryFormatVersion}). Run that version (or newer) on this data directory, or restore a backup taken with this one`);
+  }
   const parsed = registrySchema.safeParse(value);
   if (!parsed.success) {
     const issue = parsed.error.issues[0];
