@@ -76,24 +76,8 @@ describe("data directory formats", () => {
     ],
     ["a write-ahead log file", (dataDir) => patchMagic(join(dataDir, "wal", readdirSync(join(dataDir, "wal"))[0]), "EWL3"), /write-ahead log record format 3; this version reads up to 2/],
     ["a dictionary", (dataDir) => patchMagic(join(dataDir, "ws", workspaceId, "_users.dict"), "DIC2"), /dictionary format 2; this version reads up to 1/],
-    [
-      "_checkpoint.json",
-      (dataDir) => {
-        const path = join(dataDir, "_checkpoint.json");
-        writeFileSync(path, JSON.stringify({ ...JSON.parse(readFileSync(path, "utf8")), format: 2 }));
-        return path;
-      },
-      /checkpoint format 2; this version reads up to 1/,
-    ],
-    [
-      "the registry",
-      (dataDir) => {
-        const path = join(dataDir, "_registry.json");
-        writeFileSync(path, JSON.stringify({ ...JSON.parse(readFileSync(path, "utf8")), version: 2 }));
-        return path;
-      },
-      /registry format 2; this version reads up to 1/,
-    ],
+    ["_checkpoint.json", (dataDir) => patchJson(join(dataDir, "_checkpoint.json"), { format: 2 }), /checkpoint format 2; this version reads up to 1/],
+    ["the registry", (dataDir) => patchJson(join(dataDir, "_registry.json"), { version: 2 }), /registry format 2; this version reads up to 1/],
   ];
 
   for (const [what, patch, message] of newer) {
@@ -121,5 +105,11 @@ function patchMagic(path: string, magic: string): string {
   const bytes = readFileSync(path);
   bytes.write(magic, 0, "latin1");
   writeFileSync(path, bytes);
+  return path;
+}
+
+/** Sets top-level fields of the JSON file at `path`; returns it. */
+function patchJson(path: string, fields: Record<string, unknown>): string {
+  writeFileSync(path, JSON.stringify({ ...JSON.parse(readFileSync(path, "utf8")), ...fields }));
   return path;
 }
