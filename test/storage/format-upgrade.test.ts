@@ -15,10 +15,10 @@
  */
 import { cpSync, existsSync, readdirSync, readFileSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
-import { describe, expect, it } from "vitest";
+import { afterAll, describe, expect, it } from "vitest";
 
 import { encodeLayout, type SegmentLayout } from "../../src/storage/segment-layout.js";
-import { makeDataDir, post, repoRoot, serversPerFile, startServer as startOnce } from "../helpers/server.js";
+import { makeDataDir, post, removeDataDir, repoRoot, serversPerFile, startServer as startOnce } from "../helpers/server.js";
 import { runEventide, succeeded } from "../cli/run-eventide.js";
 
 const startServer = serversPerFile();
@@ -34,9 +34,16 @@ const queries: Array<[string, object]> = [
   ["retention", { cohortEvent: "signup", retentionEvent: "view", dateFrom: "2024-03-01", dateTo: "2024-03-03", windowDays: 1 }],
 ];
 
+const copies: string[] = [];
+afterAll(() => {
+  for (const copy of copies) removeDataDir(copy);
+});
+
 /** A copy of the fixture's data directory, with a token of its workspace. */
 async function fixtureCopy(): Promise<{ dataDir: string; token: string }> {
-  const dataDir = join(makeDataDir("eventide-format-"), "data");
+  const root = makeDataDir("eventide-format-");
+  copies.push(root);
+  const dataDir = join(root, "data");
   cpSync(join(fixture, "data"), dataDir, { recursive: true });
   const { token } = succeeded(await runEventide(["token", "create", workspaceId, "--data-dir", dataDir]));
   return { dataDir, token };
