@@ -20,7 +20,8 @@ import { resolve } from "node:path";
 import type { Writable } from "node:stream";
 
 import { isRegistryError } from "./auth/registry-error.js";
-import { createApiKey, createToken, createWorkspace, listCredentials, listWorkspaces, revokeApiKey, revokeToken } from "./auth/registry.js";
+import { createApiKey, createToken, createWorkspace, listCredentials, listWorkspaces, revokeApiKey, revokeToken, setWorkspaceRetention } from "./auth/registry.js";
+import { parseRetention } from "./config/config.js";
 import { ArgumentError, globalOptions, leadingGlobalOptionCount, parseArguments, type CliOption, type OptionValues } from "./cli/arguments.js";
 import { CliCommandError, CliExit, CliUsageError } from "./cli/command-errors.js";
 import { commandHelp, commandSynopsis, overallHelp } from "./cli/help.js";
@@ -77,6 +78,7 @@ export interface CliCommand {
 }
 
 
+const workspaceSelectOption: CliOption = { name: "workspace", value: "WORKSPACE", summary: "the workspace (id or name); optional when there is only one" };
 const labelOption: CliOption = { name: "label", value: "TEXT", summary: "a note shown by `key list` / `token list`" };
 
 // Lifecycle commands are imported when run: the store's readers (roaring among them) would slow every credential command's start.
@@ -104,6 +106,20 @@ export const cliCommands: CliCommand[] = [
     options: [{ name: "yes", summary: "confirm: the events cannot be recovered (except from a backup)" }],
     changes: true,
     run: async ([workspace], context) => (await import("./lifecycle/workspace-delete.js")).deleteWorkspaceCommand(workspace, context),
+  },
+  {
+    words: ["workspace", "retention"],
+    operands: ["WORKSPACE", "DAYS"],
+    summary: "keep a workspace's events DAYS whole days (older days are dropped, files removed), forever, or default",
+    description:
+      "DAYS is a whole number of days (at least 1), forever, or default (the server's EVENTIDE_RETENTION_DAYS, itself forever\n" +
+      "when unset). A running server applies it within its next retention check (EVENTIDE_RETENTION_CHECK_INTERVAL_MS).",
+    changes: true,
+    run: ([workspace, days], { dataDir }) => {
+      const retention = days === "default" ? "default" : parseRetention(days);
+      if (retention === undefined) throw new CliUsageError(`DAYS must be a whole number of days (at least 1), forever or default, got ${JSON.stringify(days)}`);
+      return setWorkspaceRetention(dataDir, workspace, typeof retention === "string" ? retention : retention.kind === "forever" ? "forever" : retention.days);
+    },
   },
   {
     words: ["key", "create"],
@@ -186,7 +202,7 @@ export const cliCommands: CliCommand[] = [
       "Each event: event, distinctId, timestamp (ISO 8601, ms, Z), properties, uuid. An event stored without a uuid gets one\n" +
       "derived from its place in the store, so importing the same file twice stores it once.",
     options: [
-      { name: "workspace", value: "WORKSPACE", summary: "the workspace (id or name); optional when there is only one" },
+      workspaceSelectOption,
       { name: "format", value: "FORMAT", summary: "ndjson (default) or csv" },
       { name: "from", value: "DATE", summary: "first day (YYYY-MM-DD, UTC), inclusive" },
       { name: "to", value: "DATE", summary: "last day (YYYY-MM-DD, UTC), inclusive" },
@@ -203,11 +219,26 @@ export const cliCommands: CliCommand[] = [
       "server (--ingest-url, EVENTIDE_INGEST_URL, or EVENTIDE_HOST:EVENTIDE_INGEST_PORT), or, when no server holds the data\n" +
       "directory, to a server of its own started for the import. Events with a uuid are stored once however often imported.",
     options: [
-      { name: "workspace", value: "WORKSPACE", summary: "the workspace (id or name); optional when there is only one" },
+      workspaceSelectOption,
       { name: "ingest-url", value: "URL", summary: "the running server's ingest URL" },
     ],
     changes: true,
     run: async ([file], context) => (await import("./lifecycle/import.js")).importCommand(file, context),
+  },
+  {
+    words: ["user", "delete"],
+    operands: ["DISTINCT_ID"],
+    summary: "delete every event of one user (a privacy request): gone from every answer and from disk when it returns",
+    description:
+      "Goes through the running server's POST /api/v1/users/delete (--query-url, EVENTIDE_QUERY_URL, or\n" +
+      "EVENTIDE_HOST:EVENTIDE_QUERY_PORT), or, when no server holds the data directory, a server of its own. Events of the\n" +
+      "user that arrive after the deletion are kept, as new events.",
+    options: [
+      workspaceSelectOption,
+      { name: "query-url", value: "URL", summary: "the running server's query URL" },
+    ],
+    changes: true,
+    run: async ([distinctId], context) => (await import("./lifecycle/user-delete.js")).deleteUserCommand(distinctId, context),
   },
   {
     words: ["backup"],
@@ -243,10 +274,14 @@ const repairLockWaitMs = 1_000;
 async function runRepair(dataDir: string, io: CliIo): Promise<unknown> {
   if (!existsSync(dataDir)) throw new CliCommandError(`no data directory at ${dataDir}`);
   const { repairStore } = await import("./storage/repair.js");
+  const { NewerFormatError } = await import("./storage/format-versions.js");
   const release = await holdLockFile(serverLockPath(dataDir), repairLockWaitMs, (holder) => new CliCommandError(`the data directory ${dataDir} is in use by ${holder}; stop the server first`));
   try {
     const report = repairStore(dataDir, (entry) => io.writeDiagnostic(`${JSON.stringify({ level: "warn", time: new Date().toISOString(), msg: "repair", ...entry })}\n`));
     return { repaired: true, quarantine: report.quarantine ?? null, actions: report.actions };
+  } catch (error) {
+    if (error instanceof NewerFormatError) throw new CliCommandError(`nothing repaired: ${error.message}`);
+    throw error;
   } finally {
     await release();
   }

@@ -7,7 +7,7 @@
  */
 import { CredentialStore } from "./auth/credential-store.js";
 import { holdServerLock } from "./storage/lock-file.js";
-import { loadConfig } from "./config/config.js";
+import { loadConfig, type ClickHouseSettings, type Config, type RetentionPolicy } from "./config/config.js";
 import { limits } from "./config/limits.js";
 import { startHttp } from "./http/server.js";
 import { IngestService } from "./ingest/ingest-service.js";
@@ -20,6 +20,8 @@ import { errorMessage, log } from "./log.js";
 import { startServiceMetrics } from "./metrics.js";
 import { openClickHouseStore } from "./clickhouse/store.js";
 import { ClickHouseQueryService } from "./clickhouse/query-service.js";
+import { dropExpiredClickHouseDays } from "./clickhouse/deletions.js";
+import type { RetentionPass } from "./storage/retention.js";
 
 /** Workers start in well under a second; this only bounds a start-up that would otherwise hang. */
 const workerStartTimeoutMs = 60_000;
@@ -39,6 +41,39 @@ for (const signal of ["SIGTERM", "SIGINT"] as const) {
     if (stopNow) stopNow(signal);
     else stopRequested ??= signal;
   });
+}
+
+/**
+ * Drops expired days now and every retentionCheckIntervalMs: a workspace's own
+ * retention from the registry, else EVENTIDE_RETENTION_DAYS.
+ */
+function startRetention(
+  drop: (retentionOf: (workspaceId: string) => RetentionPolicy, nowMs: number) => Promise<RetentionPass>,
+  credentials: CredentialStore,
+  config: Config,
+): NodeJS.Timeout {
+  const retentionOf = (workspaceId: string): RetentionPolicy => {
+    const own = credentials.retentionOf(workspaceId);
+    if (own === undefined) return config.retention;
+    return own === "forever" ? { kind: "forever" } : { kind: "days", days: own };
+  };
+  let running = false;
+  const pass = () => {
+    if (running) return;
+    running = true;
+    drop(retentionOf, Date.now())
+      .then(
+        (dropped) => {
+          if (dropped.daysDropped > 0) log.info(dropped, "retention: expired days dropped");
+        },
+        (error: unknown) => log.error({ err: errorMessage(error) }, "retention: dropping expired days failed; retried at the next check"),
+      )
+      .finally(() => (running = false));
+  };
+  pass();
+  const timer = setInterval(pass, limits.retentionCheckIntervalMs);
+  timer.unref();
+  return timer;
 }
 
 export async function serve(): Promise<void> {
@@ -78,12 +113,12 @@ export async function serve(): Promise<void> {
         fsync: config.fsync,
       }),
     load: (directory) => pool.load({ kind: "load-segment", directory }),
-    merge: (directories, target, dayStartMs) => pool.merge({ kind: "merge", directories, target, dayStartMs, fsync: config.fsync }),
+    merge: (directories, target, dayStartMs, dropUserIds) => pool.merge({ kind: "merge", directories, target, dayStartMs, fsync: config.fsync, dropUserIds }),
   });
   await workersStarted;
   outbox?.start();
   const ingest = new IngestService(pool, writes, credentials);
-  const query = config.store.kind === "clickhouse" ? new ClickHouseQueryService(pool, config.store) : new QueryService(pool, store!);
+  const query = config.store.kind === "clickhouse" ? new ClickHouseQueryService(pool, config.store, () => outbox!.drained()) : new QueryService(pool, store!);
   const http = await startHttp({ config, credentials, ingest, query });
   // After both listeners are bound: a start that fails on a port in use must not create
   // (and print, once and for all) credentials of a workspace nobody could reach.
@@ -95,6 +130,13 @@ export async function serve(): Promise<void> {
     segments: () => store?.sealedSegmentTotals() ?? { count: 0, bytes: 0 },
     retentionCacheBytes: () => query.retentionCacheBytes,
   });
+  const retentionTimer = startRetention(
+    store !== undefined
+      ? (retentionOf, nowMs) => store.dropExpiredDays(retentionOf, nowMs)
+      : (retentionOf, nowMs) => dropExpiredClickHouseDays(config.store as ClickHouseSettings, credentials.workspaceIds(), retentionOf, nowMs),
+    credentials,
+    config,
+  );
   http.markReady();
   log.info({ startMs: Date.now() - startedAtMs, rowsReplayed: store?.rowsApplied ?? 0, workers: config.workerCount, dataDir: config.dataDir }, "ready");
 
@@ -108,6 +150,7 @@ export async function serve(): Promise<void> {
     }, limits.shutdownTimeoutMs);
     deadline.unref();
     try {
+      clearInterval(retentionTimer);
       await http.close(limits.shutdownTimeoutMs / 3);
       // Sealing may take what is left but a margin for closing the WAL and the pool; a seal still running then is abandoned.
       const sealDeadlineMs = Date.now() + limits.shutdownTimeoutMs / 3;

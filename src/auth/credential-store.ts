@@ -27,6 +27,8 @@ interface CredentialSnapshot {
   workspaceIdByApiKeyHash: Map<string, string>;
   workspaceIdByTokenHash: Map<string, string>;
   workspaceIds: string[];
+  /** Workspaces whose registry entry sets a retention of their own. */
+  retentionByWorkspaceId: Map<string, number | "forever">;
 }
 
 function snapshotOf(registry: RegistryDocument): CredentialSnapshot {
@@ -40,10 +42,13 @@ function snapshotOf(registry: RegistryDocument): CredentialSnapshot {
       if (token.revokedAt === undefined) workspaceIdByTokenHash.set(token.hash, workspace.workspaceId);
     }
   }
+  const retentionByWorkspaceId = new Map<string, number | "forever">();
+  for (const workspace of registry.workspaces) if (workspace.retention !== undefined) retentionByWorkspaceId.set(workspace.workspaceId, workspace.retention);
   return {
     workspaceIdByApiKeyHash,
     workspaceIdByTokenHash,
     workspaceIds: registry.workspaces.map((workspace) => workspace.workspaceId),
+    retentionByWorkspaceId,
   };
 }
 
@@ -121,6 +126,11 @@ export class CredentialStore {
     // Only a failing or hanging read makes it stale: a main thread starved for seconds (a loaded machine) is not a reason.
     const failing = this.pollErrorMessage !== undefined || this.refreshing !== undefined;
     return failing && Date.now() - this.checkedAtMs > limits.registryStaleMsMax;
+  }
+
+  /** The workspace's own retention from the registry (whole days, or "forever"); undefined when it sets none. */
+  retentionOf(workspaceId: string): number | "forever" | undefined {
+    return this.snapshot.retentionByWorkspaceId.get(workspaceId);
   }
 
   workspaceIds(): string[] {

@@ -48,6 +48,8 @@ const workspaceSchema = z.looseObject({
   createdAt: z.string(),
   apiKeys: z.array(credentialSchema),
   tokens: z.array(credentialSchema),
+  /** Whole days of events kept ("forever": all); absent, the server's EVENTIDE_RETENTION_DAYS applies. */
+  retention: z.union([z.int().min(1), z.literal("forever")]).optional(),
 });
 
 const registrySchema = z
@@ -98,6 +100,10 @@ export function parseRegistry(text: string, source: string): RegistryDocument {
     value = JSON.parse(text);
   } catch (error) {
     throw new RegistryError("registry_invalid", `${source} is not valid JSON: ${(error as Error).message}`);
+  }
+  const version = (value as { version?: unknown } | null)?.version;
+  if (typeof version === "number" && version > registryFormatVersion) {
+    throw new RegistryError("registry_invalid", `${source}: written by a newer Eventide (registry format ${version}; this version reads up to ${registryFormatVersion}). Run that version (or newer) on this data directory, or restore a backup taken with this one`);
   }
   const parsed = registrySchema.safeParse(value);
   if (!parsed.success) {
@@ -190,6 +196,12 @@ export async function createApiKeyWithId(dataDir: string, workspaceIdOrName: str
   return { apiKey, id, workspaceId };
 }
 
+/** A token and its id, for tools that must revoke it again (user delete's temporary token). */
+export async function createTokenWithId(dataDir: string, workspaceIdOrName: string, options: CredentialOptions = {}): Promise<{ token: string; id: string; workspaceId: string }> {
+  const { secret: token, id, workspaceId } = await addSecret(dataDir, workspaceIdOrName, "token", options);
+  return { token, id, workspaceId };
+}
+
 /** A workspace's keys or tokens, oldest first, revoked ones included (marked). */
 export async function listCredentials(dataDir: string, workspaceIdOrName: string, kind: SecretKind): Promise<CredentialSummary[]> {
   const workspace = findWorkspace(await readRegistry(dataDir), workspaceIdOrName);
@@ -205,6 +217,16 @@ export async function listCredentials(dataDir: string, workspaceIdOrName: string
 export async function findWorkspaceSummary(dataDir: string, workspaceIdOrName: string): Promise<WorkspaceSummary> {
   const { workspaceId, name, createdAt } = findWorkspace(await readRegistry(dataDir), workspaceIdOrName);
   return { workspaceId, name, createdAt };
+}
+
+/** Sets a workspace's retention (whole days, or "forever"), or with "default" removes it so the server's EVENTIDE_RETENTION_DAYS applies. */
+export async function setWorkspaceRetention(dataDir: string, workspaceIdOrName: string, retention: number | "forever" | "default", options: RegistryOptions = {}): Promise<{ workspaceId: string; retention: number | "forever" | "default" }> {
+  return updateRegistry(dataDir, options, (registry) => {
+    const workspace = findWorkspace(registry, workspaceIdOrName);
+    if (retention === "default") delete workspace.retention;
+    else workspace.retention = retention;
+    return { workspaceId: workspace.workspaceId, retention };
+  });
 }
 
 /** Removes a workspace and every credential of it from the registry (its data is the caller's: lifecycle/workspace-delete.ts). */

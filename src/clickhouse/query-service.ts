@@ -22,7 +22,10 @@ import { funnelChainsPlanOf, funnelRowsBody, retentionRowsBody, trendRowsBody } 
 import { parseQueryBody, tooManyBuckets, type EventReference, type PropertyFilter, type QueryKind, type QueryParseResult } from "../query/schemas.js";
 import { zoneClock } from "../query/time-zone.js";
 import type { WorkerPool } from "../workers/pool.js";
+import type { ClickHouseSettings } from "../config/config.js";
+import { parseUserDeletionBody } from "../query/user-deletion.js";
 import { ClickHouseClient, ClickHouseError, sqlIdentifier, sqlString } from "./client.js";
+import { deleteClickHouseUser } from "./deletions.js";
 import { eventsTable } from "./schema.js";
 
 /** Bodies up to this size are parsed on the main thread, as QueryService does. */
@@ -61,7 +64,9 @@ export class ClickHouseQueryService {
 
   constructor(
     private readonly pool: WorkerPool,
-    settings: { url: string; user: string; password: string; database: string },
+    private readonly settings: ClickHouseSettings,
+    /** Resolves once every acknowledged event is in ClickHouse: a user deletion covers them all. */
+    private readonly drained: () => Promise<void>,
   ) {
     this.client = new ClickHouseClient(settings.url, settings.user, settings.password, limits.clickhouseRequestTimeoutMs);
     this.table = `${sqlIdentifier(settings.database)}.${eventsTable}`;
@@ -122,6 +127,16 @@ export class ClickHouseQueryService {
           return { ok: true, body: retentionRowsBody(labels, retentionCohorts(rows, { startsMs, breakdownLimit: request.breakdown?.limit })) };
         }
       }
+    });
+  }
+
+  /** POST /api/v1/users/delete: an awaited ALTER … DELETE (user-deletion.ts). */
+  async deleteUser(workspaceId: string, bytes: Uint8Array): Promise<ServiceReply> {
+    const parsed = parseUserDeletionBody(bytes);
+    if (!parsed.ok) return parsed;
+    return this.answering(async () => {
+      const { deletedEvents } = await deleteClickHouseUser(this.settings, this.drained, workspaceId, parsed.distinctId);
+      return { ok: true, body: JSON.stringify({ ok: true, deletedEvents }) };
     });
   }
 

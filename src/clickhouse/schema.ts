@@ -12,7 +12,7 @@ import { ClickHouseClient, sqlIdentifier, sqlString } from "./client.js";
 
 /** The table queries and inserts name. */
 export const eventsTable = "events";
-const localEventsTable = "events_local";
+export const localEventsTable = "events_local";
 const versionsTable = "eventide_schema";
 
 /** Columns as every version of the schema has them; a later version adds with ALTER … ADD COLUMN IF NOT EXISTS. */

@@ -21,6 +21,25 @@ function switchFromEnvironment(name: string, fallback: boolean): boolean {
   throw new Error(`${name} must be on or off, got ${JSON.stringify(process.env[name])}`);
 }
 
+/** How long a workspace's events are kept: forever, or whole UTC days (older days are dropped, files removed). */
+export type RetentionPolicy = { kind: "forever" } | { kind: "days"; days: number };
+
+/** A retention given as text: "forever", or a whole number of days, at least 1. Undefined when the text is neither. */
+export function parseRetention(text: string): RetentionPolicy | undefined {
+  const trimmed = text.trim().toLowerCase();
+  if (trimmed === "forever") return { kind: "forever" };
+  const days = Number(trimmed);
+  return /^\d+$/.test(trimmed) && Number.isSafeInteger(days) && days >= 1 ? { kind: "days", days } : undefined;
+}
+
+function retentionFromEnvironment(name: string): RetentionPolicy {
+  const raw = process.env[name];
+  if (raw === undefined || raw.trim() === "") return { kind: "forever" };
+  const retention = parseRetention(raw);
+  if (retention === undefined) throw new Error(`${name} must be a whole number of days (at least 1) or forever, got ${JSON.stringify(raw)}`);
+  return retention;
+}
+
 export interface Config {
   host: string;
   queryPort: number;
@@ -33,6 +52,8 @@ export interface Config {
   metrics: boolean;
   /** Where events are stored: the embedded store (default) or a ClickHouse server or cluster. */
   store: StoreSettings;
+  /** EVENTIDE_RETENTION_DAYS: every workspace's retention unless the registry sets its own (`eventide workspace retention`). */
+  retention: RetentionPolicy;
 }
 
 export interface ClickHouseSettings {
@@ -92,5 +113,6 @@ export function loadConfig(): Config {
     fsync: process.env.EVENTIDE_FSYNC !== "off",
     metrics: switchFromEnvironment("EVENTIDE_METRICS", true),
     store: storeFromEnvironment(),
+    retention: retentionFromEnvironment("EVENTIDE_RETENTION_DAYS"),
   });
 }

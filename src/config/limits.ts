@@ -168,6 +168,8 @@ export const limits = Object.freeze({
   /** After a failed INSERT (ClickHouse down or restarting), the forwarder tries again this much later. */
   clickhouseRetryDelayMs: integerFromEnvironment("EVENTIDE_CLICKHOUSE_RETRY_DELAY_MS", 1000),
   queryTaskTimeoutMs: integerFromEnvironment("EVENTIDE_QUERY_TASK_TIMEOUT_MS", 30_000),
+  /** How often expired days are looked for (EVENTIDE_RETENTION_DAYS, per-workspace retention): a day expires once a day, so an hour's lag is a few percent of it. */
+  retentionCheckIntervalMs: integerFromEnvironment("EVENTIDE_RETENTION_CHECK_INTERVAL_MS", 3_600_000),
   /** A seal, merge or segment load longer than this is abandoned (its worker replaced); a checkpoint retries later. */
   storeTaskTimeoutMs: integerFromEnvironment("EVENTIDE_STORE_TASK_TIMEOUT_MS", 300_000),
   /** Filters in one query: a dashboard uses a handful. */

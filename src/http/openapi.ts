@@ -8,6 +8,7 @@
 import { z } from "zod";
 import { batchBodySchema, singleBodySchema } from "../ingest/event-schema.js";
 import { queryRequestSchemas } from "../query/schemas.js";
+import { userDeletionSchema } from "../query/user-deletion.js";
 import { errorStatus } from "../errors.js";
 import { routes, type RouteName } from "./routes.js";
 
@@ -27,6 +28,7 @@ const testEventAnswerSchema = z.object({ ok: z.literal(true), eventId: z.uuid(),
 // Answers of the queries gain fields with SPEC §7 (breakdowns, math values); their core is described, the rest allowed.
 const trendAnswerSchema = z.looseObject({ data: z.array(z.looseObject({ date: z.string(), count: z.number().optional(), value: z.number().nullable().optional() })) });
 const funnelAnswerSchema = z.looseObject({ steps: z.array(z.looseObject({ event: z.string(), count: z.int(), rate: z.number() })) });
+const userDeletionAnswerSchema = z.object({ ok: z.literal(true), deletedEvents: z.int().min(0) });
 const retentionAnswerSchema = z.looseObject({ cohorts: z.array(z.looseObject({ cohortDate: z.string(), total: z.int(), weeks: z.array(z.int()) })) });
 
 /** Input side: defaults are optional fields, and refinements the schema cannot express are left out. */
@@ -62,6 +64,7 @@ const operations: Record<RouteName, Operation> = {
   openapi: { ok: { description: "this document", content: { "application/json": { schema: { type: "object" } } } } },
   events: { ok: { description: "every event name and how many events carry it, by count descending, then name", content: { "application/json": { schema: { type: "object", properties: { data: { type: "array", items: { type: "object", properties: { event: { type: "string" }, count: { type: "integer" } } } } } } } } } },
   properties: { ok: { description: "every top-level property key set on events (of ?event=NAME when given) and on how many", content: { "application/json": { schema: { type: "object", properties: { data: { type: "array", items: { type: "object", properties: { property: { type: "string" }, count: { type: "integer" } } } } } } } } } },
+  user_delete: { request: userDeletionSchema, ok: json(userDeletionAnswerSchema, "every event of the user stored before the request is gone"), extraErrors: queryErrors },
   sdk: { ok: { description: "the browser snippet, an ES module", content: { "text/javascript": { schema: { type: "string" } } } } },
 };
 

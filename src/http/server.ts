@@ -91,7 +91,7 @@ export interface HttpDependencies {
   credentials: CredentialStore;
   ingest: IngestService;
   /** The embedded store's query service, or the ClickHouse store's. */
-  query: Pick<QueryService, "run" | "listEvents" | "listProperties">;
+  query: Pick<QueryService, "run" | "listEvents" | "listProperties" | "deleteUser">;
 }
 
 export async function startHttp({ config, credentials, ingest, query }: HttpDependencies): Promise<HttpServer> {
@@ -317,6 +317,9 @@ export async function startHttp({ config, credentials, ingest, query }: HttpDepe
       registry.metrics().then((text) => sendText(res, state, registry.contentType, text), internalError(res, state, []));
     },
     openapi: (res, _req, state) => sendText(res, state, "application/json", (openApiText ??= JSON.stringify(openApiDocument()))),
+    user_delete: authorizedQuery((res, state, workspaceId, body) => {
+      query.deleteUser(workspaceId, body).then((reply) => sendReply(res, state, reply, []), internalError(res, state, []));
+    }),
     events: authorizedQuery((res, state, workspaceId) => query.listEvents(workspaceId).then((reply) => sendReply(res, state, reply, []), internalError(res, state, []))),
     properties: (res, req, state) => {
       // Read before the body: uWS's request is only valid during this callback.

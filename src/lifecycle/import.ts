@@ -21,7 +21,7 @@ import type { CliContext } from "../cli.js";
 import { CliCommandError } from "../cli/command-errors.js";
 import { limits } from "../config/limits.js";
 import { workspaceOption } from "./export.js";
-import { serverHoldsDataDir, startPrivateServer, type PrivateServer } from "./server-process.js";
+import { reachServer } from "./server-process.js";
 
 /** Batches sent at once: enough to keep the server's workers busy while one batch travels. */
 const batchesInFlightMax = 4;
@@ -45,11 +45,6 @@ interface Batch {
   days: Set<number>;
 }
 
-function ingestUrlFromEnvironment(environment: CliContext["io"]["environment"]): string {
-  if (environment.EVENTIDE_INGEST_URL) return environment.EVENTIDE_INGEST_URL;
-  return `http://${environment.EVENTIDE_HOST || "127.0.0.1"}:${environment.EVENTIDE_INGEST_PORT || "8081"}`;
-}
-
 async function postBatch(ingestUrl: string, body: string): Promise<{ status: number; json: any; retryAfterSeconds: number }> {
   const response = await fetch(`${ingestUrl}/ingest/batch`, { method: "POST", headers: { "content-type": "application/json" }, body });
   const text = await response.text();
@@ -67,14 +62,7 @@ export async function importCommand(fileArgument: string, { io, dataDir, options
   if (!existsSync(file)) throw new CliCommandError(`no file ${file}`);
   const workspace = await workspaceOption(dataDir, options.workspace);
 
-  let server: PrivateServer | undefined;
-  let ingestUrl: string;
-  if (typeof options["ingest-url"] === "string") ingestUrl = options["ingest-url"].replace(/\/$/, "");
-  else if (io.environment.EVENTIDE_INGEST_URL || (await serverHoldsDataDir(dataDir))) ingestUrl = ingestUrlFromEnvironment(io.environment);
-  else {
-    server = await startPrivateServer(io.environment, dataDir, io.writeDiagnostic);
-    ingestUrl = server.ingestUrl;
-  }
+  const { url: ingestUrl, server } = await reachServer("ingest", { io, dataDir, options });
 
   const key = await createApiKeyWithId(dataDir, workspace.workspaceId, { label: "eventide import (temporary)" });
   const summary: ImportSummary = { workspaceId: workspace.workspaceId, lines: 0, accepted: 0, refused: 0, errors: [] };

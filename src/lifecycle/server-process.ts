@@ -13,6 +13,7 @@ import { createServer } from "node:net";
 import { createInterface } from "node:readline";
 import { fileURLToPath } from "node:url";
 
+import type { CliContext } from "../cli.js";
 import { serverLockName } from "../storage/lock-file.js";
 import { serverNodeFlags } from "../config/node-flags.js";
 
@@ -105,4 +106,25 @@ export async function serverHoldsDataDir(dataDir: string): Promise<boolean> {
   }
   await new Promise<void>((resolve) => probe.close(() => resolve()));
   return false;
+}
+
+/**
+ * Where a lifecycle command reaches the server of its data directory, on the
+ * `listener` it needs: --ingest-url / --query-url, EVENTIDE_INGEST_URL /
+ * EVENTIDE_QUERY_URL, the running server at EVENTIDE_HOST and its port, or,
+ * when no server holds the directory, a private one started now (the caller
+ * stops it).
+ */
+export async function reachServer(listener: "ingest" | "query", { io, dataDir, options }: CliContext): Promise<{ url: string; server?: PrivateServer }> {
+  const given = options[`${listener}-url`];
+  if (typeof given === "string") return { url: given.replace(/\/$/, "") };
+  const environment = io.environment;
+  const urlVariable = environment[listener === "ingest" ? "EVENTIDE_INGEST_URL" : "EVENTIDE_QUERY_URL"];
+  if (urlVariable || (await serverHoldsDataDir(dataDir))) {
+    if (urlVariable) return { url: urlVariable };
+    const port = listener === "ingest" ? environment.EVENTIDE_INGEST_PORT || "8081" : environment.EVENTIDE_QUERY_PORT || "8080";
+    return { url: `http://${environment.EVENTIDE_HOST || "127.0.0.1"}:${port}` };
+  }
+  const server = await startPrivateServer(environment, dataDir, io.writeDiagnostic);
+  return { url: listener === "ingest" ? server.ingestUrl : server.queryUrl, server };
 }

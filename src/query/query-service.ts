@@ -7,7 +7,7 @@
  */
 import { limits } from "../config/limits.js";
 import type { ServiceReply } from "../errors.js";
-import type { Store, WorkspaceStore } from "../storage/store.js";
+import { UserDeletionError, type Store, type WorkspaceStore } from "../storage/store.js";
 import { PoolTaskTimeoutError, type WorkerPool } from "../workers/pool.js";
 import { dayMs, retentionLayout, retentionPeriodLabels, trendBucketLabels, trendLayout, zonedRange, zonedRetentionBoundaries, zonedTrendBoundaries } from "./buckets.js";
 import type { FilterPlan } from "./filters.js";
@@ -39,6 +39,7 @@ import { ResultCache } from "./result-cache.js";
 import { retentionCacheLookups } from "../metrics.js";
 import type { SegmentView } from "./segment-view.js";
 import { ownedSegmentViews } from "./segment-views.js";
+import { parseUserDeletionBody } from "./user-deletion.js";
 
 export type { QueryKind } from "./schemas.js";
 
@@ -84,6 +85,33 @@ export class QueryService {
     private readonly store: Store,
   ) {}
 
+  /**
+   * Cached answers are keyed under the workspace's deletion generation: a user
+   * deletion moves it on, so no answer computed before the deletion ended is
+   * served after it (one still running then is cached under the old key).
+   */
+  private readonly deletionGenerations = new Map<string, number>();
+
+  private cachePrefix(workspaceId: string): string {
+    return `${workspaceId}\u0000${this.deletionGenerations.get(workspaceId) ?? 0}\u0000`;
+  }
+
+  /** POST /api/v1/users/delete: every event of the body's distinctId leaves the store (storage/user-deletion.ts). */
+  async deleteUser(workspaceId: string, bytes: Uint8Array): Promise<ServiceReply> {
+    const parsed = parseUserDeletionBody(bytes);
+    if (!parsed.ok) return parsed;
+    try {
+      const { deletedEvents } = await this.store.deleteUser(workspaceId, parsed.distinctId);
+      return { ok: true, body: JSON.stringify({ ok: true, deletedEvents }) };
+    } catch (error) {
+      if (error instanceof UserDeletionError) return { ok: false, error: { code: "unavailable", message: error.message } };
+      throw error;
+    } finally {
+      // Also after a failure: segments may have been rewritten before it.
+      this.deletionGenerations.set(workspaceId, (this.deletionGenerations.get(workspaceId) ?? 0) + 1);
+    }
+  }
+
   get retentionCacheBytes(): number {
     return this.retentionCache.byteLength;
   }
@@ -109,7 +137,7 @@ export class QueryService {
         return this.funnel(workspaceId, query.request);
       case "retention": {
         // The whole request after defaults, the zone's canonical name included: an alias shares its zone's entry.
-        const cacheKey = `${workspaceId}\u0000${JSON.stringify(query.request)}`;
+        const cacheKey = `${this.cachePrefix(workspaceId)}${JSON.stringify(query.request)}`;
         const cached = this.retentionCache.get(cacheKey);
         retentionCacheLookups.inc({ result: cached === undefined ? "miss" : "hit" });
         if (cached !== undefined) return { ok: true, body: cached };
@@ -122,7 +150,7 @@ export class QueryService {
 
   /** GET /api/v1/events (SPEC §7.6): every event name and its number of events, by count descending, then name. */
   async listEvents(workspaceId: string): Promise<ServiceReply> {
-    return this.listing(`${workspaceId}\u0000events`, workspaceId, (workspace) => {
+    return this.listing(`${this.cachePrefix(workspaceId)}events`, workspaceId, (workspace) => {
       const plan: ListingPlan = { kind: "events", eventCount: workspace.events.size };
       return { plan, names: workspace.events.texts, field: "event" };
     });
@@ -130,7 +158,7 @@ export class QueryService {
 
   /** GET /api/v1/properties?event=NAME (SPEC §7.6): every property key set on events of that name (all events without one), and on how many. */
   async listProperties(workspaceId: string, event: string | undefined): Promise<ServiceReply> {
-    const cacheKey = `${workspaceId}\u0000properties\u0000${event === undefined ? "all" : `event\u0000${event}`}`;
+    const cacheKey = `${this.cachePrefix(workspaceId)}properties\u0000${event === undefined ? "all" : `event\u0000${event}`}`;
     return this.listing(cacheKey, workspaceId, (workspace) => {
       const eventId = event === undefined ? undefined : workspace.events.idOf(event);
       if (event !== undefined && eventId === undefined) return undefined;

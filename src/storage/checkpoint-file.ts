@@ -12,6 +12,7 @@ import { existsSync, readFileSync } from "node:fs";
 import { publishFileAtomically } from "./files.js";
 import { crc32 } from "node:zlib";
 import { StoreCorruptionError } from "./corruption.js";
+import { checkpointFormatVersion } from "./format-versions.js";
 import { checkpointPath } from "./paths.js";
 
 export interface CheckpointFile {
@@ -28,7 +29,8 @@ function checksummed(walSequence: number, dictionaryBytes: DictionaryBytesEntry[
 
 export function encodeCheckpointFile(checkpoint: CheckpointFile): string {
   const dictionaryBytes: DictionaryBytesEntry[] = [...checkpoint.dictionaryBytes].map(([workspaceId, bytes]) => [workspaceId, ...bytes]);
-  return JSON.stringify({ walSequence: checkpoint.walSequence, dictionaryBytes, crc32: checksummed(checkpoint.walSequence, dictionaryBytes) });
+  // The format is outside the checksum: files written before it existed check out as they are.
+  return JSON.stringify({ format: checkpointFormatVersion, walSequence: checkpoint.walSequence, dictionaryBytes, crc32: checksummed(checkpoint.walSequence, dictionaryBytes) });
 }
 
 function isCount(value: unknown): value is number {

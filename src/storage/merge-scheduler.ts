@@ -13,7 +13,7 @@ import { dayDirectory, segmentDirectory } from "./paths.js";
 import type { SegmentCache } from "./segment-cache.js";
 import type { LoadSegmentResult } from "./segment-layout.js";
 import { dayLabel, SealedSegment } from "./segments.js";
-import type { Workspaces } from "./workspace-store.js";
+import type { DayPartition, Workspaces, WorkspaceStore } from "./workspace-store.js";
 import { log } from "../log.js";
 
 /** Whether a merge pass is needed: none asked, or one asked while a pass runs (it runs again after). */
@@ -34,7 +34,7 @@ export class MergeScheduler {
     private readonly abandoned: AbandonedSegments,
     private readonly checkpoint: PublishedCheckpoint,
     /** Merges the segments of `directories` into `target` in the pool (the store's tasks, given at start). */
-    private readonly merge: (directories: string[], target: string, dayStartMs: number) => Promise<LoadSegmentResult>,
+    private readonly merge: (directories: string[], target: string, dayStartMs: number, dropUserIds: readonly number[]) => Promise<LoadSegmentResult>,
     /** When ingest last did something (see Store.lastIngestAtMs). */
     private readonly lastIngestAtMs: () => number,
     private readonly isClosing: () => boolean,
@@ -94,39 +94,74 @@ export class MergeScheduler {
         let rows = 0;
         for (const victim of victims) rows += victim.layout.rowCount;
         if (rows > limits.mergeRowsMax) continue;
-        const day = dayLabel(dayStartMs);
-        // Named under the published checkpoint, so start-up accepts it; the suffix keeps it unique.
-        const name = `seg-${String(this.checkpoint.sequence).padStart(12, "0")}-m${(++this.mergeCount).toString(36)}${Date.now().toString(36)}`;
-        const target = segmentDirectory(this.dataDir, workspace.id, day, name);
-        let result: LoadSegmentResult;
-        try {
-          result = await this.merge(victims.map((victim) => victim.directory), target, dayStartMs);
-        } catch (error) {
-          // The worker may have failed after the rename (its directory fsync): left in place, that segment
-          // and a later merge of the same victims would both be adopted at start-up, each with their rows.
-          this.abandoned.add(target);
-          try {
-            this.abandoned.remove();
-          } catch {
-            // Retried before the next merge pass and the next checkpoint, which wait for it.
-          }
-          throw error;
-        }
-        assert.equal(result.layout.rowCount, rows, "merged segment lost rows");
-        const merged = new SealedSegment(`${workspace.id}/${day}/${name}`, target, dayStartMs, result.layout);
-        merged.attach(result);
-        merged.uuidsLoaded = victims.every((victim) => victim.uuidsLoaded);
-        partition.sealed = [merged, ...partition.sealed.filter((segment) => !victims.includes(segment))];
-        for (const victim of victims) {
-          this.cache.release(victim);
-          victim.retired = true;
-        }
-        this.cache.admit(merged, result.layout.memoryBytes);
-        // Published first, deleted second: start-up finishes the deletion if a crash lands between.
-        // Renamed away before deletion: a kill mid-delete must not leave a victim without its _meta.json.
-        for (const victim of victims) removeDirectory(victim.directory);
-        if (this.fsync) fsyncDirectory(dayDirectory(this.dataDir, workspace.id, day));
+        await this.replace(workspace, partition, dayStartMs, victims, rows);
       }
     }
+  }
+
+  /**
+   * Runs `work` while no merge pass runs, and starts none until it ends: a user
+   * deletion rewrites segments that a pass would otherwise merge meanwhile.
+   */
+  async exclusive<T>(work: () => Promise<T>): Promise<T> {
+    while (this.running) await this.running;
+    const result = work();
+    this.running = result.then(
+      () => undefined,
+      () => undefined,
+    );
+    void this.running.finally(() => {
+      this.running = undefined;
+      if (this.request === "again-after-this-pass") {
+        this.request = "none";
+        this.schedule();
+      }
+    });
+    return result;
+  }
+
+  /**
+   * Writes `victims` (sealed segments of one day, oldest first) as one segment
+   * in the pool, leaving out the rows of `dropUserIds`, and puts it in their
+   * place: published first, the victims deleted second (start-up finishes the
+   * deletion if a crash lands between). `rowCount` is what the new segment must
+   * hold; when it is 0 the victims are only deleted.
+   */
+  async replace(workspace: WorkspaceStore, partition: DayPartition, dayStartMs: number, victims: SealedSegment[], rowCount: number, dropUserIds: readonly number[] = []): Promise<void> {
+    const day = dayLabel(dayStartMs);
+    let merged: SealedSegment | undefined;
+    if (rowCount > 0) {
+      // Named under the published checkpoint, so start-up accepts it; the suffix keeps it unique.
+      const name = `seg-${String(this.checkpoint.sequence).padStart(12, "0")}-m${(++this.mergeCount).toString(36)}${Date.now().toString(36)}`;
+      const target = segmentDirectory(this.dataDir, workspace.id, day, name);
+      let result: LoadSegmentResult;
+      try {
+        result = await this.merge(victims.map((victim) => victim.directory), target, dayStartMs, dropUserIds);
+      } catch (error) {
+        // The worker may have failed after the rename (its directory fsync): left in place, that segment
+        // and a later merge of the same victims would both be adopted at start-up, each with their rows.
+        this.abandoned.add(target);
+        try {
+          this.abandoned.remove();
+        } catch {
+          // Retried before the next merge pass and the next checkpoint, which wait for it.
+        }
+        throw error;
+      }
+      assert.equal(result.layout.rowCount, rowCount, "merged segment lost rows");
+      merged = new SealedSegment(`${workspace.id}/${day}/${name}`, target, dayStartMs, result.layout);
+      merged.attach(result);
+      merged.uuidsLoaded = victims.every((victim) => victim.uuidsLoaded);
+    }
+    const kept = partition.sealed.filter((segment) => !victims.includes(segment));
+    partition.sealed = merged ? [merged, ...kept] : kept;
+    for (const victim of victims) {
+      this.cache.release(victim);
+      victim.retired = true;
+    }
+    if (merged) this.cache.admit(merged, merged.layout.memoryBytes);
+    // Renamed away before deletion: a kill mid-delete must not leave a victim without its _meta.json.
+    for (const victim of victims) removeDirectory(victim.directory);
+    if (this.fsync) fsyncDirectory(dayDirectory(this.dataDir, workspace.id, day));
   }
 }

@@ -13,6 +13,7 @@ import { decodeChunk } from "./chunk-codec.js";
 import type { Applier } from "./apply.js";
 import { readCheckpointFile } from "./checkpoint-file.js";
 import { StoreCorruptionError } from "./corruption.js";
+import { refuseNewerFormats } from "./format-versions.js";
 import { fsyncDirectory, makeDirectoryDurably, removeDirectory } from "./files.js";
 import { dayDirectory, isWorkspaceId, segmentDirectory, walFilePath, workspaceDirectory, workspacesDirectory } from "./paths.js";
 import { SegmentCorruptError, type SegmentLayout } from "./segment-layout.js";
@@ -31,6 +32,7 @@ export interface RecoveredStore {
 
 /** Recovers the store: drops unpublished segments, loads dictionaries and segment catalogs, replays the WAL. */
 export function recoverStore(dataDir: string, fsync: boolean, applier: Applier): RecoveredStore {
+  refuseNewerFormats(dataDir);
   makeDirectoryDurably(workspacesDirectory(dataDir), fsync);
   const checkpoint = readCheckpointFile(dataDir);
   const checkpointSequence = checkpoint.walSequence;

@@ -24,6 +24,7 @@
  *
  * Repair runs with the server stopped (the CLI holds the server's lock).
  */
+import { refuseNewerFormats } from "./format-versions.js";
 import { copyFileSync, existsSync, mkdirSync, readdirSync, readFileSync, renameSync, truncateSync } from "node:fs";
 import { dirname, join, relative } from "node:path";
 import { encodeCheckpointFile, readCheckpointFile, type CheckpointFile } from "./checkpoint-file.js";
@@ -108,6 +109,8 @@ function idsUsed(directory: string): Record<DictionaryName, number> {
 
 /** Repairs the store at `dataDir` (server stopped); `log` receives one object per step. */
 export function repairStore(dataDir: string, log: (entry: object) => void): RepairReport {
+  // A newer version's files are not damage: moved aside, they would be lost to that version too.
+  refuseNewerFormats(dataDir);
   const quarantine = new Quarantine(dataDir);
   const actions: object[] = [];
   const act = (entry: object) => {

@@ -21,7 +21,12 @@ export interface MergeInput {
   target: string;
   dayStartMs: number;
   fsync: boolean;
+  /** Users whose rows are left out (a user deletion rewrites the segments holding their rows). */
+  dropUserIds?: readonly number[];
 }
+
+/** A row of a dropped user in a part's row map. */
+const rowDropped = -1;
 
 export function mergeSegments(input: MergeInput): LoadSegmentResult {
   const parts = input.directories.map((directory) => {
@@ -31,8 +36,17 @@ export function mergeSegments(input: MergeInput): LoadSegmentResult {
     const uuids = layout.uuids ? readSegmentFile(directory, layout.uuids) : new Uint8Array(0);
     return { ...loaded, uuidRows, uuids };
   });
+  const dropped = new Set(input.dropUserIds ?? []);
+  // Per part, the merged row of each of its rows (rowDropped for rows of a dropped user).
+  const rowMaps = parts.map(({ layout, memory }) => {
+    const users = new Uint32Array(memory, layout.user.offset, layout.rowCount);
+    const map = new Int32Array(layout.rowCount);
+    return { users, map };
+  });
   let rowCount = 0;
-  for (const part of parts) rowCount += part.layout.rowCount;
+  for (const { users, map } of rowMaps) {
+    for (let row = 0; row < users.length; row++) map[row] = dropped.size > 0 && dropped.has(users[row]) ? rowDropped : rowCount++;
+  }
 
   const timeOffsetMs = new Uint32Array(rowCount);
   const userIds = new Uint32Array(rowCount);
@@ -40,7 +54,8 @@ export function mergeSegments(input: MergeInput): LoadSegmentResult {
   const uuidPresent = new Uint8Array(rowCount);
   const uuidBytes = new Uint8Array(rowCount * 16);
   // Merged property entries: parts in order, each part's entries ascending, so
-  // every key's merged rows ascend. Sized by a first pass over the directories.
+  // every key's merged rows ascend. Sized by a first pass over the directories
+  // (an upper bound when rows are dropped; cut to what was filled).
   const directories = parts.map(({ layout, memory }) => new PropertyDirectory(layout, memory));
   const entryCounts = new Map<number, number>();
   for (const directory of directories) {
@@ -54,52 +69,59 @@ export function mergeSegments(input: MergeInput): LoadSegmentResult {
     properties.set(keyId, { keyId, rows: new Uint32Array(entryCount), valueIds: new Uint32Array(entryCount), texts: [""], ids: new Map(), fill: 0 });
   }
 
-  let offset = 0;
   for (let part = 0; part < parts.length; part++) {
     const { layout, memory, uuidRows, uuids } = parts[part];
+    const { users, map } = rowMaps[part];
     const rows = layout.rowCount;
-    timeOffsetMs.set(new Uint32Array(memory, layout.time.offset, rows), offset);
-    userIds.set(new Uint32Array(memory, layout.user.offset, rows), offset);
+    const time = new Uint32Array(memory, layout.time.offset, rows);
     const eventStart = new Uint32Array(memory, layout.eventStart.offset, layout.eventCount + 1);
-    for (let event = 0; event < layout.eventCount; event++) eventIds.fill(event, offset + eventStart[event], offset + eventStart[event + 1]);
+    for (let event = 0; event < layout.eventCount; event++) {
+      for (let row = eventStart[event]; row < eventStart[event + 1]; row++) {
+        const target = map[row];
+        if (target === rowDropped) continue;
+        timeOffsetMs[target] = time[row];
+        userIds[target] = users[row];
+        eventIds[target] = event;
+      }
+    }
     for (let index = 0; index < uuidRows.length; index++) {
-      const row = offset + uuidRows[index];
-      uuidPresent[row] = 1;
-      uuidBytes.set(uuids.subarray(index * 16, index * 16 + 16), row * 16);
+      const target = map[uuidRows[index]];
+      if (target === rowDropped) continue;
+      uuidPresent[target] = 1;
+      uuidBytes.set(uuids.subarray(index * 16, index * 16 + 16), target * 16);
     }
     const directory = directories[part];
     for (let index = 0; index < directory.keyCount; index++) {
       const property = directory.at(index);
       const merged = properties.get(property.keyId)!;
-      // Dictionaries are per segment: map this segment's ids onto the merged dictionary.
+      // Dictionaries are per segment: map this segment's ids onto the merged dictionary, a text
+      // only when a kept row uses it (a dropped user's values must not survive in the dictionary).
       const texts = property.texts();
       const remap = new Uint32Array(property.valueCount + 1);
-      for (let id = 1; id <= property.valueCount; id++) {
-        let mergedId = merged.ids.get(texts[id]);
-        if (mergedId === undefined) {
-          mergedId = merged.texts.length;
-          merged.texts.push(texts[id]);
-          merged.ids.set(texts[id], mergedId);
+      const add = (row: number, id: number) => {
+        const target = map[row];
+        if (target === rowDropped) return;
+        let mergedId = remap[id];
+        if (mergedId === 0) {
+          mergedId = merged.ids.get(texts[id]) ?? merged.texts.length;
+          if (mergedId === merged.texts.length) {
+            merged.texts.push(texts[id]);
+            merged.ids.set(texts[id], mergedId);
+          }
+          remap[id] = mergedId;
         }
-        remap[id] = mergedId;
-      }
+        merged.rows[merged.fill] = target;
+        merged.valueIds[merged.fill++] = mergedId;
+      };
       const { values } = property;
       if (property.rows === undefined) {
-        for (let row = 0; row < rows; row++) {
-          if (values[row] === 0) continue;
-          merged.rows[merged.fill] = offset + row;
-          merged.valueIds[merged.fill++] = remap[values[row]];
-        }
+        for (let row = 0; row < rows; row++) if (values[row] !== 0) add(row, values[row]);
       } else {
-        for (let entry = 0; entry < property.entryCount; entry++) {
-          merged.rows[merged.fill] = offset + property.rows[entry];
-          merged.valueIds[merged.fill++] = remap[values[entry]];
-        }
+        for (let entry = 0; entry < property.entryCount; entry++) add(property.rows[entry], values[entry]);
       }
     }
-    offset += rows;
   }
-  for (const merged of properties.values()) assert.equal(merged.fill, merged.rows.length, `merged property ${merged.keyId} lost entries`);
+  if (dropped.size === 0) for (const merged of properties.values()) assert.equal(merged.fill, merged.rows.length, `merged property ${merged.keyId} lost entries`);
 
   const result = sealSegment({
     directory: input.target,
@@ -110,7 +132,9 @@ export function mergeSegments(input: MergeInput): LoadSegmentResult {
     eventIds,
     uuidPresent,
     uuidBytes,
-    properties: [...properties.values()].map(({ keyId, rows, valueIds, texts }) => ({ keyId, rows, valueIds, texts })),
+    properties: [...properties.values()]
+      .filter(({ fill }) => fill > 0)
+      .map(({ keyId, rows, valueIds, texts, fill }) => ({ keyId, rows: rows.subarray(0, fill), valueIds: valueIds.subarray(0, fill), texts })),
     fsync: input.fsync,
     replaces: input.directories.map((directory) => basename(directory)),
   });

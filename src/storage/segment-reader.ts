@@ -24,6 +24,7 @@ import {
   type StoredProperty,
   type ValueIdArray,
 } from "./segment-layout.js";
+import { NewerFormatError } from "./format-versions.js";
 
 /** The property directory of a loaded segment: lookup by key id is a binary search. */
 export class PropertyDirectory {
@@ -93,6 +94,7 @@ export function denseValueIds(property: StoredProperty, rowCount: number): Value
 export function readSegmentLayout(directory: string): SegmentLayout {
   const path = join(directory, segmentFiles.meta);
   const layout = decodeLayout(readFileSync(path, "utf8"), path);
+  if (typeof layout?.format === "number" && layout.format > segmentFormatVersion) throw new NewerFormatError(path, "segment", layout.format, segmentFormatVersion);
   if (layout?.format !== segmentFormatVersion) throw new SegmentCorruptError(`${directory}: unknown segment format ${layout?.format}`);
   return layout;
 }

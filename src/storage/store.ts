@@ -27,6 +27,9 @@ import { SegmentCache } from "./segment-cache.js";
 import type { LoadSegmentResult } from "./segment-layout.js";
 import type { ActiveSegment } from "./segments.js";
 import { takeSnapshot, type Snapshot } from "./snapshot.js";
+import type { RetentionPolicy } from "../config/config.js";
+import { dropExpiredDays, type RetentionPass } from "./retention.js";
+import { deleteUserEvents, type UserDeletion } from "./user-deletion.js";
 import type { WriteAheadLog } from "./wal.js";
 import type { Workspaces, WorkspaceStore } from "./workspace-store.js";
 import { log } from "../log.js";
@@ -34,11 +37,12 @@ import { log } from "../log.js";
 export { ActiveSegment, SealedSegment, dayLabel, dayMs } from "./segments.js";
 export { WorkspaceStore } from "./workspace-store.js";
 export type { CommitResult } from "./commit.js";
+export { UserDeletionError, type UserDeletion } from "./user-deletion.js";
 
 export interface StoreTasks {
   seal(segment: ActiveSegment, directory: string, workspaceId: string): Promise<LoadSegmentResult>;
   load(directory: string): Promise<LoadSegmentResult>;
-  merge(directories: string[], target: string, dayStartMs: number): Promise<LoadSegmentResult>;
+  merge(directories: string[], target: string, dayStartMs: number, dropUserIds: readonly number[]): Promise<LoadSegmentResult>;
 }
 
 /** Open: commits accepted; closing: the final checkpoint is under way, no merge starts; closed: the WAL is closed. */
@@ -94,7 +98,7 @@ export class Store {
       this.cache,
       abandoned,
       this.checkpoints,
-      (directories, target, dayStartMs) => this.tasks.merge(directories, target, dayStartMs),
+      (directories, target, dayStartMs, dropUserIds) => this.tasks.merge(directories, target, dayStartMs, dropUserIds),
       () => this.lastIngestAtMs,
       () => this.state !== "open",
     );
@@ -186,6 +190,16 @@ export class Store {
   /** Counts an ingest request as activity, whatever it stores (see lastIngestAtMs). */
   noteIngest(atMs: number): void {
     if (atMs > this.lastIngestAtMs) this.lastIngestAtMs = atMs;
+  }
+
+  /** See deleteUserEvents: every event of `distinctId` stored so far, gone from answers and from disk once it resolves. */
+  deleteUser(workspaceId: string, distinctId: string): Promise<UserDeletion> {
+    return deleteUserEvents({ workspaces: this.catalog, cache: this.cache, checkpoints: this.checkpoints, merges: this.merges }, workspaceId, distinctId);
+  }
+
+  /** See dropExpiredDays: removes the sealed segments of every whole day past its workspace's retention. */
+  dropExpiredDays(retentionOf: (workspaceId: string) => RetentionPolicy, nowMs: number): Promise<RetentionPass> {
+    return dropExpiredDays(this.dataDir, this.catalog, this.merges, retentionOf, nowMs);
   }
 
   /** Merges every day that holds several sealed segments into one now, busy or not (maintenance, tests). */

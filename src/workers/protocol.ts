@@ -77,6 +77,8 @@ export interface MergeTask {
   target: string;
   dayStartMs: number;
   fsync: boolean;
+  /** Users whose rows are left out (user deletion). */
+  dropUserIds?: readonly number[];
 }
 
 export interface LoadSegmentTask {
