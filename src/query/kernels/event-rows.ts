@@ -233,14 +233,9 @@ function propertyReader(segment: SegmentView, read: PropertyRead, globalId: (tex
   return { valueIds: column.valueIds, globalIds, numbers };
 }
 
-/**
- * Row indexes sorted by (user, time, row): each user's events in time order.
- * A counting sort by user, then each user's run by time; runs are usually
- * sorted already (segments are read in day order, sealed rows by time), so
- * most need one check and no sort.
- */
-export function rowsByUserAndTime(rows: EventRows): Uint32Array {
-  const { users, timesMs, count } = rows;
+/** Row indexes grouped by user, ascending, each user's rows in row order (a stable counting sort). */
+export function rowsByUser(rows: EventRows): Uint32Array {
+  const { users, count } = rows;
   const indexes = new Uint32Array(count);
   if (count === 0) return indexes;
   let userLow = users[0];
@@ -249,21 +244,56 @@ export function rowsByUserAndTime(rows: EventRows): Uint32Array {
     if (users[row] < userLow) userLow = users[row];
     if (users[row] > userHigh) userHigh = users[row];
   }
-  const starts = new Int32Array(userHigh - userLow + 2);
-  for (let row = 0; row < count; row++) starts[users[row] - userLow + 1]++;
-  for (let slot = 1; slot < starts.length; slot++) starts[slot] += starts[slot - 1];
-  const cursors = starts.slice(0, starts.length - 1);
+  const cursors = new Int32Array(userHigh - userLow + 1);
+  for (let row = 0; row < count; row++) cursors[users[row] - userLow]++;
+  let start = 0;
+  for (let slot = 0; slot < cursors.length; slot++) {
+    const rowsOfUser = cursors[slot];
+    cursors[slot] = start;
+    start += rowsOfUser;
+  }
   for (let row = 0; row < count; row++) indexes[cursors[users[row] - userLow]++] = row;
-  for (let slot = 0; slot + 1 < starts.length; slot++) {
-    const start = starts[slot];
-    const end = starts[slot + 1];
-    for (let index = start + 1; index < end; index++) {
-      if (timesMs[indexes[index]] < timesMs[indexes[index - 1]]) {
-        // Rows of one user were placed in row order, so ties in time keep it.
-        indexes.subarray(start, end).sort((left, right) => timesMs[left] - timesMs[right] || left - right);
-        break;
+  return indexes;
+}
+
+/** A user's run this long or shorter is put in time order by insertion; longer runs by the built-in sort. */
+const insertionRunMax = 32;
+
+/**
+ * Row indexes sorted by (user, time, row): each user's events in time order.
+ * Rows of one user arrive in row order; with data that arrived out of time
+ * order most runs need sorting, and most runs are a handful of rows, so they
+ * are sorted by insertion in place (a comparator call per pair costs more).
+ */
+export function rowsByUserAndTime(rows: EventRows): Uint32Array {
+  const { users, timesMs, count } = rows;
+  const indexes = rowsByUser(rows);
+  let start = 0;
+  while (start < count) {
+    const user = users[indexes[start]];
+    let end = start + 1;
+    while (end < count && users[indexes[end]] === user) end++;
+    if (end - start <= insertionRunMax) {
+      for (let index = start + 1; index < end; index++) {
+        const row = indexes[index];
+        const timeMs = timesMs[row];
+        let place = index - 1;
+        // Strictly greater: ties keep row order.
+        while (place >= start && timesMs[indexes[place]] > timeMs) {
+          indexes[place + 1] = indexes[place];
+          place--;
+        }
+        indexes[place + 1] = row;
+      }
+    } else {
+      for (let index = start + 1; index < end; index++) {
+        if (timesMs[indexes[index]] < timesMs[indexes[index - 1]]) {
+          indexes.subarray(start, end).sort((left, right) => timesMs[left] - timesMs[right] || left - right);
+          break;
+        }
       }
     }
+    start = end;
   }
   return indexes;
 }

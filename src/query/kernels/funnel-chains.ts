@@ -160,9 +160,18 @@ function groupTimeMs(user: UserEvents, group: number): number {
  * `wanted` lists the exclusions whose coverage matters; with none, the first
  * way found is enough.
  */
-function groupWays(user: UserEvents, group: number, first: number, count: number, stepCount: number, exclusionCount: number, wanted: number): Set<number> {
+function groupWays(user: UserEvents, group: number, first: number, count: number, stepCount: number, exclusionCount: number, wanted: number): ReadonlySet<number> {
   const start = user.groupStarts[group];
   const size = user.groupStarts[group + 1] - start;
+  // One event at this timestamp (the common case): at most one way, without the search.
+  if (size === 1 && count <= 1) {
+    const mask = user.masks[user.rows[start]];
+    if (count === 1) return (mask & (1 << first)) === 0 ? noWays : coverageWays(wanted);
+    let coverage = 0;
+    for (let exclusion = 0; exclusion < exclusionCount; exclusion++) if ((wanted & (1 << exclusion)) !== 0 && (mask & (1 << (stepCount + exclusion))) === 0) coverage |= 1 << exclusion;
+    return coverageWays(coverage);
+  }
+  if (count > size) return noWays;
   const ways = new Set<number>();
   const used = new Uint8Array(size);
   const place = (offset: number): boolean => {
@@ -190,6 +199,13 @@ function groupWays(user: UserEvents, group: number, first: number, count: number
   };
   place(0);
   return ways;
+}
+
+const noWays: ReadonlySet<number> = new Set();
+/** One-way sets by coverage mask, made once (exclusions are at most 10: 1 024 masks). */
+const singleWays: Array<ReadonlySet<number>> = [];
+function coverageWays(coverage: number): ReadonlySet<number> {
+  return (singleWays[coverage] ??= new Set([coverage]));
 }
 
 function orderedDepth(user: UserEvents, plan: FunnelChainsPlan, times: Float64Array): number {
