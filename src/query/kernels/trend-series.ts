@@ -22,7 +22,8 @@ export type BucketValues = Array<number | null>;
 
 export interface TrendSeriesAnswer {
   values: BucketValues;
-  series: Array<{ value: string | null; values: BucketValues }> | undefined;
+  /** `weight`: what the series was ranked by (events, users or counted events), for merging shards. */
+  series: Array<{ value: string | null; values: BucketValues; weight: number }> | undefined;
   other: BucketValues | undefined;
 }
 
@@ -47,8 +48,8 @@ export function trendSeries(rows: EventRows, plan: TrendSeriesPlan): TrendSeries
   let groupCount = 1;
   let listed: number[] = [];
   let hasOther = false;
+  const weights = new Float64Array(plan.breakdownLimit === undefined ? 0 : valueCount);
   if (plan.breakdownLimit !== undefined) {
-    const weights = new Float64Array(valueCount);
     const present = new Uint8Array(valueCount);
     if (plan.math === "unique") {
       countUsersPerValue(rows, userOrder(), buckets, weights);
@@ -131,7 +132,7 @@ export function trendSeries(rows: EventRows, plan: TrendSeriesPlan): TrendSeries
   const group = (index: number) => results.slice(index * bucketCount, (index + 1) * bucketCount);
   return {
     values: group(0),
-    series: plan.breakdownLimit === undefined ? undefined : listed.map((value, rank) => ({ value: valueOf(rows.valueTexts, value), values: group(rank + 1) })),
+    series: plan.breakdownLimit === undefined ? undefined : listed.map((value, rank) => ({ value: valueOf(rows.valueTexts, value), values: group(rank + 1), weight: weights[value] })),
     other: hasOther ? group(groupCount - 1) : undefined,
   };
 }
