@@ -296,7 +296,7 @@ export class QueryService {
     const { segments, rowCount } = workspace === undefined ? { segments: [], rowCount: 0 } : await this.store.snapshot(workspace.id, gather.fromMs, gather.toMsExclusive, [...keyIds]);
     const userCount = workspace?.userCount ?? 0;
     const run = async (plan: RowsAnswerPlan, userLo: number, userHi: number): Promise<RowsAnswer> => {
-      const result = await this.pool.query({ kind: "query", query: { kind: "rows", gather, answer: plan }, segments, userLo, userHi });
+      const result = await this.pool.query({ kind: "query", query: { kind: "rows", gather: { ...gather, userCount }, answer: plan }, segments, userLo, userHi });
       if (result.rows === undefined || result.rows.kind !== plan.kind) throw new Error(`a rows task answered ${result.rows?.kind}, expected ${plan.kind}`);
       return result.rows;
     };

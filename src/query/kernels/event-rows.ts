@@ -33,6 +33,8 @@ export interface GatherPlan {
   allEvents: boolean;
   breakdown: PropertyRead;
   math: PropertyRead;
+  /** The workspace's users when the query was planned: a shard's share of them sizes its gather. */
+  userCount?: number;
 }
 
 export interface EventRows {
@@ -60,11 +62,19 @@ interface SegmentReference {
 
 class RowBuilder {
   count = 0;
-  users = new Uint32Array(1024);
-  timesMs = new Float64Array(1024);
-  masks = new Uint32Array(1024);
-  values = new Int32Array(1024);
-  numbers = new Float64Array(1024);
+  users: Uint32Array;
+  timesMs: Float64Array;
+  masks: Uint32Array;
+  values: Int32Array;
+  numbers: Float64Array;
+
+  constructor(capacity: number) {
+    this.users = new Uint32Array(capacity);
+    this.timesMs = new Float64Array(capacity);
+    this.masks = new Uint32Array(capacity);
+    this.values = new Int32Array(capacity);
+    this.numbers = new Float64Array(capacity);
+  }
 
   push(user: number, timeMs: number, mask: number, value: number, number: number): void {
     if (this.count === this.users.length) this.grow();
@@ -151,10 +161,10 @@ interface PropertyReader {
 
 export function gatherEventRows(segments: readonly SegmentView[], plan: GatherPlan, userLo: number, userHi: number): EventRows {
   if (plan.references.length > 32) throw new Error(`${plan.references.length} references, at most 32`);
-  const builder = new RowBuilder();
   const valueTexts: string[] = [""];
   const globalIdOfText = new Map<string, number>();
   const order = segmentsByDay(segments, plan.fromMs, plan.toMsExclusive);
+  const builder = new RowBuilder(initialCapacity(segments, order, plan, userLo, userHi));
   for (const segmentIndex of order) {
     const segment = segments[segmentIndex];
     const byEvent = segmentReferences(segment, plan.references);
@@ -210,6 +220,30 @@ export function gatherEventRows(segments: readonly SegmentView[], plan: GatherPl
     valueTexts,
     numbers: builder.numbers,
   };
+}
+
+/**
+ * Rows the gather will likely keep: the candidate rows (the referenced
+ * events' runs of sealed segments, every row of active ones, or every row
+ * for strict funnels) times the shard's share of user ids, plus a margin.
+ * Sized once, the builder rarely grows (each growth copies five arrays).
+ */
+function initialCapacity(segments: readonly SegmentView[], order: readonly number[], plan: GatherPlan, userLo: number, userHi: number): number {
+  let candidates = 0;
+  for (const segmentIndex of order) {
+    const segment = segments[segmentIndex];
+    const starts = segment.eventRowStart;
+    if (starts === undefined || plan.allEvents) {
+      candidates += segment.rowCount;
+      continue;
+    }
+    for (const reference of plan.references) {
+      const eventId = reference.eventId;
+      if (eventId !== undefined && eventId + 1 < starts.length) candidates += starts[eventId + 1] - starts[eventId];
+    }
+  }
+  const share = plan.userCount === undefined || plan.userCount === 0 ? 1 : Math.min(1, (userHi - userLo) / plan.userCount);
+  return Math.min(candidates, Math.ceil(candidates * share * 1.1)) + 1024;
 }
 
 const emptyReader: PropertyReader = { valueIds: undefined, globalIds: new Int32Array(1), numbers: new Float64Array([NaN]) };

@@ -35,10 +35,13 @@ export function retentionCohorts(rows: EventRows, plan: RetentionCohortsPlan): R
   const { users, timesMs, masks, values } = rows;
 
   // Per user: cohort period, value, and the later periods it returned in (flat: returns[returnStarts[u]…]).
-  const cohortPeriods: number[] = [];
-  const cohortValues: number[] = [];
-  const returnStarts: number[] = [0];
-  const returns: number[] = [];
+  // At most one cohort user per row, one return per row: sized once, no growth.
+  const cohortPeriods = new Int32Array(rows.count);
+  const cohortValues = new Int32Array(rows.count);
+  const returnStarts = new Int32Array(rows.count + 1);
+  const returns = new Int32Array(rows.count);
+  let cohortCount = 0;
+  let returnCount = 0;
   for (let start = 0; start < order.length; ) {
     const user = users[order[start]];
     let end = start;
@@ -59,11 +62,12 @@ export function retentionCohorts(rows: EventRows, plan: RetentionCohortsPlan): R
         const row = order[index];
         if ((masks[row] & 2) === 0 || timesMs[row] < plan.startsMs[lastReturn + 1] || timesMs[row] >= endMs) continue;
         lastReturn = boundaryIndex(plan.startsMs, timesMs[row]);
-        returns.push(lastReturn);
+        returns[returnCount++] = lastReturn;
       }
-      cohortPeriods.push(period);
-      cohortValues.push(values[cohortRow]);
-      returnStarts.push(returns.length);
+      cohortPeriods[cohortCount] = period;
+      cohortValues[cohortCount] = values[cohortRow];
+      cohortCount++;
+      returnStarts[cohortCount] = returnCount;
     }
     start = end;
   }
@@ -80,21 +84,22 @@ export function retentionCohorts(rows: EventRows, plan: RetentionCohortsPlan): R
     }
     return { totals, weeks };
   };
-  const everyone = new Uint32Array(cohortPeriods.length);
+  const everyone = new Uint32Array(cohortCount);
   for (let member = 0; member < everyone.length; member++) everyone[member] = member;
   const all = count(everyone);
   if (plan.breakdownLimit === undefined) return { all, series: undefined, other: undefined };
   const valueCount = rows.valueTexts.length;
   const weights = new Float64Array(valueCount);
   const present = new Uint8Array(valueCount);
-  for (const value of cohortValues) {
+  for (let member = 0; member < cohortCount; member++) {
+    const value = cohortValues[member];
     weights[value]++;
     present[value] = 1;
   }
   const ranked = rankSeries(weights, present, rows.valueTexts, plan.breakdownLimit);
   // Cohort users by group, so each series counts only its own.
   const members: number[][] = Array.from({ length: ranked.groupCount }, () => []);
-  for (let member = 0; member < cohortValues.length; member++) members[ranked.groupOfValue[cohortValues[member]]].push(member);
+  for (let member = 0; member < cohortCount; member++) members[ranked.groupOfValue[cohortValues[member]]].push(member);
   return {
     all,
     series: ranked.listed.map((listedValue, rank) => ({ value: valueOf(rows.valueTexts, listedValue), counts: count(members[rank + 1]) })),
