@@ -495,7 +495,7 @@ export async function runRandomArrival(argv: string[], repositoryRoot: string): 
     bench: "query-random-arrival",
     startedAt,
     machine,
-    command: `npm run bench:query -- ${argv.join(" ")}`.trimEnd(),
+    command: `npm run bench:query -- random-arrival ${argv.join(" ")}`.trimEnd(),
     body: markdown.join("\n"),
   });
   say(`\nwrote ${options.out} and ${reportPath}`);
