@@ -69,9 +69,14 @@ function sqlList(values: readonly (string | number | null)[]): string {
 /** SPEC §4's numeric text, kept apart from the reference's copy so a slip in one shows up as a mismatch. */
 const numericPattern = /^-?\d+(\.\d+)?([eE][+-]?\d+)?$/;
 
+/** The column of a property as sent to Eventide, and whether it holds numbers; undefined when no column has it. */
+export function columnOf(property: string): { column: string; numeric: boolean } | undefined {
+  return Object.prototype.hasOwnProperty.call(propertyColumns, property) ? propertyColumns[property] : undefined;
+}
+
 /** A SPEC §4 filter as a SQL predicate that is never NULL. */
-function filterSql(filter: Filter): string {
-  const mapped = Object.prototype.hasOwnProperty.call(propertyColumns, filter.property) ? propertyColumns[filter.property] : undefined;
+export function filterSql(filter: Filter): string {
+  const mapped = columnOf(filter.property);
   // A property that no event carries is "not set" everywhere.
   const column = mapped === undefined ? "CAST(NULL AS VARCHAR)" : mapped.column;
   const numeric = mapped?.numeric ?? false;

@@ -43,7 +43,7 @@ import { mkdirSync, writeFileSync } from "node:fs";
 import { loadavg } from "node:os";
 import { dirname, resolve } from "node:path";
 import { parseArgs } from "node:util";
-import { generateDataset, distinctIdOf, type Dataset } from "../fixtures/dataset.js";
+import { generateDataset, type Dataset } from "../fixtures/dataset.js";
 import { keepAliveAgent, post } from "../runner/http-client.js";
 import { machineInfo, processCpuMs, processMemoryBytes } from "../runner/machine.js";
 import { writeDatedReport } from "../runner/report-file.js";
@@ -51,7 +51,8 @@ import { startEventide } from "../runner/server.js";
 import { formatCount, formatMarkdownTable, formatMs, formatTextTable, median, percentileOfSorted, sortedCopy } from "../runner/stats.js";
 import { loadDataset, type DatasetLoadReport } from "../suite/dataset-load.js";
 import { DuckDbEngine } from "./duckdb-engine.js";
-import { addDays, firstDifference, referenceAnswer, type QueryAnswer, type QueryRequest, type StoredEvent } from "./query-request.js";
+import { addDays, datasetEvents, firstDifference, referenceAnswer, type QueryAnswer, type QueryRequest } from "./query-request.js";
+import { runRandomArrival } from "./random-arrival.js";
 import { runSelfCheck } from "./self-check.js";
 
 const repositoryRoot = resolve(import.meta.dirname, "..", "..", "..");
@@ -236,23 +237,6 @@ interface SizeResult {
   resentAfterIdleClose: number;
 }
 
-function referenceEvents(dataset: Dataset): StoredEvent[] {
-  const { columns, dictionaries } = dataset;
-  const events: StoredEvent[] = new Array(dataset.eventCount);
-  for (let row = 0; row < dataset.eventCount; row += 1) {
-    const properties: Record<string, unknown> = {
-      country: dictionaries.country[columns.country[row]],
-      browser: dictionaries.browser[columns.browser[row]],
-      $os: dictionaries.os[columns.os[row]],
-      path: dictionaries.path[columns.path[row]],
-    };
-    if (columns.plan[row] !== 0) properties.plan = dictionaries.plan[columns.plan[row] - 1];
-    if (columns.price[row] !== 0) properties.price = dictionaries.price[columns.price[row] - 1];
-    events[row] = { event: dictionaries.event[columns.event[row]], distinctId: distinctIdOf(dataset, columns.user[row]), timestampMs: columns.timeMs[row], properties };
-  }
-  return events;
-}
-
 const pathOfKind: Record<QueryRequest["kind"], string> = { trend: "trend", funnel: "funnel", retention: "retention" };
 
 async function runSize(eventCount: number, options: Options, duckdb: DuckDbEngine, mismatches: Mismatch[]): Promise<SizeResult> {
@@ -322,7 +306,7 @@ async function runSize(eventCount: number, options: Options, duckdb: DuckDbEngin
     lastCpuMs = cpuMs;
   }
 
-  const reference = eventCount <= options.referenceMaxEvents ? referenceEvents(dataset) : null;
+  const reference = eventCount <= options.referenceMaxEvents ? datasetEvents(dataset) : null;
   const loadBeforeQueries = loadavg()[0];
   const specs = querySpecs(dataset).filter((spec) => options.only.length === 0 || options.only.includes(spec.name));
   const agent = keepAliveAgent(1);
@@ -557,7 +541,8 @@ async function main(): Promise<void> {
   }
 }
 
-main().catch((error: unknown) => {
+// `npm run bench:query -- random-arrival …` runs the random-arrival shape (./random-arrival.ts) instead.
+(process.argv[2] === "random-arrival" ? runRandomArrival(process.argv.slice(3), repositoryRoot) : main()).catch((error: unknown) => {
   process.stderr.write(`bench:query failed: ${error instanceof Error ? (error.stack ?? error.message) : String(error)}\n`);
   process.exit(1);
 });

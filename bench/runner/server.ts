@@ -117,6 +117,8 @@ export interface EventideStart {
   keepData: boolean;
   /** Nice value of the server process and its threads; below 0 needs root. */
   nice?: number;
+  /** More node flags for the server (such as --cpu-prof), after the usual ones. */
+  extraNodeFlags?: readonly string[];
 }
 
 /** Starts Eventide on free ports over a fresh data directory under the system's temporary directory. */
@@ -135,7 +137,7 @@ export async function startEventide(options: EventideStart): Promise<Target> {
   if (options.workers !== undefined) environment.EVENTIDE_WORKERS = String(options.workers);
   // A fresh store creates the default workspace and prints its credentials; a restart prints none.
   const launch = async (known: { apiKey: string; token: string } | undefined) => {
-    const started = startChild(mainScript, options.repositoryRoot, environment, serverNodeFlags, options.nice ?? 0);
+    const started = startChild(mainScript, options.repositoryRoot, environment, [...serverNodeFlags, ...(options.extraNodeFlags ?? [])], options.nice ?? 0);
     const listening = await waitForLine(started, "listening", 60_000, "eventide");
     const created = started.jsonLines.find((line) => line.event === "workspace-created") ?? known;
     if (created === undefined || typeof created.apiKey !== "string" || typeof created.token !== "string") {

@@ -172,6 +172,11 @@ export const limits = Object.freeze({
   retentionCheckIntervalMs: integerFromEnvironment("EVENTIDE_RETENTION_CHECK_INTERVAL_MS", 3_600_000),
   /** A seal, merge or segment load longer than this is abandoned (its worker replaced); a checkpoint retries later. */
   storeTaskTimeoutMs: integerFromEnvironment("EVENTIDE_STORE_TASK_TIMEOUT_MS", 300_000),
+  /**
+   * A SPEC §7 query reading at least this many rows runs in user shards over the pool (when its
+   * shards' answers merge): below it one task answers sooner than a fan-out costs (~1 ms a task).
+   */
+  rowsQueryShardRowsMin: integerFromEnvironment("EVENTIDE_ROWS_QUERY_SHARD_ROWS_MIN", 1_000_000),
   /** Filters in one query: a dashboard uses a handful. */
   queryFiltersMax: integerFromEnvironment("EVENTIDE_QUERY_FILTERS_MAX", 100),
   /** Characters of all filter values of one query together. */

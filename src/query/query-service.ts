@@ -40,6 +40,7 @@ import { retentionCacheLookups } from "../metrics.js";
 import type { SegmentView } from "./segment-view.js";
 import { ownedSegmentViews } from "./segment-views.js";
 import { parseUserDeletionBody } from "./user-deletion.js";
+import { mergeRowsShards, shardable, shardPlan } from "./rows-shards.js";
 
 export type { QueryKind } from "./schemas.js";
 
@@ -314,12 +315,27 @@ export class QueryService {
     return { ok: true, body: JSON.stringify({ cohorts }) };
   }
 
-  /** Gathers the rows of [gather.fromMs, gather.toMsExclusive) and answers them in one task. */
+  /**
+   * Gathers the rows of [gather.fromMs, gather.toMsExclusive) and answers
+   * them: in user shards over the pool when there are enough rows and the
+   * shards' answers merge (rows-shards.ts), else in one task.
+   */
   private async runRows(workspace: WorkspaceStore | undefined, gather: GatherPlan, answer: RowsAnswerPlan, keyIds: Set<number>): Promise<RowsAnswer> {
-    const { segments } = workspace === undefined ? { segments: [] } : await this.store.snapshot(workspace.id, gather.fromMs, gather.toMsExclusive, [...keyIds]);
-    const result = await this.pool.query({ kind: "query", query: { kind: "rows", gather, answer }, segments, userLo: 0, userHi: workspace?.userCount ?? 0 });
-    if (result.rows === undefined || result.rows.kind !== answer.kind) throw new Error(`a rows task answered ${result.rows?.kind}, expected ${answer.kind}`);
-    return result.rows;
+    const { segments, rowCount } = workspace === undefined ? { segments: [], rowCount: 0 } : await this.store.snapshot(workspace.id, gather.fromMs, gather.toMsExclusive, [...keyIds]);
+    const userCount = workspace?.userCount ?? 0;
+    const run = async (plan: RowsAnswerPlan, userLo: number, userHi: number): Promise<RowsAnswer> => {
+      const result = await this.pool.query({ kind: "query", query: { kind: "rows", gather: { ...gather, userCount }, answer: plan }, segments, userLo, userHi });
+      if (result.rows === undefined || result.rows.kind !== plan.kind) throw new Error(`a rows task answered ${result.rows?.kind}, expected ${plan.kind}`);
+      return result.rows;
+    };
+    if (rowCount >= limits.rowsQueryShardRowsMin && this.pool.threadCount > 1 && shardable(answer)) {
+      const bounds = evenShardBounds(userCount, this.pool.threadCount);
+      const plan = shardPlan(answer);
+      const shards = await Promise.all(Array.from({ length: bounds.length - 1 }, (_, shard) => run(plan, bounds[shard], bounds[shard + 1])));
+      const merged = mergeRowsShards(answer, shards);
+      if (merged !== undefined) return merged;
+    }
+    return run(answer, 0, userCount);
   }
 
   private async rowsTrend(workspaceId: string, request: TrendRequest): Promise<ServiceReply> {

@@ -109,15 +109,23 @@ function lowerBound(values: Uint32Array, target: number): number {
 
 function activeView(descriptor: ActiveSegmentDescriptor): SegmentView {
   const rows = descriptor.rowCount;
-  const properties = new Map<number, PropertyColumn>();
-  for (const property of descriptor.properties) {
-    // Active keys are sparse; kernels read a dense column, built per task.
-    const valueIds = new Uint32Array(rows);
-    const entryRows = new Uint32Array(property.rows, property.rowsOffset, property.entryCount);
-    const entryValues = new Uint32Array(property.valueIds, property.valueIdsOffset, property.entryCount);
-    for (let entry = 0; entry < entryRows.length; entry++) valueIds[entryRows[entry]] = entryValues[entry];
-    properties.set(property.keyId, { valueIds, texts: property.texts });
-  }
+  // Active keys are sparse; kernels read a dense column, built per task when a kernel first asks
+  // for it (the main thread's views, which only plan shards, never do).
+  const properties = new Map<number, PropertyColumn | undefined>();
+  const column = (keyId: number): PropertyColumn | undefined => {
+    if (properties.has(keyId)) return properties.get(keyId);
+    const property = descriptor.properties.find((candidate) => candidate.keyId === keyId);
+    let built: PropertyColumn | undefined;
+    if (property !== undefined) {
+      const valueIds = new Uint32Array(rows);
+      const entryRows = new Uint32Array(property.rows, property.rowsOffset, property.entryCount);
+      const entryValues = new Uint32Array(property.valueIds, property.valueIdsOffset, property.entryCount);
+      for (let entry = 0; entry < entryRows.length; entry++) valueIds[entryRows[entry]] = entryValues[entry];
+      built = { valueIds, texts: property.texts };
+    }
+    properties.set(keyId, built);
+    return built;
+  };
   return {
     key: descriptor.key,
     dayStartMs: descriptor.dayStartMs,
@@ -126,9 +134,9 @@ function activeView(descriptor: ActiveSegmentDescriptor): SegmentView {
     userIds: new Uint32Array(descriptor.user, 0, rows),
     eventRowStart: undefined,
     eventIds: new Uint32Array(descriptor.event, 0, rows),
-    property: (keyId) => properties.get(keyId),
+    property: column,
     rowsWithProperty: (keyId, start, end) => {
-      const valueIds = properties.get(keyId)?.valueIds;
+      const valueIds = column(keyId)?.valueIds;
       let count = 0;
       if (valueIds !== undefined) for (let row = start; row < end; row++) if (valueIds[row] !== 0) count++;
       return count;

@@ -33,6 +33,8 @@ export interface GatherPlan {
   allEvents: boolean;
   breakdown: PropertyRead;
   math: PropertyRead;
+  /** The workspace's users when the query was planned: a shard's share of them sizes its gather. */
+  userCount?: number;
 }
 
 export interface EventRows {
@@ -60,11 +62,19 @@ interface SegmentReference {
 
 class RowBuilder {
   count = 0;
-  users = new Uint32Array(1024);
-  timesMs = new Float64Array(1024);
-  masks = new Uint32Array(1024);
-  values = new Int32Array(1024);
-  numbers = new Float64Array(1024);
+  users: Uint32Array;
+  timesMs: Float64Array;
+  masks: Uint32Array;
+  values: Int32Array;
+  numbers: Float64Array;
+
+  constructor(capacity: number) {
+    this.users = new Uint32Array(capacity);
+    this.timesMs = new Float64Array(capacity);
+    this.masks = new Uint32Array(capacity);
+    this.values = new Int32Array(capacity);
+    this.numbers = new Float64Array(capacity);
+  }
 
   push(user: number, timeMs: number, mask: number, value: number, number: number): void {
     if (this.count === this.users.length) this.grow();
@@ -151,10 +161,10 @@ interface PropertyReader {
 
 export function gatherEventRows(segments: readonly SegmentView[], plan: GatherPlan, userLo: number, userHi: number): EventRows {
   if (plan.references.length > 32) throw new Error(`${plan.references.length} references, at most 32`);
-  const builder = new RowBuilder();
   const valueTexts: string[] = [""];
   const globalIdOfText = new Map<string, number>();
   const order = segmentsByDay(segments, plan.fromMs, plan.toMsExclusive);
+  const builder = new RowBuilder(initialCapacity(segments, order, plan, userLo, userHi));
   for (const segmentIndex of order) {
     const segment = segments[segmentIndex];
     const byEvent = segmentReferences(segment, plan.references);
@@ -212,6 +222,30 @@ export function gatherEventRows(segments: readonly SegmentView[], plan: GatherPl
   };
 }
 
+/**
+ * Rows the gather will likely keep: the candidate rows (the referenced
+ * events' runs of sealed segments, every row of active ones, or every row
+ * for strict funnels) times the shard's share of user ids, plus a margin.
+ * Sized once, the builder rarely grows (each growth copies five arrays).
+ */
+function initialCapacity(segments: readonly SegmentView[], order: readonly number[], plan: GatherPlan, userLo: number, userHi: number): number {
+  let candidates = 0;
+  for (const segmentIndex of order) {
+    const segment = segments[segmentIndex];
+    const starts = segment.eventRowStart;
+    if (starts === undefined || plan.allEvents) {
+      candidates += segment.rowCount;
+      continue;
+    }
+    for (const reference of plan.references) {
+      const eventId = reference.eventId;
+      if (eventId !== undefined && eventId + 1 < starts.length) candidates += starts[eventId + 1] - starts[eventId];
+    }
+  }
+  const share = plan.userCount === undefined || plan.userCount === 0 ? 1 : Math.min(1, (userHi - userLo) / plan.userCount);
+  return Math.min(candidates, Math.ceil(candidates * share * 1.1)) + 1024;
+}
+
 const emptyReader: PropertyReader = { valueIds: undefined, globalIds: new Int32Array(1), numbers: new Float64Array([NaN]) };
 
 function propertyReader(segment: SegmentView, read: PropertyRead, globalId: (text: string) => number): PropertyReader {
@@ -233,14 +267,9 @@ function propertyReader(segment: SegmentView, read: PropertyRead, globalId: (tex
   return { valueIds: column.valueIds, globalIds, numbers };
 }
 
-/**
- * Row indexes sorted by (user, time, row): each user's events in time order.
- * A counting sort by user, then each user's run by time; runs are usually
- * sorted already (segments are read in day order, sealed rows by time), so
- * most need one check and no sort.
- */
-export function rowsByUserAndTime(rows: EventRows): Uint32Array {
-  const { users, timesMs, count } = rows;
+/** Row indexes grouped by user, ascending, each user's rows in row order (a stable counting sort). */
+export function rowsByUser(rows: EventRows): Uint32Array {
+  const { users, count } = rows;
   const indexes = new Uint32Array(count);
   if (count === 0) return indexes;
   let userLow = users[0];
@@ -249,21 +278,56 @@ export function rowsByUserAndTime(rows: EventRows): Uint32Array {
     if (users[row] < userLow) userLow = users[row];
     if (users[row] > userHigh) userHigh = users[row];
   }
-  const starts = new Int32Array(userHigh - userLow + 2);
-  for (let row = 0; row < count; row++) starts[users[row] - userLow + 1]++;
-  for (let slot = 1; slot < starts.length; slot++) starts[slot] += starts[slot - 1];
-  const cursors = starts.slice(0, starts.length - 1);
+  const cursors = new Int32Array(userHigh - userLow + 1);
+  for (let row = 0; row < count; row++) cursors[users[row] - userLow]++;
+  let start = 0;
+  for (let slot = 0; slot < cursors.length; slot++) {
+    const rowsOfUser = cursors[slot];
+    cursors[slot] = start;
+    start += rowsOfUser;
+  }
   for (let row = 0; row < count; row++) indexes[cursors[users[row] - userLow]++] = row;
-  for (let slot = 0; slot + 1 < starts.length; slot++) {
-    const start = starts[slot];
-    const end = starts[slot + 1];
-    for (let index = start + 1; index < end; index++) {
-      if (timesMs[indexes[index]] < timesMs[indexes[index - 1]]) {
-        // Rows of one user were placed in row order, so ties in time keep it.
-        indexes.subarray(start, end).sort((left, right) => timesMs[left] - timesMs[right] || left - right);
-        break;
+  return indexes;
+}
+
+/** A user's run this long or shorter is put in time order by insertion; longer runs by the built-in sort. */
+const insertionRunMax = 32;
+
+/**
+ * Row indexes sorted by (user, time, row): each user's events in time order.
+ * Rows of one user arrive in row order; with data that arrived out of time
+ * order most runs need sorting, and most runs are a handful of rows, so they
+ * are sorted by insertion in place (a comparator call per pair costs more).
+ */
+export function rowsByUserAndTime(rows: EventRows): Uint32Array {
+  const { users, timesMs, count } = rows;
+  const indexes = rowsByUser(rows);
+  let start = 0;
+  while (start < count) {
+    const user = users[indexes[start]];
+    let end = start + 1;
+    while (end < count && users[indexes[end]] === user) end++;
+    if (end - start <= insertionRunMax) {
+      for (let index = start + 1; index < end; index++) {
+        const row = indexes[index];
+        const timeMs = timesMs[row];
+        let place = index - 1;
+        // Strictly greater: ties keep row order.
+        while (place >= start && timesMs[indexes[place]] > timeMs) {
+          indexes[place + 1] = indexes[place];
+          place--;
+        }
+        indexes[place + 1] = row;
+      }
+    } else {
+      for (let index = start + 1; index < end; index++) {
+        if (timesMs[indexes[index]] < timesMs[indexes[index - 1]]) {
+          indexes.subarray(start, end).sort((left, right) => timesMs[left] - timesMs[right] || left - right);
+          break;
+        }
       }
     }
+    start = end;
   }
   return indexes;
 }

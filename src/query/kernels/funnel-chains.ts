@@ -49,36 +49,44 @@ export interface FunnelChainsAnswer {
   other: StepCounts | undefined;
 }
 
-interface UserOutcome {
-  depth: number;
-  /** Shortest time to convert per step index (Infinity when the user did not reach it itself). */
-  times: Float64Array;
-  value: number;
+/** Per user with an entry: its depth, breakdown value and (with timeToConvert) shortest time to convert per step. */
+interface Outcomes {
+  count: number;
+  depths: Int32Array;
+  values: Int32Array;
+  /** Per outcome (timeToConvert only): Infinity where the user did not reach the step itself. */
+  times: Float64Array[];
 }
 
 export function funnelChains(rows: EventRows, plan: FunnelChainsPlan): FunnelChainsAnswer {
   const order = rowsByUserAndTime(rows);
-  const outcomes: UserOutcome[] = [];
+  const outcomes: Outcomes = { count: 0, depths: new Int32Array(rows.count), values: new Int32Array(rows.count), times: [] };
   const stepBits = plan.stepCount >= 32 ? 0xffffffff : (1 << plan.stepCount) - 1;
   const entryBits = plan.order === "unordered" ? stepBits : 1;
   for (let start = 0; start < order.length; ) {
     const user = rows.users[order[start]];
     let end = start;
     while (end < order.length && rows.users[order[end]] === user) end++;
-    const outcome = userOutcome(rows, order.subarray(start, end), plan, entryBits);
-    if (outcome !== undefined) outcomes.push(outcome);
+    userOutcome(rows, order, start, end, plan, entryBits, outcomes);
     start = end;
   }
 
-  const summarise = (keep: (outcome: UserOutcome) => boolean): StepCounts => {
+  const summarise = (members: ArrayLike<number>): StepCounts => {
     const counts = new Array<number>(plan.stepCount).fill(0);
-    const times: number[][] = Array.from({ length: plan.stepCount }, () => []);
-    for (const outcome of outcomes) {
-      if (!keep(outcome)) continue;
-      for (let step = 0; step < outcome.depth; step++) counts[step]++;
-      for (let step = 1; step < plan.stepCount; step++) if (outcome.times[step] !== Infinity) times[step].push(outcome.times[step]);
+    const depthUsers = new Float64Array(plan.stepCount + 1);
+    for (let index = 0; index < members.length; index++) depthUsers[outcomes.depths[members[index]]]++;
+    // Users at depth d count at every step below d.
+    let reached = 0;
+    for (let depth = plan.stepCount; depth >= 1; depth--) {
+      reached += depthUsers[depth];
+      counts[depth - 1] = reached;
     }
     if (!plan.timeToConvert) return { counts, medians: undefined, averages: undefined };
+    const times: number[][] = Array.from({ length: plan.stepCount }, () => []);
+    for (let index = 0; index < members.length; index++) {
+      const userTimes = outcomes.times[members[index]];
+      for (let step = 1; step < plan.stepCount; step++) if (userTimes[step] !== Infinity) times[step].push(userTimes[step]);
+    }
     const medians: Array<number | null> = [];
     const averages: Array<number | null> = [];
     for (let step = 1; step < plan.stepCount; step++) {
@@ -97,37 +105,54 @@ export function funnelChains(rows: EventRows, plan: FunnelChainsPlan): FunnelCha
     return { counts, medians, averages };
   };
 
-  const all = summarise(() => true);
+  const everyone = new Uint32Array(outcomes.count);
+  for (let outcome = 0; outcome < everyone.length; outcome++) everyone[outcome] = outcome;
+  const all = summarise(everyone);
   if (plan.breakdownLimit === undefined) return { all, series: undefined, other: undefined };
   const valueCount = rows.valueTexts.length;
   const weights = new Float64Array(valueCount);
   const present = new Uint8Array(valueCount);
-  for (const outcome of outcomes) {
-    if (outcome.depth >= 1) weights[outcome.value]++;
-    present[outcome.value] = 1;
+  for (let outcome = 0; outcome < outcomes.count; outcome++) {
+    if (outcomes.depths[outcome] >= 1) weights[outcomes.values[outcome]]++;
+    present[outcomes.values[outcome]] = 1;
   }
   const ranked = rankSeries(weights, present, rows.valueTexts, plan.breakdownLimit);
+  // Outcomes by group, so each series summarises only its own users.
+  const members: number[][] = Array.from({ length: ranked.groupCount }, () => []);
+  for (let outcome = 0; outcome < outcomes.count; outcome++) members[ranked.groupOfValue[outcomes.values[outcome]]].push(outcome);
   return {
     all,
-    series: ranked.listed.map((listedValue) => ({ value: valueOf(rows.valueTexts, listedValue), steps: summarise((outcome) => outcome.value === listedValue) })),
-    other: ranked.hasOther ? summarise((outcome) => ranked.groupOfValue[outcome.value] === ranked.otherGroup) : undefined,
+    series: ranked.listed.map((listedValue, rank) => ({ value: valueOf(rows.valueTexts, listedValue), steps: summarise(members[rank + 1]) })),
+    other: ranked.hasOther ? summarise(members[ranked.otherGroup]) : undefined,
   };
 }
 
-/** The user's depth, times and breakdown value; undefined when it has no entry event in range. */
-function userOutcome(rows: EventRows, userRows: Uint32Array, plan: FunnelChainsPlan, entryBits: number): UserOutcome | undefined {
+/** Records the user's depth, value and times among the outcomes; nothing when it has no entry event in range. */
+function userOutcome(rows: EventRows, order: Uint32Array, start: number, end: number, plan: FunnelChainsPlan, entryBits: number, outcomes: Outcomes): void {
   const { timesMs, masks, values } = rows;
   // Breakdown value: the earliest entry event in range, ties to the least value ("not set" first).
   let valueRow = -1;
-  for (const row of userRows) {
+  let userBits = 0;
+  for (let index = start; index < end; index++) {
+    const row = order[index];
+    userBits |= masks[row];
+    if (valueRow >= 0 && timesMs[row] > timesMs[valueRow]) continue;
     if ((masks[row] & entryBits) === 0 || timesMs[row] < plan.entryFromMs || timesMs[row] >= plan.entryToMsExclusive) continue;
-    if (valueRow < 0) valueRow = row;
-    else if (timesMs[row] > timesMs[valueRow]) break;
+    if (valueRow < 0 || timesMs[row] < timesMs[valueRow]) valueRow = row;
     else if (compareValues(rows.valueTexts, values[row], values[valueRow], true) < 0) valueRow = row;
   }
-  if (valueRow < 0) return undefined;
+  if (valueRow < 0) return;
+  const outcome = outcomes.count++;
+  outcomes.values[outcome] = values[valueRow];
+  // Ordered or strict without any event of step 2: an entry is the whole chain (no exclusion ends before step 2).
+  if (plan.order !== "unordered" && (plan.stepCount === 1 || (userBits & 2) === 0)) {
+    outcomes.depths[outcome] = 1;
+    if (plan.timeToConvert) outcomes.times[outcome] = new Float64Array(plan.stepCount).fill(Infinity);
+    return;
+  }
 
   // Groups of equal timestamps.
+  const userRows = order.subarray(start, end);
   const groupStarts: number[] = [];
   for (let index = 0; index < userRows.length; index++) {
     if (index === 0 || timesMs[userRows[index]] !== timesMs[userRows[index - 1]]) groupStarts.push(index);
@@ -135,8 +160,8 @@ function userOutcome(rows: EventRows, userRows: Uint32Array, plan: FunnelChainsP
   groupStarts.push(userRows.length);
   const user: UserEvents = { rows: userRows, masks, timesMs, groupStarts };
   const times = new Float64Array(plan.stepCount).fill(Infinity);
-  const depth = plan.order === "unordered" ? unorderedDepth(user, plan, times) : orderedDepth(user, plan, times);
-  return { depth, times, value: values[valueRow] };
+  outcomes.depths[outcome] = plan.order === "unordered" ? unorderedDepth(user, plan, times) : orderedDepth(user, plan, times);
+  if (plan.timeToConvert) outcomes.times[outcome] = times;
 }
 
 interface UserEvents {
@@ -160,9 +185,18 @@ function groupTimeMs(user: UserEvents, group: number): number {
  * `wanted` lists the exclusions whose coverage matters; with none, the first
  * way found is enough.
  */
-function groupWays(user: UserEvents, group: number, first: number, count: number, stepCount: number, exclusionCount: number, wanted: number): Set<number> {
+function groupWays(user: UserEvents, group: number, first: number, count: number, stepCount: number, exclusionCount: number, wanted: number): ReadonlySet<number> {
   const start = user.groupStarts[group];
   const size = user.groupStarts[group + 1] - start;
+  // One event at this timestamp (the common case): at most one way, without the search.
+  if (size === 1 && count <= 1) {
+    const mask = user.masks[user.rows[start]];
+    if (count === 1) return (mask & (1 << first)) === 0 ? noWays : coverageWays(wanted);
+    let coverage = 0;
+    for (let exclusion = 0; exclusion < exclusionCount; exclusion++) if ((wanted & (1 << exclusion)) !== 0 && (mask & (1 << (stepCount + exclusion))) === 0) coverage |= 1 << exclusion;
+    return coverageWays(coverage);
+  }
+  if (count > size) return noWays;
   const ways = new Set<number>();
   const used = new Uint8Array(size);
   const place = (offset: number): boolean => {
@@ -190,6 +224,13 @@ function groupWays(user: UserEvents, group: number, first: number, count: number
   };
   place(0);
   return ways;
+}
+
+const noWays: ReadonlySet<number> = new Set();
+/** One-way sets by coverage mask, made once (exclusions are at most 10: 1 024 masks). */
+const singleWays: Array<ReadonlySet<number>> = [];
+function coverageWays(coverage: number): ReadonlySet<number> {
+  return (singleWays[coverage] ??= new Set([coverage]));
 }
 
 function orderedDepth(user: UserEvents, plan: FunnelChainsPlan, times: Float64Array): number {

@@ -34,8 +34,14 @@ export function retentionCohorts(rows: EventRows, plan: RetentionCohortsPlan): R
   const order = rowsByUserAndTime(rows);
   const { users, timesMs, masks, values } = rows;
 
-  // Per user: cohort period, value, and the later periods it returned in.
-  const cohortUsers: Array<{ period: number; value: number; returned: number[] }> = [];
+  // Per user: cohort period, value, and the later periods it returned in (flat: returns[returnStarts[u]…]).
+  // At most one cohort user per row, one return per row: sized once, no growth.
+  const cohortPeriods = new Int32Array(rows.count);
+  const cohortValues = new Int32Array(rows.count);
+  const returnStarts = new Int32Array(rows.count + 1);
+  const returns = new Int32Array(rows.count);
+  let cohortCount = 0;
+  let returnCount = 0;
   for (let start = 0; start < order.length; ) {
     const user = users[order[start]];
     let end = start;
@@ -50,42 +56,53 @@ export function retentionCohorts(rows: EventRows, plan: RetentionCohortsPlan): R
     }
     if (cohortRow >= 0) {
       const period = boundaryIndex(plan.startsMs, timesMs[cohortRow]);
-      const returned = new Set<number>();
+      // Rows are in time order, so a user's return periods come nondecreasing: a repeat is the last one.
+      let lastReturn = period;
       for (let index = start; index < end; index++) {
         const row = order[index];
-        if ((masks[row] & 2) === 0 || timesMs[row] < firstMs || timesMs[row] >= endMs) continue;
-        const later = boundaryIndex(plan.startsMs, timesMs[row]);
-        if (later > period) returned.add(later);
+        if ((masks[row] & 2) === 0 || timesMs[row] < plan.startsMs[lastReturn + 1] || timesMs[row] >= endMs) continue;
+        lastReturn = boundaryIndex(plan.startsMs, timesMs[row]);
+        returns[returnCount++] = lastReturn;
       }
-      cohortUsers.push({ period, value: values[cohortRow], returned: [...returned] });
+      cohortPeriods[cohortCount] = period;
+      cohortValues[cohortCount] = values[cohortRow];
+      cohortCount++;
+      returnStarts[cohortCount] = returnCount;
     }
     start = end;
   }
 
-  const count = (keep: (value: number) => boolean): CohortCounts => {
+  const count = (members: ArrayLike<number>): CohortCounts => {
     const totals = new Array<number>(periodCount).fill(0);
     const weeks = totals.map((_, period) => new Array<number>(periodCount - period).fill(0));
-    for (const { period, value, returned } of cohortUsers) {
-      if (!keep(value)) continue;
+    for (let index = 0; index < members.length; index++) {
+      const member = members[index];
+      const period = cohortPeriods[member];
       totals[period]++;
       weeks[period][0]++;
-      for (const later of returned) weeks[period][later - period]++;
+      for (let cursor = returnStarts[member]; cursor < returnStarts[member + 1]; cursor++) weeks[period][returns[cursor] - period]++;
     }
     return { totals, weeks };
   };
-  const all = count(() => true);
+  const everyone = new Uint32Array(cohortCount);
+  for (let member = 0; member < everyone.length; member++) everyone[member] = member;
+  const all = count(everyone);
   if (plan.breakdownLimit === undefined) return { all, series: undefined, other: undefined };
   const valueCount = rows.valueTexts.length;
   const weights = new Float64Array(valueCount);
   const present = new Uint8Array(valueCount);
-  for (const { value } of cohortUsers) {
+  for (let member = 0; member < cohortCount; member++) {
+    const value = cohortValues[member];
     weights[value]++;
     present[value] = 1;
   }
   const ranked = rankSeries(weights, present, rows.valueTexts, plan.breakdownLimit);
+  // Cohort users by group, so each series counts only its own.
+  const members: number[][] = Array.from({ length: ranked.groupCount }, () => []);
+  for (let member = 0; member < cohortCount; member++) members[ranked.groupOfValue[cohortValues[member]]].push(member);
   return {
     all,
-    series: ranked.listed.map((listedValue) => ({ value: valueOf(rows.valueTexts, listedValue), counts: count((value) => value === listedValue) })),
-    other: ranked.hasOther ? count((value) => ranked.groupOfValue[value] === ranked.otherGroup) : undefined,
+    series: ranked.listed.map((listedValue, rank) => ({ value: valueOf(rows.valueTexts, listedValue), counts: count(members[rank + 1]) })),
+    other: ranked.hasOther ? count(members[ranked.otherGroup]) : undefined,
   };
 }

@@ -7,7 +7,7 @@
  */
 import { boundaryIndex } from "../buckets.js";
 import type { TrendMath } from "../schemas.js";
-import { rowsByUserAndTime, type EventRows } from "./event-rows.js";
+import { rowsByUser, type EventRows } from "./event-rows.js";
 import { rankSeries, valueOf } from "./series.js";
 
 export interface TrendSeriesPlan {
@@ -22,7 +22,8 @@ export type BucketValues = Array<number | null>;
 
 export interface TrendSeriesAnswer {
   values: BucketValues;
-  series: Array<{ value: string | null; values: BucketValues }> | undefined;
+  /** `weight`: what the series was ranked by (events, users or counted events), for merging shards. */
+  series: Array<{ value: string | null; values: BucketValues; weight: number }> | undefined;
   other: BucketValues | undefined;
 }
 
@@ -37,17 +38,21 @@ export function trendSeries(rows: EventRows, plan: TrendSeriesPlan): TrendSeries
     buckets[row] = boundaryIndex(plan.startsMs, timesMs[row]);
   }
 
+  // Rows grouped by user, once, for the maths that count distinct users.
+  let byUser: Uint32Array | undefined;
+  const userOrder = () => (byUser ??= rowsByUser(rows));
+
   // Groups: 0 the whole answer; with a breakdown, the listed values and the rest.
   const valueCount = rows.valueTexts.length;
   let groupOfValue: Int32Array = new Int32Array(valueCount);
   let groupCount = 1;
   let listed: number[] = [];
   let hasOther = false;
+  const weights = new Float64Array(plan.breakdownLimit === undefined ? 0 : valueCount);
   if (plan.breakdownLimit !== undefined) {
-    const weights = new Float64Array(valueCount);
     const present = new Uint8Array(valueCount);
     if (plan.math === "unique") {
-      countUsersPerValue(rows, buckets, weights);
+      countUsersPerValue(rows, userOrder(), buckets, weights);
       for (let value = 0; value < valueCount; value++) present[value] = weights[value] > 0 ? 1 : 0;
     } else {
       for (let row = 0; row < rows.count; row++) {
@@ -79,7 +84,7 @@ export function trendSeries(rows: EventRows, plan: TrendSeriesPlan): TrendSeries
     }
     case "unique":
     case "avg_per_user": {
-      const userCounts = countUsersPerCell(rows, buckets, groupOfValue, groupCount, bucketCount);
+      const userCounts = countUsersPerCell(rows, userOrder(), buckets, groupOfValue, groupCount, bucketCount);
       if (plan.math === "unique") {
         for (let cell = 0; cell < cells; cell++) results[cell] = userCounts[cell];
         break;
@@ -127,48 +132,50 @@ export function trendSeries(rows: EventRows, plan: TrendSeriesPlan): TrendSeries
   const group = (index: number) => results.slice(index * bucketCount, (index + 1) * bucketCount);
   return {
     values: group(0),
-    series: plan.breakdownLimit === undefined ? undefined : listed.map((value, rank) => ({ value: valueOf(rows.valueTexts, value), values: group(rank + 1) })),
+    series: plan.breakdownLimit === undefined ? undefined : listed.map((value, rank) => ({ value: valueOf(rows.valueTexts, value), values: group(rank + 1), weight: weights[value] })),
     other: hasOther ? group(groupCount - 1) : undefined,
   };
 }
 
-/** Distinct users per (group, bucket): each user's rows are visited together, its cells counted once. */
-function countUsersPerCell(rows: EventRows, buckets: Int32Array, groupOfValue: Int32Array, groupCount: number, bucketCount: number): Float64Array {
+/**
+ * Distinct users per (group, bucket): rows grouped by user (time order does
+ * not matter here), and a cell counts a user when the cell's last counted
+ * user is another one.
+ */
+function countUsersPerCell(rows: EventRows, order: Uint32Array, buckets: Int32Array, groupOfValue: Int32Array, groupCount: number, bucketCount: number): Float64Array {
   const counts = new Float64Array(groupCount * bucketCount);
-  const order = rowsByUserAndTime(rows);
-  const seen = new Set<number>();
-  let user = -1;
-  for (const row of order) {
+  const lastUser = new Float64Array(groupCount * bucketCount).fill(-1);
+  const { users, values } = rows;
+  for (let index = 0; index < order.length; index++) {
+    const row = order[index];
     const bucket = buckets[row];
     if (bucket < 0) continue;
-    if (rows.users[row] !== user) {
-      user = rows.users[row];
-      seen.clear();
+    const user = users[row];
+    if (lastUser[bucket] !== user) {
+      lastUser[bucket] = user;
+      counts[bucket]++;
     }
-    const cells = groupCount > 1 ? [bucket, groupOfValue[rows.values[row]] * bucketCount + bucket] : [bucket];
-    for (const cell of cells) {
-      if (seen.has(cell)) continue;
-      seen.add(cell);
-      counts[cell]++;
+    if (groupCount > 1) {
+      const cell = groupOfValue[values[row]] * bucketCount + bucket;
+      if (lastUser[cell] !== user) {
+        lastUser[cell] = user;
+        counts[cell]++;
+      }
     }
   }
   return counts;
 }
 
 /** Distinct users per breakdown value over the whole range (the rank of a unique trend's series). */
-function countUsersPerValue(rows: EventRows, buckets: Int32Array, weights: Float64Array): void {
-  const order = rowsByUserAndTime(rows);
-  const seen = new Set<number>();
-  let user = -1;
-  for (const row of order) {
+function countUsersPerValue(rows: EventRows, order: Uint32Array, buckets: Int32Array, weights: Float64Array): void {
+  const lastUser = new Float64Array(weights.length).fill(-1);
+  const { users, values } = rows;
+  for (let index = 0; index < order.length; index++) {
+    const row = order[index];
     if (buckets[row] < 0) continue;
-    if (rows.users[row] !== user) {
-      user = rows.users[row];
-      seen.clear();
-    }
-    const value = rows.values[row];
-    if (seen.has(value)) continue;
-    seen.add(value);
+    const value = values[row];
+    if (lastUser[value] === users[row]) continue;
+    lastUser[value] = users[row];
     weights[value]++;
   }
 }
