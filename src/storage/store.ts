@@ -188,6 +188,11 @@ export class Store {
     if (atMs > this.lastIngestAtMs) this.lastIngestAtMs = atMs;
   }
 
+  /** The merge pass under way, if any: resolves when it ends. */
+  get mergePass(): Promise<void> | undefined {
+    return this.merges.inProgress;
+  }
+
   /** Merges every day that holds several sealed segments into one now, busy or not (maintenance, tests). */
   mergeAll(): Promise<void> {
     return this.merges.mergeAll();
