@@ -13,6 +13,7 @@ import { RegistryError } from "../../src/auth/registry-error.js";
 import { createApiKey, createToken, createWorkspace, revokeApiKey, revokeToken } from "../../src/auth/registry.js";
 import { registryPath } from "../../src/storage/paths.js";
 import { makeDataDir, removeDataDir } from "../helpers/server.js";
+import { elapsedUntil } from "../helpers/http.js";
 
 let dataDir: string;
 let store: CredentialStore | undefined;
@@ -34,13 +35,8 @@ afterEach(() => {
  * the change and the check. Gives up only after 10 s, so that a change seen
  * late fails the caller's 1 s assertion with its real delay.
  */
-async function msUntil(condition: () => boolean): Promise<number> {
-  const startedMs = performance.now();
-  while (!condition()) {
-    if (performance.now() - startedMs > 10_000) throw new Error("condition not met within 10 s");
-    await new Promise((resolve) => setTimeout(resolve, 5));
-  }
-  return performance.now() - startedMs;
+function msUntil(condition: () => boolean): Promise<number> {
+  return elapsedUntil(async () => condition(), 10_000, 5);
 }
 
 /** SPEC §0: the running server sees registry changes within 1 s. */
