@@ -24,7 +24,7 @@ import { createApiKey, createToken, createWorkspace, listCredentials, listWorksp
 import { parseRetention } from "./config/config.js";
 import { ArgumentError, globalOptions, leadingGlobalOptionCount, parseArguments, type CliOption, type OptionValues } from "./cli/arguments.js";
 import { CliCommandError, CliExit, CliUsageError } from "./cli/command-errors.js";
-import { commandHelp, commandSynopsis, overallHelp } from "./cli/help.js";
+import { commandHelp, commandSynopsis, overallHelp, type HelpEntry } from "./cli/help.js";
 import { holdLockFile } from "./storage/lock-file.js";
 import { serverLockPath } from "./storage/paths.js";
 
@@ -58,18 +58,8 @@ export interface CliContext {
  */
 export type DataDirUse = "existing" | "any";
 
-export interface CliCommand {
-  /** The words that select the command, e.g. ["workspace", "create"]. */
-  words: readonly string[];
-  /** Names of the operands, shown in usage; the command takes exactly this many unless `variadic`. */
-  operands: readonly string[];
-  /** When true, the arguments after the words are passed as they are, options included (for commands with their own options). */
-  variadic?: boolean;
-  summary: string;
-  /** More for `eventide help COMMAND`. */
-  description?: string;
-  /** Options of this command besides the global ones. */
-  options?: readonly CliOption[];
+/** A command: what help shows of it (HelpEntry), and how it runs. */
+export interface CliCommand extends HelpEntry {
   dataDir?: DataDirUse;
   /** Whether it changes the data directory: the directory is then named on stderr first. */
   changes?: boolean;

@@ -6,7 +6,7 @@
  * that never lose each other's changes, and a running server's credential store
  * that sees CLI changes within a second.
  */
-import { execFile, spawnSync } from "node:child_process";
+import { spawnSync } from "node:child_process";
 import { existsSync, mkdirSync, readdirSync, readFileSync, statSync, writeFileSync } from "node:fs";
 import { hostname } from "node:os";
 import { join } from "node:path";
@@ -16,36 +16,11 @@ import { CredentialStore } from "../src/auth/credential-store.js";
 import { secretHash } from "../src/auth/secrets.js";
 import { runCli, type CliCommand, type CliIo } from "../src/cli.js";
 import { isWorkspaceId, registryLockPath, registryPath } from "../src/storage/paths.js";
+import { runEventide, type CliResult } from "./helpers/run-eventide.js";
 import { makeDataDir, removeDataDir, repoRoot } from "./helpers/server.js";
+import { elapsedUntil } from "./helpers/http.js";
 
-const binScript = join(repoRoot, "bin", "eventide.js");
 const secretPattern = /^(ek|et)_[A-Za-z0-9_-]+$/;
-
-interface CliResult {
-  code: number | null;
-  stdout: string;
-  stderr: string;
-  /** The single stdout line, parsed. */
-  output: any;
-}
-
-function runEventide(args: string[], options: { dataDir?: string; cwd?: string } = {}): Promise<CliResult> {
-  const env: NodeJS.ProcessEnv = { ...process.env };
-  delete env.EVENTIDE_DATA_DIR;
-  if (options.dataDir !== undefined) env.EVENTIDE_DATA_DIR = options.dataDir;
-  return new Promise((resolve) => {
-    execFile(process.execPath, [binScript, ...args], { cwd: options.cwd ?? repoRoot, env, timeout: 120_000 }, (error, stdout, stderr) => {
-      const code = error ? (typeof error.code === "number" ? error.code : null) : 0;
-      let output: unknown;
-      try {
-        output = JSON.parse(stdout);
-      } catch {
-        output = undefined;
-      }
-      resolve({ code, stdout, stderr, output });
-    });
-  });
-}
 
 /** Every stdout is exactly one line of JSON. */
 function expectOneJsonLine(result: CliResult): void {
@@ -89,13 +64,8 @@ function filesUnder(directory: string): { path: string; content: Buffer }[] {
  * reload stands between the change and the check. Gives up only after 10 s, so
  * that a change seen late fails the caller's 1 s assertion with its real delay.
  */
-async function msUntil(condition: () => boolean): Promise<number> {
-  const startedMs = performance.now();
-  while (!condition()) {
-    if (performance.now() - startedMs > 10_000) throw new Error("condition not met within 10 s");
-    await new Promise((resolve) => setTimeout(resolve, 5));
-  }
-  return performance.now() - startedMs;
+function msUntil(condition: () => boolean): Promise<number> {
+  return elapsedUntil(async () => condition(), 10_000, 5);
 }
 
 let dataDir: string;

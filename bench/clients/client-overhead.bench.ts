@@ -3,9 +3,10 @@
  * loop that sends the same batches: one process sends 200 000 events to a
  * server it starts (1 000 events a batch, gzip level 1, two requests in
  * flight), once through EventideClient.capture and once by building each
- * batch body itself and POSTing it with fetch. Reported: events/s and the
- * sending process's CPU per event. Run: `npm run build && node
- * dist/bench/clients/client-overhead.bench.js [events]`.
+ * batch body itself and POSTing it with fetch, in rounds of alternating
+ * order. Reported: events/s and the sending process's CPU per event, each
+ * round and their medians. Run: `npm run build && node
+ * dist/bench/clients/client-overhead.bench.js [events] [rounds]`.
  *
  * Estimate: the bare loop spends per event one JSON.stringify of a small
  * object (~1 µs) and its share of gzip level 1 (~100 B at ~100 MB/s, ~1 µs);
@@ -27,8 +28,8 @@ const repositoryRoot = resolve(import.meta.dirname, "..", "..", "..");
 const eventCount = Number(process.argv[2] ?? 200_000);
 const batchEvents = 1000;
 const inFlightMax = 2;
-/** Alternating rounds, so that a server warming up or a neighbour's burst does not land on one side only. */
-const rounds = 2;
+/** Rounds, each running both loops in alternating order, so that a server warming up or a neighbour's burst does not land on one side only; medians are quoted. */
+const rounds = Number(process.argv[3] ?? 5);
 const gzip = promisify(gzipCallback);
 
 function eventFor(name: string, index: number) {
@@ -88,16 +89,38 @@ async function clientLoop(name: string): Promise<Measurement> {
 const line = (label: string, value: Measurement) =>
   `${label.padEnd(22)} ${Math.round(value.eventsPerSecond).toLocaleString("en-US").padStart(9)} events/s  ${value.cpuMicrosecondsPerEvent.toFixed(2).padStart(6)} µs CPU/event`;
 
+function median(values: number[]): number {
+  const sorted = [...values].sort((left, right) => left - right);
+  const middle = sorted.length >> 1;
+  return sorted.length % 2 === 1 ? sorted[middle] : (sorted[middle - 1] + sorted[middle]) / 2;
+}
+
+const medianOf = (measurements: Measurement[]): Measurement => ({
+  eventsPerSecond: median(measurements.map((value) => value.eventsPerSecond)),
+  cpuMicrosecondsPerEvent: median(measurements.map((value) => value.cpuMicrosecondsPerEvent)),
+});
+
 const server = await startEventide({ repositoryRoot, workers: 2, keepData: false });
 try {
-  console.log(`${eventCount} events, ${batchEvents} a batch, gzip level 1, ${inFlightMax} requests in flight`);
+  console.log(`${eventCount} events, ${batchEvents} a batch, gzip level 1, ${inFlightMax} requests in flight, ${rounds} rounds`);
+  const bare: Measurement[] = [];
+  const withClient: Measurement[] = [];
   for (let round = 1; round <= rounds; round++) {
-    const bare = await bareLoop(`bare-${round}`);
-    console.log(line(`round ${round} bare fetch loop`, bare));
-    const withClient = await clientLoop(`client-${round}`);
-    console.log(line(`round ${round} EventideClient`, withClient));
-    console.log(`round ${round} client overhead: ${(withClient.cpuMicrosecondsPerEvent - bare.cpuMicrosecondsPerEvent).toFixed(2)} µs CPU/event, throughput ${((withClient.eventsPerSecond / bare.eventsPerSecond) * 100).toFixed(0)}% of the bare loop`);
+    const clientFirst = round % 2 === 0;
+    if (clientFirst) withClient.push(await clientLoop(`client-${round}`));
+    bare.push(await bareLoop(`bare-${round}`));
+    if (!clientFirst) withClient.push(await clientLoop(`client-${round}`));
+    console.log(line(`round ${round} bare fetch loop`, bare[round - 1]));
+    console.log(line(`round ${round} EventideClient`, withClient[round - 1]));
   }
+  const bareMedian = medianOf(bare);
+  const clientMedian = medianOf(withClient);
+  console.log(line("median bare fetch loop", bareMedian));
+  console.log(line("median EventideClient", clientMedian));
+  console.log(
+    `client overhead (medians): ${(clientMedian.cpuMicrosecondsPerEvent - bareMedian.cpuMicrosecondsPerEvent).toFixed(2)} µs CPU/event, ` +
+      `throughput ${((clientMedian.eventsPerSecond / bareMedian.eventsPerSecond) * 100).toFixed(0)}% of the bare loop`,
+  );
 } finally {
   await server.stop();
   server.cleanup();

@@ -4,7 +4,11 @@
  * 503s a saturated server answers (SPEC §1); the rows carry no uuid, so a
  * batch is not idempotent and a reset connection fails the load. Before loading into a running
  * Eventide, one trend query tells whether the same dataset is already there
- * (so a second run against it does not double every count).
+ * (so a second run against it does not double every count). Bodies are built
+ * from prepared fragments, not through the Node client (src/client): the
+ * client's per-event object, JSON and uuid would run on the cores the server
+ * is measured on and lower the load figure by the client's cost, not the
+ * server's (bench/clients/client-overhead.bench.ts measures that cost).
  *
  * Estimate: ~190 B of JSON per event, serialized at ~0.3 µs per event by
  * BatchSerializer; Eventide ingests ~150–400 k events/s on 2 cores, so 1 M

@@ -122,6 +122,11 @@ export class CredentialStore {
    * CLI has revoked since, so the HTTP layer refuses credentials with 503
    * rather than accept them. Polling goes on, and the first good read ends it.
    */
+  /** When the last poll of the registry file ended without a read error (an invalid file it keeps skipping counts). */
+  get lastCheckedAtMs(): number {
+    return this.checkedAtMs;
+  }
+
   get stale(): boolean {
     // Only a failing or hanging read makes it stale: a main thread starved for seconds (a loaded machine) is not a reason.
     const failing = this.pollErrorMessage !== undefined || this.refreshing !== undefined;

@@ -5,13 +5,18 @@
  */
 import { globalOptions, type CliOption } from "./arguments.js";
 
-/** What help needs of a command (cli.ts's CliCommand has these fields). */
+/** What help needs of a command; cli.ts's CliCommand extends it. */
 export interface HelpEntry {
+  /** The words that select the command, e.g. ["workspace", "create"]. */
   words: readonly string[];
+  /** Names of the operands, shown in usage; the command takes exactly this many unless `variadic`. */
   operands: readonly string[];
+  /** When true, the arguments after the words are passed as they are, options included (for commands with their own options). */
   variadic?: boolean;
   summary: string;
+  /** More for `eventide help COMMAND`. */
   description?: string;
+  /** Options of this command besides the global ones. */
   options?: readonly CliOption[];
 }
 

@@ -24,6 +24,8 @@ export interface EventideClientOptions {
   batchEventsMax?: number;
   /** Bytes of one request's JSON before compression: the server takes at most 20 MiB (default 20 MiB). */
   batchBytesMax?: number;
+  /** Distinct UTC days of event timestamps in one request: the server takes at most 100 by default (EVENTIDE_BATCH_DAYS_MAX; default 100). */
+  batchDaysMax?: number;
   /** How long a batch that is not full waits for more events (default 200 ms). */
   flushIntervalMs?: number;
   /** Events captured and not yet settled; beyond it capture() waits and tryCapture() returns false (default 10 000). */
@@ -70,6 +72,8 @@ export interface RefusedEvent {
    */
   code: string;
   message: string;
+  /** The HTTP status of the answer that refused it: 200 when the server refused this event alone (its neighbours may be stored), 0 when no answer came or the client refused it itself. */
+  status: number;
 }
 
 /** What one answer settled: emitted as the client's `delivery` event. */
@@ -94,8 +98,17 @@ interface Entry {
   input: CaptureInput;
   json: string;
   bytes: number;
+  /** UTC day of the timestamp (days since 1970), or NaN when it does not parse: the server refuses those itself. */
+  day: number;
   /** Order of capture: a flush waits for the entries captured before it. */
   sequence: number;
+}
+
+interface Refusal {
+  entry: Entry;
+  code: string;
+  message: string;
+  status: number;
 }
 
 interface FlushWaiter {
@@ -115,6 +128,7 @@ interface RetryLater {
 const defaults = {
   batchEventsMax: 1000,
   batchBytesMax: 20 * 1024 * 1024,
+  batchDaysMax: 100,
   flushIntervalMs: 200,
   queueEventsMax: 10_000,
   queueBytesMax: 64 * 1024 * 1024,
@@ -128,6 +142,7 @@ const defaults = {
 };
 /** The server names at most this many refused events per answer; events after the last one named are sent again. */
 const batchErrorsReportedMax = 100;
+const dayMs = 86_400_000;
 const retryableNetworkCodes = new Set(["ECONNRESET", "ECONNREFUSED", "EPIPE", "ETIMEDOUT", "ECONNABORTED", "EHOSTUNREACH", "ENETUNREACH", "EAI_AGAIN", "request_timeout"]);
 
 /**
@@ -215,9 +230,10 @@ export class EventideClient extends EventEmitter {
   private entry(input: CaptureInput): Entry {
     if (this.closed) throw new Error("EventideClient: capture after shutdown()");
     const uuid = input.uuid ?? randomUUID();
-    const timestamp = input.timestamp instanceof Date ? input.timestamp.toISOString() : (input.timestamp ?? new Date().toISOString());
+    const timeMs = input.timestamp === undefined ? Date.now() : input.timestamp instanceof Date ? input.timestamp.getTime() : Date.parse(input.timestamp);
+    const timestamp = input.timestamp instanceof Date || input.timestamp === undefined ? new Date(timeMs).toISOString() : input.timestamp;
     const json = JSON.stringify({ event: input.event, distinctId: input.distinctId, properties: input.properties, timestamp, uuid });
-    return { uuid, input, json, bytes: Buffer.byteLength(json) + 1, sequence: this.nextSequence++ };
+    return { uuid, input, json, bytes: Buffer.byteLength(json) + 1, day: Math.floor(timeMs / dayMs), sequence: this.nextSequence++ };
   }
 
   private hasRoom(entry: Entry): boolean {
@@ -230,7 +246,7 @@ export class EventideClient extends EventEmitter {
     this.unsettledEvents++;
     this.unsettledBytes += entry.bytes;
     if (this.envelopeHead.length + entry.bytes + 2 > this.options.batchBytesMax) {
-      this.settle([], [{ entry, code: "payload_too_large", message: `event is ${entry.bytes} bytes; a batch holds at most ${this.options.batchBytesMax}` }]);
+      this.settle([], [{ entry, code: "payload_too_large", message: `event is ${entry.bytes} bytes; a batch holds at most ${this.options.batchBytesMax}`, status: 0 }]);
       return;
     }
     this.pending.push(entry);
@@ -260,7 +276,14 @@ export class EventideClient extends EventEmitter {
     this.lingerDue = false;
     let bytes = this.envelopeHead.length + 2;
     let count = 0;
+    const days: number[] = [];
     while (count < this.pending.length && count < this.options.batchEventsMax && bytes + this.pending[count].bytes <= this.options.batchBytesMax) {
+      const day = this.pending[count].day;
+      // A linear search over at most batchDaysMax days; an unparsable timestamp (NaN) is the server's to refuse and takes no day.
+      if (!Number.isNaN(day) && !days.includes(day)) {
+        if (days.length >= this.options.batchDaysMax) break;
+        days.push(day);
+      }
       bytes += this.pending[count].bytes;
       count++;
     }
@@ -282,7 +305,7 @@ export class EventideClient extends EventEmitter {
       .catch((error: unknown) => {
         // A bug in this module, not an operating error: report the events rather than hold them forever.
         const message = error instanceof Error ? error.message : String(error);
-        this.settle([], batch.map((entry) => ({ entry, code: "client_error", message })));
+        this.settle([], batch.map((entry) => ({ entry, code: "client_error", message, status: 0 })));
       })
       .finally(() => {
         this.requestsInFlight--;
@@ -301,7 +324,7 @@ export class EventideClient extends EventEmitter {
       if (!("retryAfterMs" in outcome)) return this.applyAnswer(batch, outcome.status, outcome.body);
       if (Date.now() - firstSentMs > this.options.deliveryTimeoutMs) {
         const message = `not acknowledged within ${this.options.deliveryTimeoutMs} ms (last: ${outcome.reason}); it may or may not be stored`;
-        return this.settle([], batch.map((entry) => ({ entry, code: "delivery_timeout", message })));
+        return this.settle([], batch.map((entry) => ({ entry, code: "delivery_timeout", message, status: 0 })));
       }
       this.counters.retries++;
       // The server closed an idle kept-alive socket just as it was reused: the request never arrived, so go again at once.
@@ -314,13 +337,13 @@ export class EventideClient extends EventEmitter {
 
   private applyAnswer(batch: Entry[], status: number, body: any): void {
     if (status === 200 && body?.ok === true) {
-      const refused = new Map<number, { code: string; message: string }>();
-      for (const error of body.errors ?? []) refused.set(error.index, { code: error.code, message: error.message });
+      const refused = new Map<number, { code: string; message: string; status: number }>();
+      for (const error of body.errors ?? []) refused.set(error.index, { code: error.code, message: error.message, status });
       // The server lists the first 100 refusals only: past the last one listed, which events were stored is unknown, so they go again.
       const listed = body.errors?.length ?? 0;
       const knownCount = listed >= batchErrorsReportedMax && body.accepted + listed < batch.length ? body.errors[listed - 1].index + 1 : batch.length;
       const accepted: Entry[] = [];
-      const refusedEntries: Array<{ entry: Entry; code: string; message: string }> = [];
+      const refusedEntries: Refusal[] = [];
       for (let index = 0; index < knownCount; index++) {
         const error = refused.get(index);
         if (error === undefined) accepted.push(batch[index]);
@@ -338,7 +361,7 @@ export class EventideClient extends EventEmitter {
       this.requeue(batch.slice(0, half));
       return;
     }
-    this.settle([], batch.map((entry) => ({ entry, code, message })));
+    this.settle([], batch.map((entry) => ({ entry, code, message, status })));
   }
 
   /** One POST; resolves with the final answer, or with how long to wait before another attempt. */
@@ -385,7 +408,7 @@ export class EventideClient extends EventEmitter {
     });
   }
 
-  private settle(accepted: Entry[], refused: Array<{ entry: Entry; code: string; message: string }>): void {
+  private settle(accepted: Entry[], refused: Refusal[]): void {
     const settledEntries = [...accepted, ...refused.map((item) => item.entry)];
     for (const entry of settledEntries) {
       this.unsettledEvents--;
@@ -395,7 +418,7 @@ export class EventideClient extends EventEmitter {
     this.counters.refused += refused.length;
     this.emit("delivery", {
       accepted: accepted.map((entry) => ({ uuid: entry.uuid, input: entry.input })),
-      refused: refused.map(({ entry, code, message }) => ({ uuid: entry.uuid, input: entry.input, code, message })),
+      refused: refused.map(({ entry, code, message, status }) => ({ uuid: entry.uuid, input: entry.input, code, message, status })),
     } satisfies DeliveryReport);
     this.admitWaiters();
     for (let index = this.flushWaiters.length - 1; index >= 0; index--) {

@@ -204,6 +204,14 @@ export const limits = Object.freeze({
    * registry can no longer be read.
    */
   httpRequestsInFlightMax: integerFromEnvironment("EVENTIDE_HTTP_REQUESTS_IN_FLIGHT_MAX", Math.max(64, (openFilesMax() ?? 4096) - reservedFileDescriptors)),
+  /**
+   * Open descriptors of the process (connections, idle keep-alive ones too, plus files) above which
+   * both listeners stop accepting, so the kernel refuses new connections instead of accept spinning
+   * on EMFILE; they accept again below 90 % of it, once idle connections have timed out (10 s).
+   */
+  httpDescriptorsOpenMax: integerFromEnvironment("EVENTIDE_HTTP_DESCRIPTORS_OPEN_MAX", Math.max(128, (openFilesMax() ?? 4096) - reservedFileDescriptors), 16),
+  /** How often open descriptors are counted: uWS has no HTTP connection open/close hook to count them by. */
+  httpDescriptorsSampleIntervalMs: 250,
   /** Slow or idle HTTP clients are cut off after this long without progress. */
   idleTimeoutSeconds: 10,
   /** Browsers and CDNs keep /sdk.js this long: an upgraded snippet reaches every page within the hour. */
@@ -238,6 +246,7 @@ assert(limits.busyMergeSegmentsMin >= 2, "a merge needs at least two segments");
 assert(limits.applyClockKeys <= limits.applyAtOnceKeysMax && limits.applyClockEntries <= limits.applyAtOnceEntriesMax, "a sliced apply looks at the clock within its first slice");
 assert(limits.shutdownTimeoutMs < 10_000, "SPEC: exit within 10 s of SIGTERM");
 assert(limits.workspaceListingCacheTtlMs <= 60_000, "SPEC §7.6: EVENTIDE_WORKSPACE_LISTING_CACHE_TTL_MS must be at most 60 000 (listings lag by at most 60 s)");
+assert(limits.httpDescriptorsSampleIntervalMs < limits.idleTimeoutSeconds * 1000, "open descriptors are counted more often than idle connections time out");
 assert(limits.registryStaleMsMax > limits.registryPollIntervalMs, `EVENTIDE_REGISTRY_STALE_MS_MAX must exceed the registry poll interval (${limits.registryPollIntervalMs} ms)`);
 
 /**

@@ -17,6 +17,7 @@ import type { QueryKind, QueryService } from "../query/query-service.js";
 import { errorBody, errorStatus, serviceError, type ServiceError } from "../errors.js";
 import { loadStaticFiles, type StaticAsset, type StaticFiles } from "./static-files.js";
 import { loadSdkAsset } from "./sdk-asset.js";
+import { guardConnections } from "./connection-guard.js";
 import { log } from "../log.js";
 import { countRequest, registry } from "../metrics.js";
 import { openApiDocument } from "./openapi.js";
@@ -396,21 +397,43 @@ export async function startHttp({ config, credentials, ingest, query }: HttpDepe
     new Promise<us_listen_socket>((resolve, reject) => {
       listenExclusive(app, config.host, port, (socket) => (socket ? resolve(socket) : reject(new Error(`cannot listen on ${config.host}:${port} (in use?)`))));
     });
-  const querySocket = await listen(queryApp, config.queryPort);
-  const ingestSocket = await listen(ingestApp, config.ingestPort);
+  let querySocket: us_listen_socket | undefined = await listen(queryApp, config.queryPort);
+  let ingestSocket: us_listen_socket | undefined = await listen(ingestApp, config.ingestPort);
+  const queryPort = uWS.us_socket_local_port(querySocket as never);
+  const ingestPort = uWS.us_socket_local_port(ingestSocket as never);
   const urlHost = config.host.includes(":") ? `[${config.host}]` : config.host;
+  const closeListeners = () => {
+    if (querySocket) uWS.us_listen_socket_close(querySocket);
+    if (ingestSocket) uWS.us_listen_socket_close(ingestSocket);
+    querySocket = ingestSocket = undefined;
+  };
+  // uWS listens synchronously: the callback has run when listen returns.
+  const relisten = (app: TemplatedApp, port: number): us_listen_socket | undefined => {
+    let socket: us_listen_socket | undefined;
+    listenExclusive(app, config.host, port, (listening) => (socket = listening || undefined));
+    return socket;
+  };
+  const guard = guardConnections({
+    pause: closeListeners,
+    resume() {
+      if (closing) return true;
+      querySocket ??= relisten(queryApp, queryPort);
+      ingestSocket ??= relisten(ingestApp, ingestPort);
+      return querySocket !== undefined && ingestSocket !== undefined;
+    },
+  });
 
   return {
-    queryUrl: `http://${urlHost}:${uWS.us_socket_local_port(querySocket as never)}`,
-    ingestUrl: `http://${urlHost}:${uWS.us_socket_local_port(ingestSocket as never)}`,
+    queryUrl: `http://${urlHost}:${queryPort}`,
+    ingestUrl: `http://${urlHost}:${ingestPort}`,
     markReady() {
       if (phase === "starting") phase = "ready";
     },
     async close(timeoutMs) {
       closing = true;
       phase = "stopping";
-      uWS.us_listen_socket_close(querySocket);
-      uWS.us_listen_socket_close(ingestSocket);
+      guard.stop();
+      closeListeners();
       if (inFlight === 0) return;
       await new Promise<void>((resolve) => {
         drainWaiters.push(resolve);

@@ -1,15 +1,19 @@
 /**
  * `eventide import FILE`: NDJSON events (the export format) into a workspace,
- * through the ingest API in batches of 1 000. Going through a server, rather
- * than writing the store from here, keeps every ingest rule (validation,
- * limits, cardinality caps, uuid dedupe, durability) in one place and is as
- * fast as ingest itself; the store has one writer, the server. With no server
- * on the data directory, the import starts one of its own for its duration.
+ * through the ingest API with the Node client (`eventide/client`), the one
+ * that retries with the same uuids and cuts batches at the server's caps.
+ * Going through a server, rather than writing the store from here, keeps every
+ * ingest rule (validation, limits, cardinality caps, uuid dedupe, durability)
+ * in one place and is as fast as ingest itself; the store has one writer, the
+ * server. With no server on the data directory, the import starts one of its
+ * own for its duration.
  *
  * It ingests with a temporary API key of the workspace (labelled, revoked at
  * the end), so no secret has to be passed. Events with a uuid are stored once
  * however often the file is imported (within the uuid horizon, SPEC §2 and
- * EVENTIDE_UUID_HORIZON_DAYS); export gives every event one.
+ * EVENTIDE_UUID_HORIZON_DAYS); export gives every event one. An event without
+ * one gets a uuid from the client, so a retry within this import never
+ * doubles it, though importing the file again does.
  */
 import { createReadStream, existsSync } from "node:fs";
 import { resolve } from "node:path";
@@ -19,12 +23,15 @@ import { setTimeout as sleep } from "node:timers/promises";
 import { createApiKeyWithId, revokeApiKey } from "../auth/registry.js";
 import type { CliContext } from "../cli.js";
 import { CliCommandError } from "../cli/command-errors.js";
+import { EventideClient, type CaptureInput, type DeliveryReport } from "../client/index.js";
 import { limits } from "../config/limits.js";
 import { workspaceOption } from "./export.js";
 import { reachServer } from "./server-process.js";
 
 /** Batches sent at once: enough to keep the server's workers busy while one batch travels. */
 const batchesInFlightMax = 4;
+/** Events read ahead of their acknowledgement: a few batches per request slot, so reading never waits on one answer. */
+const eventsReadAheadMax = 4 * batchesInFlightMax * limits.batchEventsMax;
 /** A new key reaches a running server within a second (SPEC §0); waiting longer means it looks at another data directory. */
 const keyAcceptanceWaitMs = 10_000;
 /** Errors listed in the summary line; the rest are counted. */
@@ -38,23 +45,16 @@ interface ImportSummary {
   errors: Array<{ line: number; code: string; message: string }>;
 }
 
-interface Batch {
-  body: string[];
-  lines: number[];
-  bytes: number;
-  days: Set<number>;
+async function postBatch(ingestUrl: string, body: string): Promise<{ status: number }> {
+  const response = await fetch(`${ingestUrl}/ingest/batch`, { method: "POST", headers: { "content-type": "application/json" }, body });
+  await response.arrayBuffer();
+  return { status: response.status };
 }
 
-async function postBatch(ingestUrl: string, body: string): Promise<{ status: number; json: any; retryAfterSeconds: number }> {
-  const response = await fetch(`${ingestUrl}/ingest/batch`, { method: "POST", headers: { "content-type": "application/json" }, body });
-  const text = await response.text();
-  let json: unknown;
-  try {
-    json = JSON.parse(text);
-  } catch {
-    json = undefined;
-  }
-  return { status: response.status, json, retryAfterSeconds: Number(response.headers.get("retry-after")) || 1 };
+/** Gzip costs both ends CPU and saves nothing on the loopback; over a network it saves ~10× the bytes. */
+function isLoopback(url: string): boolean {
+  const hostname = new URL(url).hostname;
+  return hostname === "localhost" || hostname === "[::1]" || hostname.startsWith("127.");
 }
 
 export async function importCommand(fileArgument: string, { io, dataDir, options }: CliContext): Promise<ImportSummary> {
@@ -66,19 +66,33 @@ export async function importCommand(fileArgument: string, { io, dataDir, options
 
   const key = await createApiKeyWithId(dataDir, workspace.workspaceId, { label: "eventide import (temporary)" });
   const summary: ImportSummary = { workspaceId: workspace.workspaceId, lines: 0, accepted: 0, refused: 0, errors: [] };
+  let client: EventideClient | undefined;
   try {
     await awaitKeyAccepted(ingestUrl, key.apiKey);
-    const envelopeStart = `{"apiKey":${JSON.stringify(key.apiKey)},"events":[`;
-    const inFlight = new Set<Promise<void>>();
-    let failure: Error | undefined;
-    const send = (batch: Batch) => {
-      const sending = sendBatch(ingestUrl, envelopeStart + batch.body.join(",") + "]}", batch.lines, summary).catch((error: Error) => {
-        failure ??= error;
-      });
-      inFlight.add(sending);
-      void sending.finally(() => inFlight.delete(sending));
-    };
-    let batch: Batch = { body: [], lines: [], bytes: 0, days: new Set() };
+    client = new EventideClient({
+      apiKey: key.apiKey,
+      host: ingestUrl,
+      // The server's caps, read from the same settings, so that no batch is refused for its size.
+      batchEventsMax: limits.batchEventsMax,
+      batchBytesMax: limits.batchBodyBytesMax,
+      batchDaysMax: limits.batchDaysMax,
+      queueEventsMax: Math.max(eventsReadAheadMax, limits.batchEventsMax),
+      requestsInFlightMax: batchesInFlightMax,
+      gzip: !isLoopback(ingestUrl),
+    });
+    const lineOf = new Map<CaptureInput, number>();
+    let failure: string | undefined;
+    client.on("delivery", (report: DeliveryReport) => {
+      summary.accepted += report.accepted.length;
+      for (const event of report.accepted) lineOf.delete(event.input);
+      for (const event of report.refused) {
+        const line = lineOf.get(event.input) ?? 0;
+        lineOf.delete(event.input);
+        // A refusal of the whole request (a revoked key, a server that never answered) would refuse every later batch too.
+        if (event.status !== 200) failure ??= `${event.code}: ${event.message} (line ${line})`;
+        recordError(summary, line, event.code, event.message);
+      }
+    });
     const lines = createInterface({ input: createReadStream(file, { encoding: "utf8" }), crlfDelay: Number.POSITIVE_INFINITY });
     let lineNumber = 0;
     for await (const line of lines) {
@@ -97,29 +111,17 @@ export async function importCommand(fileArgument: string, { io, dataDir, options
         recordError(summary, lineNumber, "invalid_json", "not a JSON object");
         continue;
       }
-      const bytes = Buffer.byteLength(line) + 1;
-      const timestamp = Date.parse(String((event as { timestamp?: unknown }).timestamp ?? ""));
-      const day = Number.isNaN(timestamp) ? -1 : Math.floor(timestamp / 86_400_000);
-      // A batch holds at most batchEventsMax events, bodyBytes and batchDaysMax days (the server's caps, read from the same settings).
-      const full =
-        batch.body.length >= limits.batchEventsMax ||
-        batch.bytes + bytes + envelopeStart.length + 2 > limits.batchBodyBytesMax ||
-        (!batch.days.has(day) && batch.days.size >= limits.batchDaysMax);
-      if (full && batch.body.length > 0) {
-        send(batch);
-        batch = { body: [], lines: [], bytes: 0, days: new Set() };
-        while (inFlight.size >= batchesInFlightMax) await Promise.race(inFlight);
-      }
-      batch.body.push(line);
-      batch.lines.push(lineNumber);
-      batch.bytes += bytes;
-      batch.days.add(day);
+      // The fields as the file has them: the server validates them, and refuses a line's event alone.
+      const { event: name, distinctId, properties, timestamp, uuid } = event as Record<string, any>;
+      const input: CaptureInput = { event: name, distinctId, properties, timestamp, uuid };
+      lineOf.set(input, lineNumber);
+      await client.capture(input);
     }
-    if (batch.body.length > 0 && !failure) send(batch);
-    await Promise.all(inFlight);
-    if (failure) throw new CliCommandError(`import stopped: ${failure.message} (${summary.accepted} events accepted before; importing the file again is safe for events with a uuid)`);
+    await client.flush();
+    if (failure) throw new CliCommandError(`import stopped: ${failure} (${summary.accepted} events accepted before; importing the file again is safe for events with a uuid)`);
     return summary;
   } finally {
+    await client?.shutdown();
     await revokeApiKey(dataDir, key.id).catch(() => undefined);
     if (server) await server.stop();
   }
@@ -144,22 +146,5 @@ async function awaitKeyAccepted(ingestUrl: string, apiKey: string): Promise<void
     if (status !== 401 && status !== 503) throw new CliCommandError(`the server at ${ingestUrl} answered ${status} to an empty batch`);
     if (Date.now() > deadlineMs) throw new CliCommandError(`the server at ${ingestUrl} does not accept a key of this data directory's workspace: is it running on another data directory?`);
     await sleep(100);
-  }
-}
-
-async function sendBatch(ingestUrl: string, body: string, lines: number[], summary: ImportSummary): Promise<void> {
-  for (;;) {
-    const { status, json, retryAfterSeconds } = await postBatch(ingestUrl, body);
-    if (status === 429 || status === 503) {
-      await sleep(retryAfterSeconds * 1000);
-      continue;
-    }
-    if (status !== 200) throw new Error(`the server answered ${status}: ${JSON.stringify(json?.error ?? json)}`);
-    summary.accepted += json.accepted as number;
-    const errors = (json.errors ?? []) as Array<{ index: number; code: string; message: string }>;
-    // The server lists at most the first 100 per batch; the rest are counted from `accepted`.
-    summary.refused += lines.length - (json.accepted as number);
-    for (const error of errors) if (summary.errors.length < errorsReportedMax) summary.errors.push({ line: lines[error.index], code: error.code, message: error.message });
-    return;
   }
 }

@@ -19,7 +19,7 @@ import { dayDirectory, isWorkspaceId, segmentDirectory, walFilePath, workspaceDi
 import { SegmentCorruptError, type SegmentLayout } from "./segment-layout.js";
 import { readSegmentLayout, readSegmentUuids, segmentExists, verifySegment } from "./segment-reader.js";
 import { SealedSegment, writtenAtMs } from "./segments.js";
-import { listWalSequences, scanWalFile, truncateWalFile, WriteAheadLog } from "./wal.js";
+import { listWalSequences, scanWalFile, truncateWalFile, WriteAheadLog, type WalFileState } from "./wal.js";
 import { Workspaces, type WorkspaceStore } from "./workspace-store.js";
 import { log } from "../log.js";
 
@@ -64,6 +64,14 @@ export function recoverStore(dataDir: string, fsync: boolean, applier: Applier):
     if (state.kind === "corrupt") {
       throw new StoreCorruptionError(path, state.offset, `${state.damagedBytes} damaged bytes, followed by ${state.recordsAfter} intact records that prove them durable (acknowledged data, not a torn write)`);
     }
+    // Without fsync a power loss may tear any file the page cache held: only a synced log proves its rotated files whole.
+    if (fsync && damagedPastRotation(state, sequence, sequences)) {
+      throw new StoreCorruptionError(
+        path,
+        state.offset,
+        `${fileBytes - state.offset} damaged bytes at the end of a log file that later log files follow: the log had rotated past it, so every record in it was durable (acknowledged data, not a torn write)`,
+      );
+    }
     // Cut a torn tail, and make what is replayed durable: the killed process may have left it in the
     // page cache only, and once replayed it is counted, and a uuid retry of it acknowledged as stored.
     if (validBytes < fileBytes || fsync) truncateWalFile(path, validBytes);
@@ -88,6 +96,17 @@ export function recoverStore(dataDir: string, fsync: boolean, applier: Applier):
   if (fsync) fsyncDirectory(dataDir);
   wal.deleteBefore(Math.min(appendSequence, checkpointSequence));
   return { workspaces, wal, checkpointSequence };
+}
+
+/**
+ * A bad tail of a WAL file that a later file follows is corruption, not a torn
+ * write: the log rotates only once nothing is queued or in flight, and a group
+ * whose write failed is cut back durably before it takes another (or it takes
+ * none). Only the file appended at the crash can end in a torn group. Repair
+ * reads the same verdict.
+ */
+export function damagedPastRotation(state: WalFileState, sequence: number, sequences: readonly number[]): state is Extract<WalFileState, { kind: "torn-tail" }> {
+  return state.kind === "torn-tail" && sequences.some((later) => later > sequence);
 }
 
 /** Adopts one day directory's published segments into the workspace, removing (durably) what no checkpoint owns. */

@@ -5,7 +5,8 @@
  * own relative path before the store is changed, and every step is reported
  * as one JSON object (`log`), with what it costs in rows.
  *
- *  - WAL file with damage that later records prove durable: the file is
+ *  - WAL file with damage that later records prove durable, or a damaged
+ *    tail in a file the log had rotated past (recovery.ts): the file is
  *    rewritten with every intact record, before and after the damage, in
  *    order; the damaged bytes stay in the copy.
  *  - Dictionary with a damaged block: ids past the damage cannot be known
@@ -34,6 +35,7 @@ import { fsyncDirectory, publishFileAtomically } from "./files.js";
 import { checkpointPath, dictionaryPath, isWorkspaceId, walFilePath, workspaceDirectory, workspacesDirectory, type DictionaryName } from "./paths.js";
 import { SegmentCorruptError } from "./segment-layout.js";
 import { loadSegment, PropertyDirectory, readSegmentLayout, verifySegment } from "./segment-reader.js";
+import { damagedPastRotation } from "./recovery.js";
 import { encodeRecord, listWalSequences, scanWalFile } from "./wal.js";
 
 export interface RepairReport {
@@ -197,12 +199,13 @@ export function repairStore(dataDir: string, log: (entry: object) => void): Repa
   }
 
   // 4. WAL files start-up would replay: rewrite each corrupt one with every intact record.
-  for (const sequence of listWalSequences(dataDir)) {
+  const sequences = listWalSequences(dataDir);
+  for (const sequence of sequences) {
     if (sequence < checkpoint.walSequence) continue;
     const path = walFilePath(dataDir, sequence);
     const scan = scanWalFile(path);
     const state = scan.state;
-    if (state.kind !== "corrupt") continue;
+    if (state.kind === "intact" || (state.kind === "torn-tail" && !damagedPastRotation(state, sequence, sequences))) continue;
     const copy = quarantine.copy(path);
     const records: Buffer[] = [];
     let offset = 0;

@@ -202,6 +202,11 @@ export class Store {
     return dropExpiredDays(this.dataDir, this.catalog, this.merges, retentionOf, nowMs);
   }
 
+  /** The merge pass under way, if any: resolves when it ends. */
+  get mergePass(): Promise<void> | undefined {
+    return this.merges.inProgress;
+  }
+
   /** Merges every day that holds several sealed segments into one now, busy or not (maintenance, tests). */
   mergeAll(): Promise<void> {
     return this.merges.mergeAll();

@@ -13,7 +13,7 @@ import { afterEach, beforeEach, describe, expect, it } from "vitest";
 import { secretHash } from "../../src/auth/secrets.js";
 import { registryPath } from "../../src/storage/paths.js";
 import { ingestAll, makeDataDir, post, removeDataDir, startServer, type ServerHandle } from "../helpers/server.js";
-import { binScript, runEventide, succeeded } from "./run-eventide.js";
+import { binScript, runEventide, succeeded } from "../helpers/run-eventide.js";
 
 let root: string;
 let servers: ServerHandle[] = [];

@@ -9,7 +9,7 @@ import { join } from "node:path";
 import { afterEach, beforeEach, describe, expect, it } from "vitest";
 
 import { ingestAll, makeDataDir, post, removeDataDir, startServer, type ServerHandle } from "../helpers/server.js";
-import { runEventide, succeeded } from "./run-eventide.js";
+import { runEventide, succeeded } from "../helpers/run-eventide.js";
 
 let root: string;
 let servers: ServerHandle[] = [];

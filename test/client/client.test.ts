@@ -133,6 +133,21 @@ describe("Node client against one server", () => {
     expect(await storedCounts(server, name)).toEqual({ total: 125, unique: 125 });
   });
 
+  it("cuts batches at the server's distinct-days cap, so a backfill over 150 days is stored whole", async () => {
+    const client = new EventideClient({ apiKey: server.apiKey, host: server.ingestUrl });
+    const seen = tally(client);
+    const name = uniqueName("client-days");
+    const dayMs = 86_400_000;
+    const todayMs = Math.floor(Date.now() / dayMs) * dayMs;
+    for (let day = 0; day < 150; day++) await client.capture({ event: name, distinctId: `user-${day}`, timestamp: new Date(todayMs - day * dayMs + 3_600_000) });
+    await client.shutdown();
+    expect(seen.refused).toEqual(new Map());
+    expect(seen.accepted.size).toBe(150);
+    const [, dateTo] = aroundToday();
+    const total = await countEvents(server, server.token, name, new Date(todayMs - 160 * dayMs).toISOString().slice(0, 10), dateTo, "total");
+    expect(total).toBe(150);
+  });
+
   it("refuses every event of a batch with an unknown API key, without retrying", async () => {
     const client = new EventideClient({ apiKey: "not-a-key", host: server.ingestUrl });
     const seen = tally(client);

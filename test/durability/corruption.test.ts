@@ -14,6 +14,7 @@
 import { existsSync, readdirSync, readFileSync, statSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { afterAll, describe, expect, it } from "vitest";
+import { walFilePath } from "../../src/storage/paths.js";
 import { encodeRecord, readWalFile } from "../../src/storage/wal.js";
 import { dayMs, isoDay, isoTime, sumCounts, trend } from "../helpers/events.js";
 import { runRepair } from "../helpers/repair.js";
@@ -99,6 +100,42 @@ describe("a byte flipped in the second of five acknowledged WAL records", () => 
     await server.kill();
     server = await start(dataDir, server);
     expect(await count(server, "signup")).toBe(5);
+    expect(await server.stop()).toBe(0);
+  });
+});
+
+describe("a byte flipped in the last record of a WAL file that a later file follows", () => {
+  it("refuses the start (the log had rotated past it: it was durable, not torn); repair keeps the records before it", async () => {
+    const dataDir = newDataDir();
+    let server = await start(dataDir);
+    for (let index = 0; index < 3; index++) await ingestAll(server, [{ event: "signup", distinctId: `user-${index}`, timestamp: isoTime(timeMs + index) }]);
+    await server.kill();
+
+    // The state a crash leaves between a rotation and the checkpoint that would have deleted the old file.
+    const path = walFile(dataDir);
+    const sequence = Number(/(\d+)\.wal$/.exec(path)![1]);
+    writeFileSync(walFilePath(dataDir, sequence + 1), Buffer.alloc(0));
+    const { records } = readWalFile(path);
+    expect(records).toHaveLength(3);
+    const lastStart = records.slice(0, 2).reduce((sum, record) => sum + encodeRecord(record.workspaceId, record.payload).length, 0);
+    const bytes = readFileSync(path);
+    bytes[bytes.length - 12] ^= 0x04; // inside the last record's payload
+    writeFileSync(path, bytes);
+
+    const refused = await start(dataDir).then(
+      () => undefined,
+      (error: Error) => error.message,
+    );
+    expect(refused, "the server must refuse to start").toBeDefined();
+    expect(refused).toContain(`corruption in ${path} at byte ${lastStart}`);
+    expect(refused).toContain("eventide repair");
+    expect(statSync(path).size, "nothing is cut while refusing").toBe(bytes.length);
+
+    const repair = await runRepair(dataDir);
+    expect(repair.code, repair.stderr).toBe(0);
+    expect(repair.output?.actions?.find((action) => action.action === "wal-rewritten")).toMatchObject({ file: path, recordsKept: 2, recordsKeptAfterDamage: 0 });
+    server = await start(dataDir, server);
+    expect(await count(server, "signup")).toBe(2);
     expect(await server.stop()).toBe(0);
   });
 });

@@ -8,11 +8,10 @@
  * checks, the `eventide` CLI, and polling for changes the server must see
  * within a bound.
  */
-import { execFile } from "node:child_process";
 import { request as httpRequest, type Agent, type IncomingHttpHeaders } from "node:http";
-import { join } from "node:path";
 import { expect } from "vitest";
-import { repoRoot, type ServerHandle } from "./server.js";
+import { runEventide, type CliResult } from "./run-eventide.js";
+import type { ServerHandle } from "./server.js";
 
 export const mebibyte = 1024 * 1024;
 
@@ -220,28 +219,9 @@ export function addDays(date: string, days: number): string {
   return utcDate(Date.parse(`${date}T00:00:00Z`) + days * 86_400_000);
 }
 
-export interface CliResult {
-  code: number | null;
-  stdout: string;
-  stderr: string;
-  output: any;
-}
-
 /** `node bin/eventide.js ARGS` against a data directory (a running server's, usually). */
 export function eventide(dataDir: string, ...args: string[]): Promise<CliResult> {
-  const env: NodeJS.ProcessEnv = { ...process.env, EVENTIDE_DATA_DIR: dataDir };
-  return new Promise((resolve) => {
-    execFile(process.execPath, [join(repoRoot, "bin", "eventide.js"), ...args], { cwd: repoRoot, env, timeout: 30_000 }, (error, stdout, stderr) => {
-      const code = error ? (typeof error.code === "number" ? error.code : null) : 0;
-      let output: unknown;
-      try {
-        output = JSON.parse(stdout);
-      } catch {
-        output = undefined;
-      }
-      resolve({ code, stdout, stderr, output });
-    });
-  });
+  return runEventide(args, { dataDir });
 }
 
 /** Runs the CLI and returns its one JSON line, failing the test unless it exits 0. */

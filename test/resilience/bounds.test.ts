@@ -238,6 +238,44 @@ describe("connections", () => {
     for (const socket of sockets) socket.destroy();
     await elapsedUntil(async () => (await ingestBatch(server, server.apiKey, [])).status === 200, 20_000);
   });
+
+  it("stops accepting once idle keep-alive connections fill the descriptor cap, serves those open, and accepts again once they close", async () => {
+    const server = await start({ workers: 1, env: { EVENTIDE_HTTP_DESCRIPTORS_OPEN_MAX: "300" } });
+    const { port } = new URL(server.ingestUrl);
+    /** A connection that asks /health once and then stays open, idle; resolves once answered, or with the connect error. */
+    const idleConnection = () =>
+      new Promise<{ socket: Socket; error?: string }>((resolve) => {
+        const socket = connect(Number(port), "127.0.0.1");
+        socket.setEncoding("utf8");
+        socket.once("error", (error: NodeJS.ErrnoException) => resolve({ socket, error: error.code }));
+        socket.once("data", () => resolve({ socket }));
+        socket.write("GET /health HTTP/1.1\r\nHost: x\r\n\r\n");
+      });
+    const open: Socket[] = [];
+    let refusal: string | undefined;
+    // Far more than the cap, 50 at a time, until the listener refuses one.
+    for (let round = 0; round < 40 && refusal === undefined; round++) {
+      for (const { socket, error } of await Promise.all(Array.from({ length: 50 }, idleConnection))) {
+        if (error === undefined) open.push(socket);
+        else refusal ??= error;
+      }
+    }
+    try {
+      // Refused by the kernel: at once when the listener is closed, reset when it closed with the connection still in its backlog.
+      expect(["ECONNREFUSED", "ECONNRESET"], `${open.length} idle connections accepted and none refused`).toContain(refusal);
+      // Connections already open are still answered.
+      const answer = await new Promise<string>((resolve) => {
+        open[0].once("data", (chunk: string) => resolve(chunk));
+        open[0].write("GET /health HTTP/1.1\r\nHost: x\r\n\r\n");
+      });
+      expect(answer).toMatch(/^HTTP\/1\.1 200 /);
+    } finally {
+      for (const socket of open) socket.destroy();
+    }
+    await elapsedUntil(async () => (await ingestBatch(server, server.apiKey, []).catch(() => ({ status: 0 }))).status === 200, 20_000).catch((error: Error) => {
+      throw new Error(`${error.message}; server: ${server.stderr().slice(-3000)}`);
+    });
+  });
 });
 
 describe("shutdown", () => {

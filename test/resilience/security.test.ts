@@ -334,7 +334,8 @@ async function useWhileRevoking(use: () => Promise<number>, revoke: () => Promis
   const uses: Use[] = [];
   let revokedAtMs: number | undefined;
   const revoking = (async () => {
-    await new Promise((resolve) => setTimeout(resolve, 300));
+    // Revoked once it has been seen working, so the uses before the revoke are not empty.
+    await waitUntil(async () => uses.some((use) => use.status === 200), 10_000);
     await revoke();
     revokedAtMs = performance.now();
   })();

@@ -19,7 +19,7 @@ import { afterAll, describe, expect, it } from "vitest";
 
 import { encodeLayout, type SegmentLayout } from "../../src/storage/segment-layout.js";
 import { makeDataDir, post, removeDataDir, repoRoot, serversPerFile, startServer as startOnce } from "../helpers/server.js";
-import { runEventide, succeeded } from "../cli/run-eventide.js";
+import { runEventide, succeeded } from "../helpers/run-eventide.js";
 
 const startServer = serversPerFile();
 const fixture = join(repoRoot, "test", "fixtures", "format-2");

@@ -70,7 +70,8 @@ it("a merge pass begun in a pause leaves the other days once ingest resumes, and
   while (merged.length === 0 && Date.now() < deadline) await new Promise((resolve) => setTimeout(resolve, 20));
   expect(merged.length, `no merge pass started within ${idleMs + 15_000} ms of the pause`).toBeGreaterThan(0);
   while (!segmentsPerDay().includes(1) && Date.now() < deadline) await new Promise((resolve) => setTimeout(resolve, 20));
-  await new Promise((resolve) => setTimeout(resolve, 600));
+  // The pass has ended: it cannot go on to other days later.
+  await store.mergePass;
   expect(merged.length, "days merged after ingest resumed").toBe(1);
   expect(segmentsPerDay().sort()).toEqual([1, ...Array(dayCount - 1).fill(2)]);
 

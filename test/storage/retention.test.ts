@@ -10,7 +10,7 @@ import { join } from "node:path";
 import { describe, expect, it } from "vitest";
 
 import { ingestAll, post, serversPerFile, type ServerHandle } from "../helpers/server.js";
-import { runEventide, succeeded } from "../cli/run-eventide.js";
+import { runEventide, succeeded } from "../helpers/run-eventide.js";
 
 const startServer = serversPerFile();
 const dayMs = 86_400_000;

@@ -5,7 +5,7 @@
 import { execFile } from "node:child_process";
 import { join } from "node:path";
 
-import { repoRoot } from "../helpers/server.js";
+import { repoRoot } from "./server.js";
 
 export const binScript = join(repoRoot, "bin", "eventide.js");
 
