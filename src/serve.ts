@@ -12,6 +12,7 @@ import { limits } from "./config/limits.js";
 import { startHttp } from "./http/server.js";
 import { IngestService } from "./ingest/ingest-service.js";
 import { QueryService } from "./query/query-service.js";
+import { LiveQueries } from "./query/live-queries.js";
 import { serverLockPath } from "./storage/paths.js";
 import { makeDataDirectoryPrivate } from "./storage/files.js";
 import { Store } from "./storage/store.js";
@@ -78,7 +79,8 @@ export async function serve(): Promise<void> {
   await workersStarted;
   const ingest = new IngestService(pool, store, credentials);
   const query = new QueryService(pool, store);
-  const http = await startHttp({ config, credentials, ingest, query });
+  const live = new LiveQueries(query, store);
+  const http = await startHttp({ config, credentials, ingest, query, live });
   // After both listeners are bound: a start that fails on a port in use must not create
   // (and print, once and for all) credentials of a workspace nobody could reach.
   const created = await credentials.ensureDefaultWorkspace();
