@@ -107,6 +107,8 @@ export interface LiveSocketRoute {
 function refuseUpgrade(res: HttpResponse, error: ServiceError, startedAtMs: number): void {
   const status = errorStatus[error.code];
   countRequest("live", status.slice(0, 3), startedAtMs);
+  // The request line of server.ts's refusals; an upgrade carries no token to keep out of it.
+  log.info({ method: "GET", path: livePath, route: "live", status: Number(status.slice(0, 3)), code: error.code, error: error.message }, "request");
   res.cork(() => {
     res.writeStatus(status);
     res.writeHeader("Content-Type", "application/json");
@@ -181,6 +183,7 @@ export function attachLiveSocket(app: TemplatedApp, { credentials, live, refusal
     maxPayloadLength: limits.liveMessageBytesMax,
     // Sends past this are dropped by uWS (the socket is kept); LiveQueries stops before it (canSend) and sends the latest answer after the drain.
     maxBackpressure: limits.liveSocketBufferedBytesMax,
+    // uWS's own defaults, stated: a socket silent for 2 minutes is closed, and pings keep a quiet subscriber from being silent.
     idleTimeout: 120,
     sendPingsAutomatically: true,
     upgrade: (res, req, context) => {

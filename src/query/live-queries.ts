@@ -52,6 +52,8 @@ interface Subscription {
   changed: boolean;
   /** Whether an answer was ever sent: a first answer that is an error ends the subscription (an invalid query). */
   answered: boolean;
+  /** The last answer the sink took: the same numbers again (events outside the query, a cached retention) are not sent. */
+  lastSentBody: string | undefined;
   ended: boolean;
   lastRunAtMs: number;
   timer: NodeJS.Timeout | undefined;
@@ -91,7 +93,7 @@ export class LiveQueries {
       return { ok: false, error: { code: "rate_limited", message } };
     }
     if (subscriptions === undefined) this.bySink.set(sink, (subscriptions = new Map()));
-    const subscription: Subscription = { id, kind, body, workspaceId, sink, owner, state: "idle", changed: true, answered: false, ended: false, lastRunAtMs: -Infinity, timer: undefined };
+    const subscription: Subscription = { id, kind, body, workspaceId, sink, owner, state: "idle", changed: true, answered: false, lastSentBody: undefined, ended: false, lastRunAtMs: -Infinity, timer: undefined };
     subscriptions.set(id, subscription);
     let workspaceSubscriptions = this.byWorkspace.get(workspaceId);
     if (workspaceSubscriptions === undefined) this.byWorkspace.set(workspaceId, (workspaceSubscriptions = new Set()));
@@ -189,10 +191,14 @@ export class LiveQueries {
     if (subscription.ended) return;
     const firstAnswer = !subscription.answered;
     subscription.answered = true;
-    const message = reply.ok ? answerMessage(subscription.id, reply.body) : liveErrorMessage(subscription.id, reply.error);
     // An invalid query is refused once and forgotten; a later failure (overloaded, a time limit) keeps the subscription.
     if (!reply.ok && firstAnswer) this.end(subscription);
-    if (!subscription.sink.send(message)) subscription.changed = true;
+    const body = reply.ok ? reply.body : undefined;
+    if (body === undefined || body !== subscription.lastSentBody) {
+      const message = reply.ok ? answerMessage(subscription.id, reply.body) : liveErrorMessage(subscription.id, reply.error);
+      if (subscription.sink.send(message)) subscription.lastSentBody = body;
+      else subscription.changed = true;
+    }
     this.schedule(subscription);
   }
 }

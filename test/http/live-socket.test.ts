@@ -166,6 +166,24 @@ describe("the live socket", () => {
     await second.close();
   });
 
+  it("does not push an answer that did not change (events the query does not count)", async () => {
+    await main();
+    const counted = uniqueName("counted");
+    const other = uniqueName("other");
+    const client = await LiveClient.signedIn(server.queryUrl, server.token);
+    client.subscribe("same", "trend", trendOf(other));
+    client.subscribe("moving", "trend", trendOf(counted));
+    await client.next(isAnswer("same", 0));
+    await client.next(isAnswer("moving", 0));
+    // Each ingest re-runs both: "moving" changes, "same" answers what it answered.
+    await ingest(server, counted);
+    await client.next(isAnswer("moving", 1));
+    await ingest(server, counted);
+    await client.next(isAnswer("moving", 2));
+    expect(client.answers("same").map(totalOf)).toEqual([0]);
+    await client.close();
+  });
+
   it("closes a socket whose token is revoked", async () => {
     await main();
     const { token } = await eventideOk(server.dataDir, "token", "create", "default");
