@@ -230,6 +230,15 @@ describe("the live socket's bounds", () => {
     await first.close();
   });
 
+  it("closes its live sockets with 1001 when the server stops, and still exits 0", async () => {
+    const server = await start();
+    const client = await LiveClient.signedIn(server.queryUrl, server.token);
+    client.subscribe("a", "trend", trendOf("e"));
+    await client.next(isAnswer("a"));
+    expect(await server.stop()).toBe(0);
+    expect(await client.closed).toBe(1001);
+  });
+
   it("skips the updates of a client that does not read, and sends it the latest once it reads again", async () => {
     // Every ingest may re-run the query (1 ms interval); each answer is 11 series of 9 984 hours, ~4 MB, so the
     // kernel's socket buffers (a few MB on loopback) fill within a few and the server's own then holds the rest.
