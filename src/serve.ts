@@ -12,6 +12,7 @@ import { limits } from "./config/limits.js";
 import { startHttp } from "./http/server.js";
 import { IngestService } from "./ingest/ingest-service.js";
 import { QueryService } from "./query/query-service.js";
+import { LiveQueries } from "./query/live-queries.js";
 import { serverLockPath } from "./storage/paths.js";
 import { makeDataDirectoryPrivate } from "./storage/files.js";
 import { Store } from "./storage/store.js";
@@ -119,7 +120,9 @@ export async function serve(): Promise<void> {
   outbox?.start();
   const ingest = new IngestService(pool, writes, credentials);
   const query = config.store.kind === "clickhouse" ? new ClickHouseQueryService(pool, config.store, () => outbox!.drained()) : new QueryService(pool, store!);
-  const http = await startHttp({ config, credentials, ingest, query });
+  // Live answers re-run when rows become visible: committed in the embedded store, shipped to ClickHouse.
+  const live = new LiveQueries(query, writes);
+  const http = await startHttp({ config, credentials, ingest, query, live });
   // After both listeners are bound: a start that fails on a port in use must not create
   // (and print, once and for all) credentials of a workspace nobody could reach.
   const created = await credentials.ensureDefaultWorkspace();

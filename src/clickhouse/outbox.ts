@@ -117,6 +117,7 @@ export class ClickHouseOutbox {
   rowsAcknowledged = 0;
   rowsForwarded = 0;
   private readonly waiters: Array<() => void> = [];
+  private readonly rowsStoredListeners: Array<(workspaceId: string) => void> = [];
 
   private constructor(
     private readonly directory: string,
@@ -177,6 +178,11 @@ export class ClickHouseOutbox {
   }
 
   noteIngest(_atMs: number): void {}
+
+  /** `listener` is called with a workspace's id whenever rows of it become visible to queries (live answers). */
+  onRowsStored(listener: (workspaceId: string) => void): void {
+    this.rowsStoredListeners.push(listener);
+  }
 
   /** Resolves once every record acknowledged so far is in ClickHouse (tests, benchmarks, shutdown). */
   drained(): Promise<void> {
@@ -311,10 +317,13 @@ export class ClickHouseOutbox {
     }
     const done = this.state.underway!;
     const shipped = this.queue.splice(0, this.queue.findIndex((record) => record.sequence !== done.sequence || record.index >= done.to) >>> 0);
+    const workspaces = new Set<string>();
     for (const record of shipped) {
       this.queuedRows -= record.rowCount;
       this.rowsForwarded += record.rowCount;
+      workspaces.add(record.workspaceId);
     }
+    for (const workspaceId of workspaces) for (const listener of this.rowsStoredListeners) listener(workspaceId);
     this.state = { sequence: done.sequence, index: done.to, underway: undefined };
     this.saveState();
     // Appends move to a new file now and then, so that shipped files can be deleted while the server runs.

@@ -188,6 +188,22 @@ export const limits = Object.freeze({
   /** A listing names every event or key of a workspace: a few MB for the capped key count; beyond this budget the oldest go. */
   workspaceListingCacheBytesMax: integerFromEnvironment("EVENTIDE_WORKSPACE_LISTING_CACHE_BYTES_MAX", 32 * mebibyte),
 
+  // Live queries: subscriptions over a WebSocket on the query listener (src/http/live-socket.ts).
+  /** Open live sockets on the query listener: each holds a descriptor, a buffer and its subscriptions; more are refused 503 at the upgrade. */
+  liveSocketsMax: integerFromEnvironment("EVENTIDE_LIVE_SOCKETS_MAX", 1000),
+  /** Live subscriptions one access token holds over all its sockets: a dashboard tab holds one per view, and each re-runs its query as events arrive. */
+  liveSubscriptionsPerTokenMax: integerFromEnvironment("EVENTIDE_LIVE_SUBSCRIPTIONS_PER_TOKEN_MAX", 20),
+  /** A subscribed query is re-run at most once per this long, however fast events arrive: a busy workspace costs one query a second per subscription. */
+  liveRefreshIntervalMs: integerFromEnvironment("EVENTIDE_LIVE_REFRESH_INTERVAL_MS", 1000),
+  /** Unsent bytes a live socket may hold; past them its updates are skipped (the latest one is sent once it drains), not buffered. */
+  liveSocketBufferedBytesMax: integerFromEnvironment("EVENTIDE_LIVE_SOCKET_BUFFERED_BYTES_MAX", mebibyte),
+  /** One message from a live client: a subscription carries one query body, a few hundred bytes; each is parsed on the main thread. */
+  liveMessageBytesMax: integerFromEnvironment("EVENTIDE_LIVE_MESSAGE_BYTES_MAX", 64 * 1024),
+  /** A live socket that has not sent its token this long after opening is closed: unauthenticated sockets count against liveSocketsMax. */
+  liveAuthTimeoutMs: integerFromEnvironment("EVENTIDE_LIVE_AUTH_TIMEOUT_MS", 10_000),
+  /** A subscription's id, chosen by the client to match answers to queries. */
+  liveSubscriptionIdLengthMax: 64,
+
   // Credentials written by the CLI reach the running server within this long (SPEC: 1 s).
   registryPollIntervalMs: 250,
   /** A registry that cannot be read for this long may hide revocations: credentials are then refused with 503 until it reads again. */
@@ -248,6 +264,7 @@ assert(limits.shutdownTimeoutMs < 10_000, "SPEC: exit within 10 s of SIGTERM");
 assert(limits.workspaceListingCacheTtlMs <= 60_000, "SPEC §7.6: EVENTIDE_WORKSPACE_LISTING_CACHE_TTL_MS must be at most 60 000 (listings lag by at most 60 s)");
 assert(limits.httpDescriptorsSampleIntervalMs < limits.idleTimeoutSeconds * 1000, "open descriptors are counted more often than idle connections time out");
 assert(limits.registryStaleMsMax > limits.registryPollIntervalMs, `EVENTIDE_REGISTRY_STALE_MS_MAX must exceed the registry poll interval (${limits.registryPollIntervalMs} ms)`);
+assert(limits.liveMessageBytesMax <= limits.queryBodyBytesMax, "EVENTIDE_LIVE_MESSAGE_BYTES_MAX must not exceed EVENTIDE_QUERY_BODY_BYTES_MAX: a live message carries one query body");
 
 /**
  * Tuning of the hot loops that parse bodies and seal segments. Not settings (no

@@ -5,7 +5,7 @@ import { render } from "preact";
 import { useCallback, useEffect, useRef, useState } from "preact/hooks";
 import { ApiError, checkToken, probeCapabilities, request } from "./api.js";
 import { FunnelForm, FunnelResult } from "./funnel.js";
-import { LiveToggle, TestEventButton, livePeriodMs } from "./live.js";
+import { LiveToggle, TestEventButton, livePeriodMs, subscribeLive } from "./live.js";
 import { RetentionForm, RetentionResult } from "./retention.js";
 import { defaults, queryPath, readUrl, requestBody, urlFor, views } from "./state.js";
 import { TrendForm, TrendResult } from "./trend.js";
@@ -57,7 +57,12 @@ function Dashboard({ token, caps, signOut }) {
   const [drafts, setDrafts] = useState(() => ({ ...Object.fromEntries(views.map((name) => [name, defaults(name)])), [initial.current.view]: initial.current.query }));
   const [outcomes, setOutcomes] = useState({});
   const [live, setLive] = useState(initial.current.live);
+  const [transport, setTransport] = useState("connecting");
   const sequence = useRef({});
+
+  const show = useCallback((runView, query, body, answer) => {
+    setOutcomes((all) => ({ ...all, [runView]: { answer, query, body, answers: (all[runView]?.answers ?? 0) + 1, updatedAt: new Date().toLocaleTimeString() } }));
+  }, []);
 
   const run = useCallback(
     async (runView, query, { push = false, silent = false } = {}) => {
@@ -72,14 +77,14 @@ function Dashboard({ token, caps, signOut }) {
         body = requestBody(runView, query, caps);
         const answer = await request(token, "POST", queryPath(runView), body);
         if (sequence.current[runView] !== number) return;
-        setOutcomes((all) => ({ ...all, [runView]: { answer, query, body, answers: (all[runView]?.answers ?? 0) + 1, updatedAt: new Date().toLocaleTimeString() } }));
+        show(runView, query, body, answer);
       } catch (error) {
         if (sequence.current[runView] !== number) return;
         if (error.status === 401) return signOut("The server refused the token (401): sign in again.");
         setOutcomes((all) => ({ ...all, [runView]: { ...all[runView], loading: false, error: error instanceof ApiError ? error : new ApiError(0, "error", error.message) } }));
       }
     },
-    [token, caps, live, signOut],
+    [token, caps, live, signOut, show],
   );
 
   // A link opened with a query runs it; the back and forward buttons restore and re-run theirs.
@@ -98,8 +103,9 @@ function Dashboard({ token, caps, signOut }) {
 
   const outcome = outcomes[view];
   const lastQuery = outcome?.query;
-  // The next refresh is timed from the end of the last one: on a slow server a fixed interval would
-  // start a new query before the previous answered, and each would discard the one before.
+  // Live: the query is subscribed on the live socket, which pushes each new answer; when the socket
+  // fails, it is polled instead. A poll is timed from the end of the last one: on a slow server a fixed
+  // interval would start a new query before the previous answered, and each would discard the one before.
   useEffect(() => {
     if (!live || lastQuery === undefined) return undefined;
     let timer;
@@ -108,12 +114,29 @@ function Dashboard({ token, caps, signOut }) {
       await run(view, lastQuery, { silent: true });
       if (active) timer = setTimeout(refresh, livePeriodMs);
     };
-    timer = setTimeout(refresh, livePeriodMs);
+    const poll = () => {
+      if (!active) return;
+      setTransport("polling");
+      timer = setTimeout(refresh, livePeriodMs);
+    };
+    setTransport("connecting");
+    let stop = () => undefined;
+    try {
+      const body = requestBody(view, lastQuery, caps);
+      stop = subscribeLive(token, view, body, {
+        onAnswer: (answer) => active && show(view, lastQuery, body, answer),
+        onPushed: () => active && setTransport("pushed"),
+        onFallback: poll,
+      });
+    } catch {
+      poll();
+    }
     return () => {
       active = false;
       clearTimeout(timer);
+      stop();
     };
-  }, [live, view, lastQuery, run]);
+  }, [live, view, lastQuery, run, token, caps, show]);
 
   const toggleLive = (on) => {
     setLive(on);
@@ -138,7 +161,7 @@ function Dashboard({ token, caps, signOut }) {
       <strong class="brand">Eventide</strong>
       <nav>${views.map((name) => html`<button type="button" class=${name === view ? "tab active" : "tab"} data-testid=${`tab-${name}`} onClick=${() => switchView(name)}>${titles[name]}</button>`)}</nav>
       <span class="spacer"></span>
-      <${LiveToggle} live=${live} setLive=${toggleLive} updatedAt=${outcome?.updatedAt} />
+      <${LiveToggle} live=${live} setLive=${toggleLive} updatedAt=${outcome?.updatedAt} transport=${transport} />
       <${TestEventButton} token=${token} onSent=${() => lastQuery && run(view, lastQuery, { silent: true })} />
       <button type="button" class="link" data-testid="sign-out" onClick=${() => signOut()}>Sign out</button>
     </header>

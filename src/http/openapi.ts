@@ -45,6 +45,8 @@ const errorAnswer = (description: string) => json(errorSchema, description);
 interface Operation {
   request?: z.ZodType;
   ok: JsonObject;
+  /** The status of `ok` when not 200 (the live socket's 101). */
+  okStatus?: string;
   extraErrors?: Record<string, string>;
 }
 
@@ -65,6 +67,11 @@ const operations: Record<RouteName, Operation> = {
   events: { ok: { description: "every event name and how many events carry it, by count descending, then name", content: { "application/json": { schema: { type: "object", properties: { data: { type: "array", items: { type: "object", properties: { event: { type: "string" }, count: { type: "integer" } } } } } } } } } },
   properties: { ok: { description: "every top-level property key set on events (of ?event=NAME when given) and on how many", content: { "application/json": { schema: { type: "object", properties: { data: { type: "array", items: { type: "object", properties: { property: { type: "string" }, count: { type: "integer" } } } } } } } } } },
   user_delete: { request: userDeletionSchema, ok: json(userDeletionAnswerSchema, "every event of the user stored before the request is gone"), extraErrors: queryErrors },
+  live: {
+    okStatus: "101",
+    ok: { description: "Switching Protocols: a WebSocket. Send {\"type\":\"auth\",\"token\":…} first, then {\"type\":\"subscribe\",\"id\":…,\"kind\":\"trend\"|\"funnel\"|\"retention\",\"query\":…} with a query body as above; each answer arrives as {\"type\":\"answer\",\"id\":…,\"answer\":…} at once and again, at most once a second, when the workspace stores new events" },
+    extraErrors: { "400": "a GET without Upgrade: websocket" },
+  },
   sdk: { ok: { description: "the browser snippet, an ES module", content: { "text/javascript": { schema: { type: "string" } } } } },
 };
 
@@ -72,7 +79,7 @@ export function openApiDocument(): JsonObject {
   const paths: Record<string, JsonObject> = {};
   for (const route of routes) {
     const operation = operations[route.name];
-    const responses: JsonObject = { "200": operation.ok };
+    const responses: JsonObject = { [operation.okStatus ?? "200"]: operation.ok };
     for (const [status, description] of Object.entries(operation.extraErrors ?? {})) responses[status] = errorAnswer(description);
     if (route.credential !== "none") responses["401"] = errorAnswer(route.credential === "bearer" ? "missing or unknown Bearer token" : "missing or unknown apiKey");
     if (route.credential !== "none") responses["503"] = errorAnswer("overloaded (with Retry-After), or starting or stopping");

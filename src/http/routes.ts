@@ -33,6 +33,7 @@ export const routes = [
   { name: "events", listeners: ["query"], method: "get", path: "/api/v1/events", credential: "bearer", summary: "Event names of the workspace and how many events carry each (SPEC §7.6)" },
   { name: "properties", listeners: ["query"], method: "get", path: "/api/v1/properties", credential: "bearer", summary: "Top-level property keys and on how many events each is set; ?event=NAME narrows to one event (SPEC §7.6)" },
   { name: "user_delete", listeners: ["query"], method: "post", path: "/api/v1/users/delete", credential: "bearer", summary: "Delete every event of one distinctId stored so far, from answers and from disk (a privacy request)" },
+  { name: "live", listeners: ["query"], method: "get", path: "/api/v1/live", credential: "bearer", summary: "A WebSocket: subscribe queries and receive their answers again as events arrive; the token goes in the first message (docs/dashboard.md)" },
   { name: "sdk", listeners: ["ingest"], method: "get", path: "/sdk.js", credential: "none", summary: "The browser snippet, an ES module (docs/clients.md)" },
   { name: "health", listeners: both, method: "get", path: "/health", credential: "none", summary: "200 while the process runs (SPEC §8)" },
   { name: "ready", listeners: both, method: "get", path: "/ready", credential: "none", summary: "200 once the store is open and the workers started; 503 while starting or stopping (SPEC §8)" },

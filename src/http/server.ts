@@ -22,6 +22,8 @@ import { log } from "../log.js";
 import { countRequest, registry } from "../metrics.js";
 import { openApiDocument } from "./openapi.js";
 import { routesOf, unknownRouteName, type Listener, type RouteName, type RouteSpec } from "./routes.js";
+import { attachLiveSocket } from "./live-socket.js";
+import type { LiveQueries } from "../query/live-queries.js";
 
 interface RequestState {
   aborted: boolean;
@@ -93,9 +95,10 @@ export interface HttpDependencies {
   ingest: IngestService;
   /** The embedded store's query service, or the ClickHouse store's. */
   query: Pick<QueryService, "run" | "listEvents" | "listProperties" | "deleteUser">;
+  live: LiveQueries;
 }
 
-export async function startHttp({ config, credentials, ingest, query }: HttpDependencies): Promise<HttpServer> {
+export async function startHttp({ config, credentials, ingest, query, live }: HttpDependencies): Promise<HttpServer> {
   let inFlight = 0;
   let closing = false;
   let phase: Phase = "starting";
@@ -329,6 +332,8 @@ export async function startHttp({ config, credentials, ingest, query }: HttpDepe
         query.listProperties(workspaceId, event).then((reply) => sendReply(res, state, reply, []), internalError(res, state, []));
       })(res, req, state);
     },
+    // Reached by a GET without Upgrade: websocket; the socket itself is live-socket.ts's.
+    live: (res, _req, state) => sendError(res, state, serviceError("invalid_request", "this path takes a WebSocket: GET with Upgrade: websocket"), []),
     sdk: (res, req, state) => {
       const acceptEncoding = req.getHeader("accept-encoding");
       if (!finishRequest(state) || state.aborted) return;
@@ -389,6 +394,11 @@ export async function startHttp({ config, credentials, ingest, query }: HttpDepe
 
   // uWS closes HTTP connections idle for 10 s on its own, which bounds slow and idle clients.
   const queryApp = uWS.App().any("/*", router(queryRoutes, [], false, loadStaticFiles()));
+  const liveSockets = attachLiveSocket(queryApp, {
+    credentials,
+    live,
+    refusal: () => (closing ? serviceError("unavailable", "server is shutting down") : phase === "starting" ? serviceError("unavailable", "server is starting, retry later") : undefined),
+  });
   const ingestApp = uWS.App().any("/*", router(ingestRoutes, corsHeaders, true));
 
   // Exclusive ports: uSockets otherwise sets SO_REUSEPORT, and a second server started on the
@@ -434,6 +444,7 @@ export async function startHttp({ config, credentials, ingest, query }: HttpDepe
       phase = "stopping";
       guard.stop();
       closeListeners();
+      liveSockets.closeAll();
       if (inFlight === 0) return;
       await new Promise<void>((resolve) => {
         drainWaiters.push(resolve);

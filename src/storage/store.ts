@@ -66,6 +66,7 @@ export class Store {
   private readonly checkpoints: Checkpoints;
   private readonly merges: MergeScheduler;
   private readonly committer: Committer;
+  private readonly rowsStoredListeners: Array<(workspaceId: string) => void> = [];
 
   private constructor(
     readonly dataDir: string,
@@ -150,8 +151,15 @@ export class Store {
   }
 
   /** See Committer.commit: resolves once the chunk is durable and its rows are visible to queries. */
-  commit(workspaceId: string, chunkBuffer: ArrayBuffer): Promise<CommitResult> {
-    return this.committer.commit(workspaceId, chunkBuffer);
+  async commit(workspaceId: string, chunkBuffer: ArrayBuffer): Promise<CommitResult> {
+    const result = await this.committer.commit(workspaceId, chunkBuffer);
+    if (result.storedCount > 0) for (const listener of this.rowsStoredListeners) listener(workspaceId);
+    return result;
+  }
+
+  /** Calls `listener` with a workspace's id after each commit that stored rows in it, before the commit resolves (live queries re-run on it). */
+  onRowsStored(listener: (workspaceId: string) => void): void {
+    this.rowsStoredListeners.push(listener);
   }
 
   /** Appends a decoded chunk's rows to the active segments of their days at once (replay; the WAL is the caller's). */

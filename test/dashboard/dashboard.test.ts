@@ -236,19 +236,52 @@ suite("dashboard in headless Chromium", () => {
     await page.screenshot({ path: join(screenshotFolder, "funnel.png") });
   });
 
-  it("keeps a query fresh in live mode: a newly ingested event shows up", async () => {
+  it("keeps a query fresh in live mode: a newly ingested event is pushed over the live socket", async () => {
     await page.getByTestId("tab-trend").click();
     await page.getByTestId("trend-event").fill("signup");
     await page.getByTestId("filter-value-0").fill("pro");
     await runQuery("trend");
     expect(await numbers("[data-testid=trend-total]")).toEqual([3]);
+    const socketOpened = page.waitForEvent("websocket", (socket) => socket.url().endsWith("/api/v1/live"));
     await page.getByTestId("live").check();
     expect(page.url()).toContain("live=1");
+    const socket = await socketOpened;
+    const pushedTotals: number[] = [];
+    socket.on("framereceived", ({ payload }) => {
+      const message = JSON.parse(String(payload));
+      if (message.type === "answer") pushedTotals.push(message.answer.data.reduce((sum: number, point: { count: number }) => sum + point.count, 0));
+    });
+    await page.locator("[data-testid=live-transport][data-transport=pushed]").waitFor({ state: "attached" });
+    // Pushed, not polled: from here on the page sends no query of its own.
+    const polled: string[] = [];
+    page.on("request", (request) => request.url().includes("/api/v1/query/") && polled.push(request.url()));
+    const chart = await page.locator("[data-testid=trend-chart] canvas").elementHandle();
     await ingestAll(server, [{ event: "signup", distinctId: "u6", timestamp: at("2024-03-15", "10:00:00"), properties: { plan: "pro" } }]);
     await page.locator("[data-testid=trend-total][data-value='4']").waitFor({ timeout: 30_000 });
     const cell = await page.locator("[data-testid=trend-table] td[data-series='0'][data-date='2024-03-15']").textContent();
     expect(cell).toBe("1");
+    expect(pushedTotals).toContain(4);
+    expect(polled).toEqual([]);
+    // Updated in place: the same chart canvas, not a new one (no flicker).
+    expect(await chart!.evaluate((canvas) => canvas.isConnected)).toBe(true);
     await page.getByTestId("live").uncheck();
+  });
+
+  it("polls in live mode when the live socket cannot be opened", async () => {
+    const link = page.url().includes("live=1") ? page.url() : `${page.url()}&live=1`;
+    const other = await context.newPage();
+    try {
+      // Every live socket this page opens is closed at once, as by a proxy that does not pass WebSockets.
+      await other.routeWebSocket(/\/api\/v1\/live$/, (socket) => socket.close());
+      await other.goto(link);
+      await other.waitForSelector("[data-testid=output][data-state=ready]");
+      await other.locator("[data-testid=live-transport][data-transport=polling]").waitFor();
+      const total = Number(await other.getByTestId("trend-total").getAttribute("data-value"));
+      await ingestAll(server, [{ event: "signup", distinctId: "u7", timestamp: at("2024-03-16", "10:00:00"), properties: { plan: "pro" } }]);
+      await other.locator(`[data-testid=trend-total][data-value='${total + 1}']`).waitFor({ timeout: 30_000 });
+    } finally {
+      await other.close();
+    }
   });
 
   it("sends a test event and shows it arrive", async () => {
