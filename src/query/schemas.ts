@@ -114,7 +114,7 @@ export const exclusionsMax = 10;
 // ---------------------------------------------------------------------------
 // Field schemas. Each carries its own message; "required" when the field is absent.
 
-function messageOr(expected: string): (issue: { input?: unknown }) => string {
+export function messageOr(expected: string): (issue: { input?: unknown }) => string {
   return (issue) => (issue.input === undefined ? "required" : expected);
 }
 
@@ -334,7 +334,7 @@ function reportedIssue(issue: Issue, prefix: readonly PropertyKey[]): { path: Pr
   return { path, message: issue.message };
 }
 
-function firstIssue(error: z.ZodError): { ok: false; message: string } {
+export function firstIssue(error: z.ZodError): { ok: false; message: string } {
   const { path, message } = reportedIssue(error.issues[0], []);
   return { ok: false, message: `${fieldPath(path)}: ${message}` };
 }

@@ -8,10 +8,13 @@ import { z } from "zod";
 import { limits } from "../config/limits.js";
 import type { ServiceError } from "../errors.js";
 import { parseBody } from "../json/body.js";
+import { firstIssue, messageOr } from "./schemas.js";
+
+const distinctIdExpected = `expected a non-empty string of at most ${limits.distinctIdLengthMax} characters, or a finite number`;
 
 export const userDeletionSchema = z.strictObject({
   distinctId: z
-    .union([z.string().min(1).max(limits.distinctIdLengthMax), z.number().refine(Number.isFinite, { error: "must be finite" })])
+    .union([z.string().min(1, { error: distinctIdExpected }).max(limits.distinctIdLengthMax, { error: distinctIdExpected }), z.number().refine(Number.isFinite, { error: distinctIdExpected })], { error: messageOr(distinctIdExpected) })
     .describe("the user's id as ingested: a string, or a number (stored as String(n))"),
 });
 
@@ -20,10 +23,6 @@ export function parseUserDeletionBody(bytes: Uint8Array): { ok: true; distinctId
   const parsed = parseBody(bytes, false, limits.queryBodyBytesMax);
   if (!("value" in parsed)) return { ok: false, error: parsed };
   const checked = userDeletionSchema.safeParse(parsed.value);
-  if (!checked.success) {
-    const issue = checked.error.issues[0];
-    const field = issue.path.length > 0 ? issue.path.join(".") : "body";
-    return { ok: false, error: { code: "invalid_request", message: `${field}: ${issue.message}` } };
-  }
+  if (!checked.success) return { ok: false, error: { code: "invalid_request", message: firstIssue(checked.error).message } };
   return { ok: true, distinctId: String(checked.data.distinctId) };
 }
