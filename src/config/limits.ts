@@ -66,6 +66,8 @@ export const limits = Object.freeze({
   trendBucketsMax: integerFromEnvironment("EVENTIDE_TREND_BUCKETS_MAX", 10_000),
   retentionPeriodsMax: integerFromEnvironment("EVENTIDE_RETENTION_PERIODS_MAX", 1000),
   batchErrorsReportedMax: 100,
+  /** Maps and arrays nested in a msgpack body: its decoder recurses, and a worker's stack holds ~5× this. */
+  msgpackNestingDepthMax: integerFromEnvironment("EVENTIDE_MSGPACK_NESTING_DEPTH_MAX", 1000),
   funnelWindowSecondsMax: 31_536_000,
   retentionWindowDaysMax: 365,
 
@@ -215,6 +217,7 @@ export const rateLimitBurstEvents = Math.max(limits.rateLimitEventsPerSecond, li
 assert(limits.ingestBodyBytesMax <= limits.batchBodyBytesMax, "EVENTIDE_INGEST_BODY_BYTES_MAX must not exceed EVENTIDE_BATCH_BODY_BYTES_MAX");
 assert(limits.propertiesBytesMax < limits.ingestBodyBytesMax, "EVENTIDE_PROPERTIES_BYTES_MAX must be below EVENTIDE_INGEST_BODY_BYTES_MAX");
 assert(limits.groupCommitBytesMax <= limits.writeQueueBytesMax, `EVENTIDE_WRITE_QUEUE_BYTES_MAX must be at least ${limits.groupCommitBytesMax} (one WAL group)`);
+assert(limits.msgpackNestingDepthMax <= 4000, "EVENTIDE_MSGPACK_NESTING_DEPTH_MAX must be at most 4 000 (msgpack decoding recurses on a worker's stack)");
 assert(limits.workerNiceSteps <= 19, "EVENTIDE_WORKER_NICE must be 0–19");
 assert(limits.registryPollIntervalMs * 2 < 1000, "credential changes must reach the server within 1 s");
 assert(limits.busyMergeSegmentsMin >= 2, "a merge needs at least two segments");

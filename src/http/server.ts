@@ -15,6 +15,7 @@ import type { CredentialStore } from "../auth/credential-store.js";
 import type { IngestReply, IngestService } from "../ingest/ingest-service.js";
 import type { QueryKind, QueryService } from "../query/query-service.js";
 import { errorBody, errorStatus, serviceError, type ServiceError } from "../errors.js";
+import { bodyFormatOf } from "../json/msgpack-body.js";
 import { loadStaticFiles, type StaticAsset, type StaticFiles } from "./static-files.js";
 import { loadSdkAsset } from "./sdk-asset.js";
 import { log } from "../log.js";
@@ -229,6 +230,7 @@ export async function startHttp({ config, credentials, ingest, query }: HttpDepe
   // ---- ingest listener ----
   const ingestRoute = (shape: "batch" | "single"): Route["handler"] => (res, req, state) => {
     const encoding = req.getHeader("content-encoding").trim().toLowerCase();
+    const format = bodyFormatOf(req.getHeader("content-type"));
     const contentLength = req.getHeader("content-length");
     const receivedAtMs = Date.now();
     if (encoding !== "" && encoding !== "gzip" && encoding !== "identity") {
@@ -246,8 +248,8 @@ export async function startHttp({ config, credentials, ingest, query }: HttpDepe
       rawMax,
       corsHeaders,
       (body) => {
-        if (shape === "single") return ingest.single(body, gzip, receivedAtMs, (reply) => sendReply(res, state, reply, corsHeaders));
-        ingest.batch(body.buffer as ArrayBuffer, gzip, receivedAtMs).then((reply) => sendReply(res, state, reply, corsHeaders), internalError(res, state, corsHeaders));
+        if (shape === "single") return ingest.single(body, gzip, receivedAtMs, (reply) => sendReply(res, state, reply, corsHeaders), format);
+        ingest.batch(body.buffer as ArrayBuffer, gzip, receivedAtMs, format).then((reply) => sendReply(res, state, reply, corsHeaders), internalError(res, state, corsHeaders));
       },
       shape === "single",
     );

@@ -11,10 +11,11 @@ import type { ServiceError, ServiceReply } from "../errors.js";
 import type { RowRefusal } from "../storage/cardinality.js";
 import type { Store } from "../storage/store.js";
 import { PoolSaturatedError, type WorkerPool } from "../workers/pool.js";
-import { bodySliceFields, type BatchKeyCheck, type IngestTaskResult, type StoredSingleEvent } from "../workers/protocol.js";
+import { bodyGzipFlag, bodyMsgpackFlag, bodySliceFields, type BatchKeyCheck, type IngestTaskResult, type StoredSingleEvent } from "../workers/protocol.js";
 import type { EventError, IngestBodyResult, IngestShape } from "./event-validation.js";
 import { ChunkBuilder } from "../storage/chunk-codec.js";
 import { leadingApiKey } from "./leading-api-key.js";
+import type { BodyFormat } from "../json/msgpack-body.js";
 import { eventsAccepted, eventsRefused } from "../metrics.js";
 import { log } from "../log.js";
 
@@ -75,6 +76,10 @@ function refusalMessage({ status, text }: RowRefusal): string {
 type ChunkOutcome = { kind: "failed"; error: ServiceError } | { kind: "committed"; refusals: RowRefusal[] };
 const committedWhole: ChunkOutcome = { kind: "committed", refusals: [] };
 
+function bodyFlags(gzip: boolean, format: BodyFormat): number {
+  return (gzip ? bodyGzipFlag : 0) | (format === "msgpack" ? bodyMsgpackFlag : 0);
+}
+
 /** Rows in a chunk: the second u32 of its header (chunk-codec.ts documents the layout). */
 function chunkRowCount(chunk: ArrayBuffer): number {
   return new Uint32Array(chunk, 0, 2)[1];
@@ -83,6 +88,7 @@ function chunkRowCount(chunk: ArrayBuffer): number {
 interface GatheredBody {
   bytes: Uint8Array;
   gzip: boolean;
+  format: BodyFormat;
   receivedAtMs: number;
   onReply: (reply: IngestReply) => void;
 }
@@ -131,26 +137,26 @@ export class IngestService {
    * before it is parsed (BatchKeyCheck): an unknown key in 20 MiB costs that
    * check, not a parse. A known key read there sends the body back to the pool.
    */
-  async batch(body: ArrayBuffer, gzip: boolean, receivedAtMs: number): Promise<IngestReply> {
+  async batch(body: ArrayBuffer, gzip: boolean, receivedAtMs: number, format: BodyFormat = "json"): Promise<IngestReply> {
     this.store.noteIngest(receivedAtMs);
     if (this.saturated()) return { ok: false, error: overloaded };
-    const openingApiKey = leadingApiKey(new Uint8Array(body), gzip);
+    const openingApiKey = leadingApiKey(new Uint8Array(body), gzip, format);
     const keyCheck: BatchKeyCheck | undefined =
       openingApiKey === undefined ? { kind: "unread" } : this.credentials.workspaceIdForApiKey(openingApiKey) === undefined ? { kind: "unknown", apiKey: openingApiKey } : undefined;
-    let result = await this.batchTask(body, gzip, receivedAtMs, keyCheck);
+    let result = await this.batchTask(body, gzip, format, receivedAtMs, keyCheck);
     if (result.kind !== "ingest") return result.reply;
     if (result.keyRead !== undefined) {
       if (this.credentials.workspaceIdForApiKey(result.keyRead.apiKey) === undefined) return { ok: false, error: unauthorized };
-      result = await this.batchTask(result.keyRead.plainBody, false, receivedAtMs, undefined);
+      result = await this.batchTask(result.keyRead.plainBody, false, format, receivedAtMs, undefined);
       if (result.kind !== "ingest") return result.reply;
     }
     const [replies] = await this.finish(result, "batch");
     return replies;
   }
 
-  private async batchTask(body: ArrayBuffer, gzip: boolean, receivedAtMs: number, keyCheck: BatchKeyCheck | undefined): Promise<IngestTaskResult | { kind: "refused"; reply: IngestReply }> {
+  private async batchTask(body: ArrayBuffer, gzip: boolean, format: BodyFormat, receivedAtMs: number, keyCheck: BatchKeyCheck | undefined): Promise<IngestTaskResult | { kind: "refused"; reply: IngestReply }> {
     try {
-      const slices = Float64Array.of(0, body.byteLength, gzip ? 1 : 0, receivedAtMs);
+      const slices = Float64Array.of(0, body.byteLength, bodyFlags(gzip, format), receivedAtMs);
       return await this.pool.ingest({ kind: "ingest", shape: "batch", bodies: body, slices, keyCheck });
     } catch (error) {
       if (error instanceof PoolSaturatedError) return { kind: "refused", reply: { ok: false, error: overloaded } };
@@ -168,10 +174,10 @@ export class IngestService {
    * main thread is the single-event path's bottleneck, and two promises and
    * their reactions per request were work it need not do.
    */
-  single(bytes: Uint8Array, gzip: boolean, receivedAtMs: number, onReply: (reply: IngestReply) => void): void {
+  single(bytes: Uint8Array, gzip: boolean, receivedAtMs: number, onReply: (reply: IngestReply) => void, format: BodyFormat = "json"): void {
     this.store.noteIngest(receivedAtMs);
     if (this.saturated()) return onReply({ ok: false, error: overloaded });
-    this.gathered.push({ bytes, gzip, receivedAtMs, onReply });
+    this.gathered.push({ bytes, gzip, format, receivedAtMs, onReply });
     this.gatheredBytes += bytes.length;
     if (this.gathered.length >= limits.singleEventsPerTaskMax) this.dispatchGathered();
     else if (!this.gatherScheduled && this.singleTasksInFlight < this.pool.threadCount) {
@@ -197,7 +203,7 @@ export class IngestService {
       const at = index * bodySliceFields;
       slices[at] = offset;
       slices[at + 1] = body.bytes.length;
-      slices[at + 2] = body.gzip ? 1 : 0;
+      slices[at + 2] = bodyFlags(body.gzip, body.format);
       slices[at + 3] = body.receivedAtMs;
       offset += body.bytes.length;
     }
