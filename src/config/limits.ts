@@ -78,6 +78,8 @@ export const limits = Object.freeze({
   workerQueueBytesMax: integerFromEnvironment("EVENTIDE_WORKER_QUEUE_BYTES_MAX", 256 * mebibyte),
   /** How much lower than the main thread worker threads run (nice steps, Linux); 0 keeps them equal. See worker.ts. */
   workerNiceSteps: integerFromEnvironment("EVENTIDE_WORKER_NICE", 10, 0),
+  /** Reused body buffers kept free for the next large ingest bodies (body-slabs.ts); 0 keeps none. 64 connections of 1 000-event batches use ~16 MiB. */
+  ingestBodySlabsBytesMax: integerFromEnvironment("EVENTIDE_INGEST_BODY_SLABS_BYTES_MAX", 64 * mebibyte, 0),
   /** Single events gathered into one pool task (a task costs ~80 µs, an event ~2 µs). */
   singleEventsPerTaskMax: 512,
   /** Request log lines per second (refusals at info, 5xx at error, all at debug); the rest is counted in one line. An overload answers thousands of 503s a second, and each line is a synchronous write. 0: no cap. */
@@ -248,6 +250,10 @@ export const tuning = Object.freeze({
   keyTablePartitionMembersTarget: 4096,
   /** An event with more properties is left to the JSON.parse path: the fast scan's duplicate table (64 KiB) stays in cache. */
   scannedEventPropertiesMax: 4096,
+  /** Ingest bodies (and gathered single events) of at least this many bytes are read into reused slabs; smaller ones reuse the heap's pages anyway. */
+  bodySlabBytesMin: 64 * 1024,
+  /** …and of at most this many: a rare 20 MiB body is not worth keeping its slab. */
+  bodySlabBytesMax: 4 * 1024 * 1024,
 });
 assert(tuning.rowSortDigitBitsMax <= 16 && tuning.entrySortDigitBits <= 16, "radix digits index a counts table of 2^bits entries");
 assert(tuning.indexKeysInsertionSortedMax >= 1 && tuning.objectMembersComparedPairwiseMax >= 1, "pairwise paths need room for one member");

@@ -185,6 +185,7 @@ export async function startHttp({ config, credentials, ingest, query }: HttpDepe
     headers: Header[],
     onBody: (body: Uint8Array) => void,
     small = false,
+    reusedBuffer?: (bytes: number) => Uint8Array | undefined,
   ) => {
     const tooLarge = () => sendError(res, state, serviceError("payload_too_large", `body is larger than ${maxBytes} bytes`), headers, true);
     let declared = -1;
@@ -197,7 +198,7 @@ export async function startHttp({ config, credentials, ingest, query }: HttpDepe
       if (declared > maxBytes) return tooLarge();
     }
     // allocUnsafe: every byte of [0, length) is written before the body is used.
-    let buffer = small && declared >= 0 && declared <= smallBodyBytesMax ? Buffer.allocUnsafe(declared) : new Uint8Array(declared >= 0 ? declared : 16 * 1024);
+    let buffer = small && declared >= 0 && declared <= smallBodyBytesMax ? Buffer.allocUnsafe(declared) : ((declared >= 0 ? reusedBuffer?.(declared) : undefined) ?? new Uint8Array(declared >= 0 ? declared : 16 * 1024));
     let length = 0;
     res.onData((chunk, isLast) => {
       if (state.done) return;
@@ -213,7 +214,7 @@ export async function startHttp({ config, credentials, ingest, query }: HttpDepe
       buffer.set(bytes, length);
       length += bytes.length;
       // A short body is cut to its length: a slab slice by a view (Buffer's slice), an ArrayBuffer of its own by a copy.
-      if (isLast) onBody(buffer.byteOffset === 0 && length === buffer.buffer.byteLength ? buffer : buffer.slice(0, length));
+      if (isLast) onBody(length === buffer.length ? buffer : buffer.slice(0, length));
     });
   };
 
@@ -249,9 +250,10 @@ export async function startHttp({ config, credentials, ingest, query }: HttpDepe
       corsHeaders,
       (body) => {
         if (shape === "single") return ingest.single(body, gzip, receivedAtMs, (reply) => sendReply(res, state, reply, corsHeaders), format);
-        ingest.batch(body.buffer as ArrayBuffer, gzip, receivedAtMs, format).then((reply) => sendReply(res, state, reply, corsHeaders), internalError(res, state, corsHeaders));
+        ingest.batch(body, gzip, receivedAtMs, format).then((reply) => sendReply(res, state, reply, corsHeaders), internalError(res, state, corsHeaders));
       },
       shape === "single",
+      ingest.reusedBodyBuffer,
     );
   };
 

@@ -16,6 +16,7 @@ import type { EventError, IngestBodyResult, IngestShape } from "./event-validati
 import { ChunkBuilder } from "../storage/chunk-codec.js";
 import { leadingApiKey } from "./leading-api-key.js";
 import type { BodyFormat } from "../json/msgpack-body.js";
+import { BodySlabs } from "./body-slabs.js";
 import { eventsAccepted, eventsRefused } from "../metrics.js";
 import { log } from "../log.js";
 
@@ -120,6 +121,10 @@ export class IngestService {
   private singleTasksInFlight = 0;
   /** undefined when rate limiting is off (the default). */
   private readonly rateLimiter = limits.rateLimitEventsPerSecond > 0 ? new RateLimiter(limits.rateLimitEventsPerSecond, rateLimitBurstEvents) : undefined;
+  private readonly slabs = new BodySlabs();
+
+  /** A reused buffer to read a large body into (body-slabs.ts); undefined for other sizes. batch gives it back. */
+  readonly reusedBodyBuffer = (bytes: number): Uint8Array | undefined => (BodySlabs.fits(bytes) ? this.slabs.take(bytes) : undefined);
 
   constructor(
     private readonly pool: WorkerPool,
@@ -132,32 +137,39 @@ export class IngestService {
   }
 
   /**
-   * One /ingest/batch body; `body` is transferred to the pool. Unless it opens
+   * One /ingest/batch body; `body` is transferred to the pool, or, in a body
+   * slab, read there and the slab reused once its task has answered. Unless it opens
    * with a key the registry knows, its syntax is checked and its key read
    * before it is parsed (BatchKeyCheck): an unknown key in 20 MiB costs that
    * check, not a parse. A known key read there sends the body back to the pool.
    */
-  async batch(body: ArrayBuffer, gzip: boolean, receivedAtMs: number, format: BodyFormat = "json"): Promise<IngestReply> {
-    this.store.noteIngest(receivedAtMs);
-    if (this.saturated()) return { ok: false, error: overloaded };
-    const openingApiKey = leadingApiKey(new Uint8Array(body), gzip, format);
-    const keyCheck: BatchKeyCheck | undefined =
-      openingApiKey === undefined ? { kind: "unread" } : this.credentials.workspaceIdForApiKey(openingApiKey) === undefined ? { kind: "unknown", apiKey: openingApiKey } : undefined;
-    let result = await this.batchTask(body, gzip, format, receivedAtMs, keyCheck);
+  async batch(body: Uint8Array, gzip: boolean, receivedAtMs: number, format: BodyFormat = "json"): Promise<IngestReply> {
+    let result: IngestTaskResult | { kind: "refused"; reply: IngestReply };
+    try {
+      this.store.noteIngest(receivedAtMs);
+      if (this.saturated()) return { ok: false, error: overloaded };
+      const openingApiKey = leadingApiKey(body, gzip, format);
+      const keyCheck: BatchKeyCheck | undefined =
+        openingApiKey === undefined ? { kind: "unread" } : this.credentials.workspaceIdForApiKey(openingApiKey) === undefined ? { kind: "unknown", apiKey: openingApiKey } : undefined;
+      result = await this.batchTask(body, gzip, format, receivedAtMs, keyCheck);
+    } finally {
+      // The task has answered (or never left): no worker reads the slab any more. A keyRead body came back in a buffer of its own.
+      if (body.buffer instanceof SharedArrayBuffer) this.slabs.give(body.buffer);
+    }
     if (result.kind !== "ingest") return result.reply;
     if (result.keyRead !== undefined) {
       if (this.credentials.workspaceIdForApiKey(result.keyRead.apiKey) === undefined) return { ok: false, error: unauthorized };
-      result = await this.batchTask(result.keyRead.plainBody, false, format, receivedAtMs, undefined);
+      result = await this.batchTask(new Uint8Array(result.keyRead.plainBody), false, format, receivedAtMs, undefined);
       if (result.kind !== "ingest") return result.reply;
     }
     const [replies] = await this.finish(result, "batch");
     return replies;
   }
 
-  private async batchTask(body: ArrayBuffer, gzip: boolean, format: BodyFormat, receivedAtMs: number, keyCheck: BatchKeyCheck | undefined): Promise<IngestTaskResult | { kind: "refused"; reply: IngestReply }> {
+  private async batchTask(body: Uint8Array, gzip: boolean, format: BodyFormat, receivedAtMs: number, keyCheck: BatchKeyCheck | undefined): Promise<IngestTaskResult | { kind: "refused"; reply: IngestReply }> {
     try {
-      const slices = Float64Array.of(0, body.byteLength, bodyFlags(gzip, format), receivedAtMs);
-      return await this.pool.ingest({ kind: "ingest", shape: "batch", bodies: body, slices, keyCheck });
+      const slices = Float64Array.of(body.byteOffset, body.byteLength, bodyFlags(gzip, format), receivedAtMs);
+      return await this.pool.ingest({ kind: "ingest", shape: "batch", bodies: body.buffer as ArrayBuffer | SharedArrayBuffer, slices, keyCheck });
     } catch (error) {
       if (error instanceof PoolSaturatedError) return { kind: "refused", reply: { ok: false, error: overloaded } };
       throw error;
@@ -192,9 +204,8 @@ export class IngestService {
     if (bodies.length === 0) return;
     this.singleTasksInFlight++;
     this.gathered = [];
-    const buffer = new ArrayBuffer(this.gatheredBytes);
+    const view = BodySlabs.fits(this.gatheredBytes) ? this.slabs.take(this.gatheredBytes) : new Uint8Array(this.gatheredBytes);
     this.gatheredBytes = 0;
-    const view = new Uint8Array(buffer);
     const slices = new Float64Array(bodies.length * bodySliceFields);
     let offset = 0;
     for (let index = 0; index < bodies.length; index++) {
@@ -209,6 +220,7 @@ export class IngestService {
     }
     const taskBack = () => {
       this.singleTasksInFlight--;
+      if (view.buffer instanceof SharedArrayBuffer) this.slabs.give(view.buffer);
       // What gathered while the workers were busy leaves now, and is parsed while this task commits.
       if (!this.gatherScheduled && this.gathered.length > 0) this.dispatchGathered();
     };
@@ -217,7 +229,7 @@ export class IngestService {
       if (!(error instanceof PoolSaturatedError)) log.error({ err: error }, "ingest task failed");
       for (const body of bodies) body.onReply(reply);
     };
-    this.pool.ingest({ kind: "ingest", shape: "single", bodies: buffer, slices }).then(
+    this.pool.ingest({ kind: "ingest", shape: "single", bodies: view.buffer, slices }).then(
       (result) => {
         taskBack();
         this.finish(result, "single").then((replies) => {

@@ -24,8 +24,8 @@ export const bodyMsgpackFlag = 2;
 export interface IngestTask {
   kind: "ingest";
   shape: IngestShape;
-  /** Transferred: the bodies of one request, or of many single-event requests gathered together. */
-  bodies: ArrayBuffer;
+  /** The bodies of one request, or of many single-event requests gathered together: transferred, or a shared slab (body-slabs.ts) the main thread reuses once the task has answered. */
+  bodies: ArrayBuffer | SharedArrayBuffer;
   /** Transferred: bodySliceFields numbers per body (see above). */
   slices: Float64Array<ArrayBuffer>;
   /** Batch: see BatchKeyCheck; absent when the body opens with an apiKey the registry knows. */

@@ -55,8 +55,8 @@ function runIngest(task: IngestTask): TaskResult {
     const checked = checkBatchApiKey(bodies[0].bytes, bodies[0].gzip, task.keyCheck.kind === "unknown" ? task.keyCheck.apiKey : undefined, bodies[0].format);
     if (checked.kind === "judged") return { kind: "ingest", results: [checked.result], chunks: [] };
     const { plain } = checked;
-    // The request's own buffer when it was not gzip; an inflated body is moved back whole, or copied when it shares its buffer.
-    const plainBody = plain.byteOffset === 0 && plain.byteLength === plain.buffer.byteLength ? (plain.buffer as ArrayBuffer) : new Uint8Array(plain).buffer;
+    // An inflated body is moved back whole; copied when it shares its buffer (a body slab goes back to the main thread's pool).
+    const plainBody = plain.buffer instanceof ArrayBuffer && plain.byteOffset === 0 && plain.byteLength === plain.buffer.byteLength ? plain.buffer : new Uint8Array(plain).buffer;
     const result: TaskResult = { kind: "ingest", results: [], chunks: [], keyRead: { apiKey: checked.apiKey, plainBody } };
     return Piscina.move({ [Piscina.transferableSymbol]: [plainBody], [Piscina.valueSymbol]: result } as never) as unknown as TaskResult;
   }
