@@ -34,7 +34,8 @@ import { formatMarkdownTable, formatMs, formatTextTable, median } from "../runne
 
 const repositoryRoot = resolve(import.meta.dirname, "..", "..", "..");
 
-type ScenarioName = "batch" | "single";
+/** batch-msgpack: the batch bodies packed as msgpack; the ceiling (JSON.parse) takes no msgpack, so its peer is the ceiling's JSON batch row. */
+type ScenarioName = "batch" | "batch-msgpack" | "single";
 type TargetName = "eventide" | "ceiling";
 
 interface Options {
@@ -43,6 +44,7 @@ interface Options {
   repeats: number;
   connectionsBatch: number[];
   connectionsSingle: number[];
+  connectionsMsgpack: number[];
   seed: number;
   out: string;
   loadProcesses: number;
@@ -71,6 +73,7 @@ function parseOptions(): Options {
       repeats: { type: "string", default: "3" },
       "connections-batch": { type: "string", default: "4,16,64" },
       "connections-single": { type: "string", default: "16,64,256" },
+      "connections-msgpack": { type: "string", default: "64" },
       seed: { type: "string", default: "1" },
       out: { type: "string", default: "bench/results/ingest-latest.json" },
       "load-processes": { type: "string", default: "1" },
@@ -88,7 +91,7 @@ function parseOptions(): Options {
   if (values.help) {
     process.stdout.write(
       "npm run bench:ingest -- [--duration-seconds 4] [--warmup-seconds 1] [--repeats 3] [--connections-batch 4,16,64]\n" +
-        "  [--connections-single 16,64,256] [--seed 1] [--out bench/results/ingest-latest.json] [--load-processes 1]\n" +
+        "  [--connections-single 16,64,256] [--connections-msgpack 64] [--seed 1] [--out bench/results/ingest-latest.json] [--load-processes 1]\n" +
         "  [--targets eventide,ceiling] [--batch-bodies 16] [--single-bodies 4096] [--settle-ms 300] [--quiet-wait-seconds 3] [--quiet-budget-seconds 45] [--nice=-10] [--keep-data]\n",
     );
     process.exit(0);
@@ -107,6 +110,7 @@ function parseOptions(): Options {
     repeats: Math.round(positive("repeats", values.repeats)),
     connectionsBatch: list("connections-batch", values["connections-batch"]),
     connectionsSingle: list("connections-single", values["connections-single"]),
+    connectionsMsgpack: list("connections-msgpack", values["connections-msgpack"]),
     seed: Math.round(Number(values.seed)),
     out: resolve(values.out),
     loadProcesses: Math.round(positive("load-processes", values["load-processes"])),
@@ -176,7 +180,7 @@ async function main(): Promise<void> {
   const startedAt = new Date();
   const machine = machineInfo(repositoryRoot);
   process.stdout.write(`machine: ${machine.cores} cores, ${machine.cpuModel}, ${machine.memoryGiB} GiB, Node ${machine.node}\n`);
-  const plannedRuns = options.repeats * (options.connectionsBatch.length + options.connectionsSingle.length) * options.targets.length;
+  const plannedRuns = options.repeats * ((options.connectionsBatch.length + options.connectionsSingle.length) * options.targets.length + options.connectionsMsgpack.length);
   const plannedSeconds = plannedRuns * (options.durationSeconds + options.warmupSeconds + 0.9 + options.settleMs / 1000) + options.quietBudgetMs / 1000;
   process.stdout.write(
     `plan: ${plannedRuns} runs of ${options.warmupSeconds}+${options.durationSeconds} s (${options.repeats} repeats), ~${Math.ceil(plannedSeconds / 60)} min; ` +
@@ -202,22 +206,25 @@ async function main(): Promise<void> {
   // Bodies: built once from the seed, written to files the generator processes read.
   // Timestamps end at the start of the current hour so a rerun within the hour sends the same bytes.
   const endTimeMs = Math.floor(Date.now() / 3_600_000) * 3_600_000;
+  const batchBodies = buildBatchBodies({ seed: options.seed, apiKey, bodyCount: options.batchBodyCount, endTimeMs });
   const bodySets: Record<ScenarioName, BodySet> = {
-    batch: buildBatchBodies({ seed: options.seed, apiKey, bodyCount: options.batchBodyCount, endTimeMs }),
+    batch: batchBodies,
+    // The same JSON lines: the load generator packs them.
+    "batch-msgpack": batchBodies,
     single: buildSingleBodies({ seed: options.seed + 1, apiKey, bodyCount: options.singleBodyCount, endTimeMs }),
   };
-  const bodyFiles: Record<ScenarioName, string> = { batch: join(workDirectory, "batch.ndjson"), single: join(workDirectory, "single.ndjson") };
+  const bodyFiles: Record<ScenarioName, string> = { batch: join(workDirectory, "batch.ndjson"), "batch-msgpack": join(workDirectory, "batch.ndjson"), single: join(workDirectory, "single.ndjson") };
   for (const scenario of ["batch", "single"] as const) {
     writeFileSync(bodyFiles[scenario], Buffer.concat(bodySets[scenario].bodies.flatMap((body) => [body, Buffer.from("\n")])));
   }
-  const paths: Record<ScenarioName, string> = { batch: "/ingest/batch", single: "/ingest" };
+  const paths: Record<ScenarioName, string> = { batch: "/ingest/batch", "batch-msgpack": "/ingest/batch", single: "/ingest" };
   process.stdout.write(
     `bodies: ${bodySets.batch.bodies.length} batch bodies of ${bodySets.batch.eventsPerBody} events (${(bodySets.batch.bodies[0].length / 1024).toFixed(0)} KiB, ` +
       `${bodySets.batch.bytesPerEvent.toFixed(0)} B/event), ${bodySets.single.bodies.length} single bodies (${bodySets.single.bytesPerEvent.toFixed(0)} B)\n`,
   );
 
   // One request by hand first, so a broken server fails here with its answer rather than as a table of errors.
-  const acknowledgedEvents: Record<ScenarioName, number> = { batch: 0, single: 0 };
+  const acknowledgedEvents: Record<ScenarioName, number> = { batch: 0, "batch-msgpack": 0, single: 0 };
   if (eventide !== null) {
     const agent = keepAliveAgent(1);
     const answer = await post(agent, `${eventideIngestUrl}/ingest/batch`, bodySets.batch.bodies[0]);
@@ -240,6 +247,7 @@ async function main(): Promise<void> {
   const scenarios: { scenario: ScenarioName; connections: number }[] = [
     ...options.connectionsBatch.map((connections) => ({ scenario: "batch" as const, connections })),
     ...options.connectionsSingle.map((connections) => ({ scenario: "single" as const, connections })),
+    ...options.connectionsMsgpack.map((connections) => ({ scenario: "batch-msgpack" as const, connections })),
   ];
   for (let repeat = 1; repeat <= options.repeats; repeat += 1) {
     for (const { scenario, connections } of scenarios) {
@@ -247,7 +255,7 @@ async function main(): Promise<void> {
       const order: TargetName[] = repeat % 2 === 1 ? ["eventide", "ceiling"] : ["ceiling", "eventide"];
       for (const target of order) {
         const server = target === "eventide" ? eventide : ceiling;
-        if (server === null) continue;
+        if (server === null || (scenario === "batch-msgpack" && target === "ceiling")) continue;
         const baseUrl = target === "eventide" ? eventideIngestUrl : ceiling!.url;
         const pid = server.pid!;
         const quietWaitMs = Math.min(options.quietWaitMs, options.quietBudgetMs - quietWaitedMs);
@@ -269,6 +277,7 @@ async function main(): Promise<void> {
           warmupSeconds: options.warmupSeconds,
           durationSeconds: options.durationSeconds,
           restampUuids: true,
+          msgpack: scenario === "batch-msgpack",
           uuidStamp,
           nice: options.nice,
           onStart: () => {
@@ -299,7 +308,7 @@ async function main(): Promise<void> {
           acknowledgedEvents[scenario] += report.allOkEvents;
           // The generator counts a 200 as all of its events; make sure the server agreed (one sampled answer per run).
           const sample = report.sampleBodies["200"];
-          if (scenario === "batch" && sample !== undefined && !sample.includes(`"accepted":${bodySets.batch.eventsPerBody}`)) {
+          if (scenario !== "single" && sample !== undefined && !sample.includes(`"accepted":${bodySets.batch.eventsPerBody}`)) {
             process.stdout.write(`  warning: a batch answer did not accept every event: ${sample.slice(0, 300)}\n`);
           }
         }
@@ -329,8 +338,8 @@ async function main(): Promise<void> {
     const exitCode = await eventide.stop();
     const stopMs = performance.now() - stopStartMs;
     const disk = directoryBytes(eventide.dataDirectory!);
-    const totalAcknowledged = acknowledgedEvents.batch + acknowledgedEvents.single;
-    const jsonBytes = acknowledgedEvents.batch * bodySets.batch.bytesPerEvent + acknowledgedEvents.single * bodySets.single.bytesPerEvent;
+    const totalAcknowledged = acknowledgedEvents.batch + acknowledgedEvents["batch-msgpack"] + acknowledgedEvents.single;
+    const jsonBytes = (acknowledgedEvents.batch + acknowledgedEvents["batch-msgpack"]) * bodySets.batch.bytesPerEvent + acknowledgedEvents.single * bodySets.single.bytesPerEvent;
     const jsonBytesPerEvent = totalAcknowledged > 0 ? jsonBytes / totalAcknowledged : Number.NaN;
     const diskBytesPerEvent = totalAcknowledged > 0 ? disk.apparentBytes / totalAcknowledged : Number.NaN;
     storage = {
@@ -403,7 +412,8 @@ async function main(): Promise<void> {
     }
   }
   for (const row of rows) {
-    const peer = rows.find((other) => other.target === "ceiling" && other.scenario === row.scenario && other.connections === row.connections);
+    const peerScenario = row.scenario === "batch-msgpack" ? "batch" : row.scenario;
+    const peer = rows.find((other) => other.target === "ceiling" && other.scenario === peerScenario && other.connections === row.connections);
     if (peer !== undefined) row.ratioToCeiling = row.eventsPerSecond / peer.eventsPerSecond;
   }
 

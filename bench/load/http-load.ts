@@ -35,6 +35,7 @@ import { resolve } from "node:path";
 import { createInterface } from "node:readline";
 import { parseArgs } from "node:util";
 import { fileURLToPath } from "node:url";
+import { pack } from "msgpackr";
 import { firstIndexAtOrAfter, OpenLoopDispatcher, processSchedule } from "./open-loop-schedule.js";
 
 // ---------------------------------------------------------------------------
@@ -155,6 +156,8 @@ export function summarizeLatency(histogram: LatencyHistogram): LatencySummary {
 // with the offsets of its uuids so they can be restamped per send.
 
 const uuidKey = Buffer.from('"uuid":"', "latin1");
+/** The same member in msgpack as msgpackr packs it: fixstr "uuid", then a str8 of 36 bytes. */
+const msgpackUuidKey = Buffer.from([0xa4, ...Buffer.from("uuid", "latin1"), 0xd9, 36]);
 const uuidLength = 36;
 /** Two lower-case hex digits per byte value, for restamping without string building. */
 const hexPairs = new Uint8Array(512);
@@ -178,15 +181,15 @@ interface PreparedRequest {
   eventsPerBody: number;
 }
 
-function findUuidOffsets(request: Buffer, bodyStart: number): Int32Array {
+function findUuidOffsets(request: Buffer, bodyStart: number, key = uuidKey): Int32Array {
   const offsets: number[] = [];
   let from = bodyStart;
   for (;;) {
-    const at = request.indexOf(uuidKey, from);
+    const at = request.indexOf(key, from);
     if (at < 0) break;
-    const start = at + uuidKey.length;
+    const start = at + key.length;
     from = start;
-    if (start + uuidLength >= request.length || request[start + uuidLength] !== 0x22) continue;
+    if (start + uuidLength > request.length || (key === uuidKey && request[start + uuidLength] !== 0x22)) continue;
     if (request[start + 8] !== 0x2d || request[start + 13] !== 0x2d || request[start + 18] !== 0x2d || request[start + 23] !== 0x2d) continue;
     let hex = true;
     for (let index = 0; index < 8 && hex; index += 1) hex = isHexDigit(request[start + index]);
@@ -207,19 +210,21 @@ export function prepareRequests(options: {
   eventsPerBody?: number;
 }): PreparedRequest[] {
   let extraHeaders = "";
+  // A msgpack body names its own content type (and its uuids are found by their msgpack form).
+  const msgpack = Object.entries(options.headers ?? {}).some(([name, value]) => name.toLowerCase() === "content-type" && value === "application/msgpack");
   for (const [name, value] of Object.entries(options.headers ?? {})) {
     if (/[\r\n]/.test(name) || /[\r\n]/.test(value)) throw new Error(`header ${JSON.stringify(name)} contains a line break`);
     extraHeaders += `${name}: ${value}\r\n`;
   }
   return options.bodies.map((body) => {
     const head = Buffer.from(
-      `POST ${options.path} HTTP/1.1\r\nHost: ${options.host}:${options.port}\r\nContent-Type: application/json\r\n${extraHeaders}Content-Length: ${body.length}\r\n\r\n`,
+      `POST ${options.path} HTTP/1.1\r\nHost: ${options.host}:${options.port}\r\n${msgpack ? "" : "Content-Type: application/json\r\n"}${extraHeaders}Content-Length: ${body.length}\r\n\r\n`,
       "latin1",
     );
     const bytes = Buffer.concat([head, body]);
     return {
       bytes,
-      uuidOffsets: options.restampUuids ? findUuidOffsets(bytes, head.length) : new Int32Array(0),
+      uuidOffsets: options.restampUuids ? findUuidOffsets(bytes, head.length, msgpack ? msgpackUuidKey : uuidKey) : new Int32Array(0),
       tag: options.tag ?? 0,
       eventsPerBody: options.eventsPerBody ?? 1,
     };
@@ -1141,6 +1146,8 @@ export interface SpawnLoadOptions {
   requestsFile?: string;
   /** Extra request headers for `bodiesFile` requests (an Authorization header, say). */
   headers?: Record<string, string>;
+  /** Send each body of `bodiesFile` packed as msgpack (Content-Type: application/msgpack). */
+  msgpack?: boolean;
   eventsPerBody?: number;
   connections: number;
   processes?: number;
@@ -1214,6 +1221,7 @@ export async function spawnLoad(options: SpawnLoadOptions): Promise<LoadReport> 
     if (options.rate !== undefined && options.rate > 0) args.push("--rate", String(options.rate), "--drain-seconds", String(options.drainSeconds ?? 5));
     if (options.onProgress !== undefined) args.push("--progress-ms", String(Math.round((options.progressSeconds ?? 1) * 1000)));
     if (!options.restampUuids) args.push("--no-restamp-uuids");
+    if (options.msgpack) args.push("--msgpack");
     // `nice` sets the priority before exec, so every thread node starts inherits it.
     const child =
       options.nice !== undefined && options.nice !== 0
@@ -1296,6 +1304,7 @@ async function main(): Promise<void> {
       "process-count": { type: "string", default: "1" },
       "progress-ms": { type: "string", default: "0" },
       "no-restamp-uuids": { type: "boolean", default: false },
+      msgpack: { type: "boolean", default: false },
       "wait-for-go": { type: "boolean", default: false },
     },
   });
@@ -1320,11 +1329,13 @@ async function main(): Promise<void> {
       headers[line.slice(0, colon).trim()] = line.slice(colon + 1).trim();
     }
     tags = [url.pathname];
+    const lines = readLines(resolve(values.bodies));
+    if (values.msgpack) headers["Content-Type"] = "application/msgpack";
     requests = prepareRequests({
       host,
       port,
       path: url.pathname + url.search,
-      bodies: readLines(resolve(values.bodies)),
+      bodies: values.msgpack ? lines.map((line) => pack(JSON.parse(line.toString("utf8")))) : lines,
       restampUuids,
       headers,
       tag: 0,

@@ -66,6 +66,8 @@ export const limits = Object.freeze({
   trendBucketsMax: integerFromEnvironment("EVENTIDE_TREND_BUCKETS_MAX", 10_000),
   retentionPeriodsMax: integerFromEnvironment("EVENTIDE_RETENTION_PERIODS_MAX", 1000),
   batchErrorsReportedMax: 100,
+  /** Maps and arrays nested in a msgpack body: its decoder recurses, and a worker's stack holds ~5× this. */
+  msgpackNestingDepthMax: integerFromEnvironment("EVENTIDE_MSGPACK_NESTING_DEPTH_MAX", 1000),
   funnelWindowSecondsMax: 31_536_000,
   retentionWindowDaysMax: 365,
 
@@ -76,6 +78,8 @@ export const limits = Object.freeze({
   workerQueueBytesMax: integerFromEnvironment("EVENTIDE_WORKER_QUEUE_BYTES_MAX", 256 * mebibyte),
   /** How much lower than the main thread worker threads run (nice steps, Linux); 0 keeps them equal. See worker.ts. */
   workerNiceSteps: integerFromEnvironment("EVENTIDE_WORKER_NICE", 10, 0),
+  /** Reused body buffers kept free for the next large ingest bodies (body-slabs.ts); 0 keeps none. 64 connections of 1 000-event batches use ~16 MiB. */
+  ingestBodySlabsBytesMax: integerFromEnvironment("EVENTIDE_INGEST_BODY_SLABS_BYTES_MAX", 64 * mebibyte, 0),
   /** Single events gathered into one pool task (a task costs ~80 µs, an event ~2 µs). */
   singleEventsPerTaskMax: 512,
   /** Request log lines per second (refusals at info, 5xx at error, all at debug); the rest is counted in one line. An overload answers thousands of 503s a second, and each line is a synchronous write. 0: no cap. */
@@ -256,6 +260,7 @@ export const rateLimitBurstEvents = Math.max(limits.rateLimitEventsPerSecond, li
 assert(limits.ingestBodyBytesMax <= limits.batchBodyBytesMax, "EVENTIDE_INGEST_BODY_BYTES_MAX must not exceed EVENTIDE_BATCH_BODY_BYTES_MAX");
 assert(limits.propertiesBytesMax < limits.ingestBodyBytesMax, "EVENTIDE_PROPERTIES_BYTES_MAX must be below EVENTIDE_INGEST_BODY_BYTES_MAX");
 assert(limits.groupCommitBytesMax <= limits.writeQueueBytesMax, `EVENTIDE_WRITE_QUEUE_BYTES_MAX must be at least ${limits.groupCommitBytesMax} (one WAL group)`);
+assert(limits.msgpackNestingDepthMax <= 4000, "EVENTIDE_MSGPACK_NESTING_DEPTH_MAX must be at most 4 000 (msgpack decoding recurses on a worker's stack)");
 assert(limits.workerNiceSteps <= 19, "EVENTIDE_WORKER_NICE must be 0–19");
 assert(limits.registryPollIntervalMs * 2 < 1000, "credential changes must reach the server within 1 s");
 assert(limits.busyMergeSegmentsMin >= 2, "a merge needs at least two segments");
@@ -288,6 +293,10 @@ export const tuning = Object.freeze({
   keyTablePartitionMembersTarget: 4096,
   /** An event with more properties is left to the JSON.parse path: the fast scan's duplicate table (64 KiB) stays in cache. */
   scannedEventPropertiesMax: 4096,
+  /** Ingest bodies (and gathered single events) of at least this many bytes are read into reused slabs; smaller ones reuse the heap's pages anyway. */
+  bodySlabBytesMin: 64 * 1024,
+  /** …and of at most this many: a rare 20 MiB body is not worth keeping its slab. */
+  bodySlabBytesMax: 4 * 1024 * 1024,
 });
 assert(tuning.rowSortDigitBitsMax <= 16 && tuning.entrySortDigitBits <= 16, "radix digits index a counts table of 2^bits entries");
 assert(tuning.indexKeysInsertionSortedMax >= 1 && tuning.objectMembersComparedPairwiseMax >= 1, "pairwise paths need room for one member");

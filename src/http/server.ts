@@ -15,6 +15,7 @@ import type { CredentialStore } from "../auth/credential-store.js";
 import type { IngestReply, IngestService } from "../ingest/ingest-service.js";
 import type { QueryKind, QueryService } from "../query/query-service.js";
 import { errorBody, errorStatus, serviceError, type ServiceError } from "../errors.js";
+import { bodyFormatOf } from "../json/msgpack-body.js";
 import { loadStaticFiles, type StaticAsset, type StaticFiles } from "./static-files.js";
 import { loadSdkAsset } from "./sdk-asset.js";
 import { guardConnections } from "./connection-guard.js";
@@ -189,6 +190,7 @@ export async function startHttp({ config, credentials, ingest, query, live }: Ht
     headers: Header[],
     onBody: (body: Uint8Array) => void,
     small = false,
+    reusedBuffer?: (bytes: number) => Uint8Array | undefined,
   ) => {
     const tooLarge = () => sendError(res, state, serviceError("payload_too_large", `body is larger than ${maxBytes} bytes`), headers, true);
     let declared = -1;
@@ -201,7 +203,7 @@ export async function startHttp({ config, credentials, ingest, query, live }: Ht
       if (declared > maxBytes) return tooLarge();
     }
     // allocUnsafe: every byte of [0, length) is written before the body is used.
-    let buffer = small && declared >= 0 && declared <= smallBodyBytesMax ? Buffer.allocUnsafe(declared) : new Uint8Array(declared >= 0 ? declared : 16 * 1024);
+    let buffer = small && declared >= 0 && declared <= smallBodyBytesMax ? Buffer.allocUnsafe(declared) : ((declared >= 0 ? reusedBuffer?.(declared) : undefined) ?? new Uint8Array(declared >= 0 ? declared : 16 * 1024));
     let length = 0;
     res.onData((chunk, isLast) => {
       if (state.done) return;
@@ -217,7 +219,7 @@ export async function startHttp({ config, credentials, ingest, query, live }: Ht
       buffer.set(bytes, length);
       length += bytes.length;
       // A short body is cut to its length: a slab slice by a view (Buffer's slice), an ArrayBuffer of its own by a copy.
-      if (isLast) onBody(buffer.byteOffset === 0 && length === buffer.buffer.byteLength ? buffer : buffer.slice(0, length));
+      if (isLast) onBody(length === buffer.length ? buffer : buffer.slice(0, length));
     });
   };
 
@@ -234,6 +236,7 @@ export async function startHttp({ config, credentials, ingest, query, live }: Ht
   // ---- ingest listener ----
   const ingestRoute = (shape: "batch" | "single"): Route["handler"] => (res, req, state) => {
     const encoding = req.getHeader("content-encoding").trim().toLowerCase();
+    const format = bodyFormatOf(req.getHeader("content-type"));
     const contentLength = req.getHeader("content-length");
     const receivedAtMs = Date.now();
     if (encoding !== "" && encoding !== "gzip" && encoding !== "identity") {
@@ -251,10 +254,11 @@ export async function startHttp({ config, credentials, ingest, query, live }: Ht
       rawMax,
       corsHeaders,
       (body) => {
-        if (shape === "single") return ingest.single(body, gzip, receivedAtMs, (reply) => sendReply(res, state, reply, corsHeaders));
-        ingest.batch(body.buffer as ArrayBuffer, gzip, receivedAtMs).then((reply) => sendReply(res, state, reply, corsHeaders), internalError(res, state, corsHeaders));
+        if (shape === "single") return ingest.single(body, gzip, receivedAtMs, (reply) => sendReply(res, state, reply, corsHeaders), format);
+        ingest.batch(body, gzip, receivedAtMs, format).then((reply) => sendReply(res, state, reply, corsHeaders), internalError(res, state, corsHeaders));
       },
       shape === "single",
+      ingest.reusedBodyBuffer,
     );
   };
 

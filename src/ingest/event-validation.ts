@@ -12,7 +12,8 @@ import { limits } from "../config/limits.js";
 import type { ServiceError } from "../errors.js";
 import { checkEnvelope, parseBodyBytes } from "../json/body-bytes.js";
 import { PrintedValue } from "../json/value-printer.js";
-import { invalidJson, notAnObject, parseJsonObject, plainUtf8Body } from "../json/body.js";
+import { inflatedBody, invalidJson, notAnObject, parseJsonObject, plainUtf8Body } from "../json/body.js";
+import { parseMsgpackObject, type BodyFormat } from "../json/msgpack-body.js";
 import { ChunkBuilder } from "../storage/chunk-codec.js";
 import { parseTimestampMs, parseUuid } from "./event-fields.js";
 import { scanBody } from "./event-scanner.js";
@@ -61,6 +62,8 @@ export interface BodyInput {
   bytes: Uint8Array;
   gzip: boolean;
   receivedAtMs: number;
+  /** Absent: JSON. */
+  format?: BodyFormat;
 }
 
 /** Validates every body of a task. */
@@ -68,7 +71,7 @@ export function validateBodies(bodies: readonly BodyInput[], shape: IngestShape)
   const builders = new Map<string, { builder: ChunkBuilder; chunkIndex: number }>();
   const order: Array<{ apiKey: string; builder: ChunkBuilder }> = [];
   const results = bodies.map((body) =>
-    validateBodyIsolated(body.bytes, body.gzip, shape, body.receivedAtMs, (apiKey) => {
+    validateBodyIsolated(body.bytes, body.gzip, shape, body.receivedAtMs, body.format === "msgpack" ? "msgpack" : "auto", (apiKey) => {
       let entry = shape === "single" ? builders.get(apiKey) : undefined;
       if (entry === undefined) {
         entry = { builder: new ChunkBuilder(), chunkIndex: order.length };
@@ -90,9 +93,9 @@ type BuilderFor = (apiKey: string) => { builder: ChunkBuilder; chunkIndex: numbe
  * have added before throwing are not at risk: addEvent appends a row only
  * after every check of its event passed.)
  */
-function validateBodyIsolated(bytes: Uint8Array, gzip: boolean, shape: IngestShape, receivedAtMs: number, builderFor: BuilderFor): IngestBodyResult {
+function validateBodyIsolated(bytes: Uint8Array, gzip: boolean, shape: IngestShape, receivedAtMs: number, parser: IngestParser, builderFor: BuilderFor): IngestBodyResult {
   try {
-    return validateBody(bytes, gzip, shape, receivedAtMs, builderFor);
+    return validateBody(bytes, gzip, shape, receivedAtMs, builderFor, parser);
   } catch (error) {
     log.error({ err: error }, "ingest: validation failed unexpectedly");
     return { kind: "rejected", error: { code: "internal_error", message: "internal error" } };
@@ -109,11 +112,14 @@ export function bodyBytesMax(shape: IngestShape): number {
  * ("bytes"), which does not build nested property values. "auto" first tries
  * event-scanner.ts, which reads flat events straight into the chunk, and for
  * the bodies it leaves picks between the other two by the body's shape.
+ * "msgpack" reads a msgpack body (msgpack-body.ts) into the value JSON.parse
+ * would have built, which is then validated exactly as a parsed JSON body.
  */
-export type IngestParser = "native" | "bytes" | "auto";
+export type IngestParser = "native" | "bytes" | "auto" | "msgpack";
 
 /** Parses an inflated, UTF-8-checked ingest body; validation cannot tell which parser read it. */
 function parsePlainBody(plain: Uint8Array, shape: IngestShape, parser: IngestParser): { value: unknown } | ServiceError {
+  if (parser === "msgpack") return parseMsgpackObject(plain);
   if (parser === "native" || (parser === "auto" && !holdsManyContainersOrMembers(plain))) return parseJsonObject(plain);
   const parsed = parseBodyBytes(plain, shape);
   return parsed.kind === "object" ? { value: parsed.value } : parsed.kind === "not-object" ? notAnObject : invalidJson;
@@ -128,7 +134,8 @@ export type BatchKeyOutcome = { kind: "judged"; result: IngestBodyResult } | { k
  * before a key 401, so the syntax comes first; a missing key, or the unknown
  * one the main thread saw the body open with, is refused here, unparsed.
  */
-export function checkBatchApiKey(bytes: Uint8Array, gzip: boolean, unknownApiKey: string | undefined): BatchKeyOutcome {
+export function checkBatchApiKey(bytes: Uint8Array, gzip: boolean, unknownApiKey: string | undefined, format: BodyFormat = "json"): BatchKeyOutcome {
+  if (format === "msgpack") return checkMsgpackBatchApiKey(bytes, gzip, unknownApiKey);
   const plain = plainUtf8Body(bytes, gzip, bodyBytesMax("batch"));
   if (!(plain instanceof Uint8Array)) return { kind: "judged", result: { kind: "rejected", error: plain } };
   const envelope = checkEnvelope(plain);
@@ -141,8 +148,22 @@ export function checkBatchApiKey(bytes: Uint8Array, gzip: boolean, unknownApiKey
   return { kind: "read", apiKey: envelope.apiKey, plain };
 }
 
+/** checkBatchApiKey for a msgpack body: there is no cheaper syntax check than the decode, so it decodes (and a known key decodes again). */
+function checkMsgpackBatchApiKey(bytes: Uint8Array, gzip: boolean, unknownApiKey: string | undefined): BatchKeyOutcome {
+  const plain = inflatedBody(bytes, gzip, bodyBytesMax("batch"));
+  if (!(plain instanceof Uint8Array)) return { kind: "judged", result: { kind: "rejected", error: plain } };
+  const parsed = parseMsgpackObject(plain);
+  if (!("value" in parsed)) return { kind: "judged", result: { kind: "rejected", error: parsed } };
+  const apiKey = (parsed.value as Record<string, unknown>).apiKey;
+  if (typeof apiKey !== "string" || apiKey === unknownApiKey) {
+    const error: ServiceError = { code: "unauthorized", message: "apiKey: missing or unknown" };
+    return { kind: "judged", result: { kind: "parsed", apiKey: typeof apiKey === "string" ? apiKey : undefined, error, acceptedCount: 0, errors: [], chunkIndex: -1 } };
+  }
+  return { kind: "read", apiKey, plain };
+}
+
 export function validateBody(bytes: Uint8Array, gzip: boolean, shape: IngestShape, receivedAtMs: number, builderFor: BuilderFor, parser: IngestParser = "auto"): IngestBodyResult {
-  const plain = plainUtf8Body(bytes, gzip, bodyBytesMax(shape));
+  const plain = parser === "msgpack" ? inflatedBody(bytes, gzip, bodyBytesMax(shape)) : plainUtf8Body(bytes, gzip, bodyBytesMax(shape));
   if (!(plain instanceof Uint8Array)) return { kind: "rejected", error: plain };
   if (parser === "auto") {
     const scanned = scanBody(plain, shape, receivedAtMs);

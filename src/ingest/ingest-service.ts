@@ -11,10 +11,12 @@ import type { ServiceError, ServiceReply } from "../errors.js";
 import type { RowRefusal } from "../storage/cardinality.js";
 import type { Store } from "../storage/store.js";
 import { PoolSaturatedError, type WorkerPool } from "../workers/pool.js";
-import { bodySliceFields, type BatchKeyCheck, type IngestTaskResult, type StoredSingleEvent } from "../workers/protocol.js";
+import { bodyGzipFlag, bodyMsgpackFlag, bodySliceFields, type BatchKeyCheck, type IngestTaskResult, type StoredSingleEvent } from "../workers/protocol.js";
 import type { EventError, IngestBodyResult, IngestShape } from "./event-validation.js";
 import { ChunkBuilder } from "../storage/chunk-codec.js";
 import { leadingApiKey } from "./leading-api-key.js";
+import type { BodyFormat } from "../json/msgpack-body.js";
+import { BodySlabs } from "./body-slabs.js";
 import { eventsAccepted, eventsRefused } from "../metrics.js";
 import { log } from "../log.js";
 
@@ -75,6 +77,10 @@ function refusalMessage({ status, text }: RowRefusal): string {
 type ChunkOutcome = { kind: "failed"; error: ServiceError } | { kind: "committed"; refusals: RowRefusal[] };
 const committedWhole: ChunkOutcome = { kind: "committed", refusals: [] };
 
+function bodyFlags(gzip: boolean, format: BodyFormat): number {
+  return (gzip ? bodyGzipFlag : 0) | (format === "msgpack" ? bodyMsgpackFlag : 0);
+}
+
 /** Rows in a chunk: the second u32 of its header (chunk-codec.ts documents the layout). */
 function chunkRowCount(chunk: ArrayBuffer): number {
   return new Uint32Array(chunk, 0, 2)[1];
@@ -83,6 +89,7 @@ function chunkRowCount(chunk: ArrayBuffer): number {
 interface GatheredBody {
   bytes: Uint8Array;
   gzip: boolean;
+  format: BodyFormat;
   receivedAtMs: number;
   onReply: (reply: IngestReply) => void;
 }
@@ -114,6 +121,10 @@ export class IngestService {
   private singleTasksInFlight = 0;
   /** undefined when rate limiting is off (the default). */
   private readonly rateLimiter = limits.rateLimitEventsPerSecond > 0 ? new RateLimiter(limits.rateLimitEventsPerSecond, rateLimitBurstEvents) : undefined;
+  private readonly slabs = new BodySlabs();
+
+  /** A reused buffer to read a large body into (body-slabs.ts); undefined for other sizes. batch gives it back. */
+  readonly reusedBodyBuffer = (bytes: number): Uint8Array | undefined => (BodySlabs.fits(bytes) ? this.slabs.take(bytes) : undefined);
 
   constructor(
     private readonly pool: WorkerPool,
@@ -127,32 +138,39 @@ export class IngestService {
   }
 
   /**
-   * One /ingest/batch body; `body` is transferred to the pool. Unless it opens
+   * One /ingest/batch body; `body` is transferred to the pool, or, in a body
+   * slab, read there and the slab reused once its task has answered. Unless it opens
    * with a key the registry knows, its syntax is checked and its key read
    * before it is parsed (BatchKeyCheck): an unknown key in 20 MiB costs that
    * check, not a parse. A known key read there sends the body back to the pool.
    */
-  async batch(body: ArrayBuffer, gzip: boolean, receivedAtMs: number): Promise<IngestReply> {
-    this.store.noteIngest(receivedAtMs);
-    if (this.saturated()) return { ok: false, error: overloaded };
-    const openingApiKey = leadingApiKey(new Uint8Array(body), gzip);
-    const keyCheck: BatchKeyCheck | undefined =
-      openingApiKey === undefined ? { kind: "unread" } : this.credentials.workspaceIdForApiKey(openingApiKey) === undefined ? { kind: "unknown", apiKey: openingApiKey } : undefined;
-    let result = await this.batchTask(body, gzip, receivedAtMs, keyCheck);
+  async batch(body: Uint8Array, gzip: boolean, receivedAtMs: number, format: BodyFormat = "json"): Promise<IngestReply> {
+    let result: IngestTaskResult | { kind: "refused"; reply: IngestReply };
+    try {
+      this.store.noteIngest(receivedAtMs);
+      if (this.saturated()) return { ok: false, error: overloaded };
+      const openingApiKey = leadingApiKey(body, gzip, format);
+      const keyCheck: BatchKeyCheck | undefined =
+        openingApiKey === undefined ? { kind: "unread" } : this.credentials.workspaceIdForApiKey(openingApiKey) === undefined ? { kind: "unknown", apiKey: openingApiKey } : undefined;
+      result = await this.batchTask(body, gzip, format, receivedAtMs, keyCheck);
+    } finally {
+      // The task has answered (or never left): no worker reads the slab any more. A keyRead body came back in a buffer of its own.
+      if (body.buffer instanceof SharedArrayBuffer) this.slabs.give(body.buffer);
+    }
     if (result.kind !== "ingest") return result.reply;
     if (result.keyRead !== undefined) {
       if (this.credentials.workspaceIdForApiKey(result.keyRead.apiKey) === undefined) return { ok: false, error: unauthorized };
-      result = await this.batchTask(result.keyRead.plainBody, false, receivedAtMs, undefined);
+      result = await this.batchTask(new Uint8Array(result.keyRead.plainBody), false, format, receivedAtMs, undefined);
       if (result.kind !== "ingest") return result.reply;
     }
     const [replies] = await this.finish(result, "batch");
     return replies;
   }
 
-  private async batchTask(body: ArrayBuffer, gzip: boolean, receivedAtMs: number, keyCheck: BatchKeyCheck | undefined): Promise<IngestTaskResult | { kind: "refused"; reply: IngestReply }> {
+  private async batchTask(body: Uint8Array, gzip: boolean, format: BodyFormat, receivedAtMs: number, keyCheck: BatchKeyCheck | undefined): Promise<IngestTaskResult | { kind: "refused"; reply: IngestReply }> {
     try {
-      const slices = Float64Array.of(0, body.byteLength, gzip ? 1 : 0, receivedAtMs);
-      return await this.pool.ingest({ kind: "ingest", shape: "batch", bodies: body, slices, keyCheck });
+      const slices = Float64Array.of(body.byteOffset, body.byteLength, bodyFlags(gzip, format), receivedAtMs);
+      return await this.pool.ingest({ kind: "ingest", shape: "batch", bodies: body.buffer as ArrayBuffer | SharedArrayBuffer, slices, keyCheck });
     } catch (error) {
       if (error instanceof PoolSaturatedError) return { kind: "refused", reply: { ok: false, error: overloaded } };
       throw error;
@@ -169,10 +187,10 @@ export class IngestService {
    * main thread is the single-event path's bottleneck, and two promises and
    * their reactions per request were work it need not do.
    */
-  single(bytes: Uint8Array, gzip: boolean, receivedAtMs: number, onReply: (reply: IngestReply) => void): void {
+  single(bytes: Uint8Array, gzip: boolean, receivedAtMs: number, onReply: (reply: IngestReply) => void, format: BodyFormat = "json"): void {
     this.store.noteIngest(receivedAtMs);
     if (this.saturated()) return onReply({ ok: false, error: overloaded });
-    this.gathered.push({ bytes, gzip, receivedAtMs, onReply });
+    this.gathered.push({ bytes, gzip, format, receivedAtMs, onReply });
     this.gatheredBytes += bytes.length;
     if (this.gathered.length >= limits.singleEventsPerTaskMax) this.dispatchGathered();
     else if (!this.gatherScheduled && this.singleTasksInFlight < this.pool.threadCount) {
@@ -187,9 +205,8 @@ export class IngestService {
     if (bodies.length === 0) return;
     this.singleTasksInFlight++;
     this.gathered = [];
-    const buffer = new ArrayBuffer(this.gatheredBytes);
+    const view = BodySlabs.fits(this.gatheredBytes) ? this.slabs.take(this.gatheredBytes) : new Uint8Array(this.gatheredBytes);
     this.gatheredBytes = 0;
-    const view = new Uint8Array(buffer);
     const slices = new Float64Array(bodies.length * bodySliceFields);
     let offset = 0;
     for (let index = 0; index < bodies.length; index++) {
@@ -198,12 +215,13 @@ export class IngestService {
       const at = index * bodySliceFields;
       slices[at] = offset;
       slices[at + 1] = body.bytes.length;
-      slices[at + 2] = body.gzip ? 1 : 0;
+      slices[at + 2] = bodyFlags(body.gzip, body.format);
       slices[at + 3] = body.receivedAtMs;
       offset += body.bytes.length;
     }
     const taskBack = () => {
       this.singleTasksInFlight--;
+      if (view.buffer instanceof SharedArrayBuffer) this.slabs.give(view.buffer);
       // What gathered while the workers were busy leaves now, and is parsed while this task commits.
       if (!this.gatherScheduled && this.gathered.length > 0) this.dispatchGathered();
     };
@@ -212,7 +230,7 @@ export class IngestService {
       if (!(error instanceof PoolSaturatedError)) log.error({ err: error }, "ingest task failed");
       for (const body of bodies) body.onReply(reply);
     };
-    this.pool.ingest({ kind: "ingest", shape: "single", bodies: buffer, slices }).then(
+    this.pool.ingest({ kind: "ingest", shape: "single", bodies: view.buffer, slices }).then(
       (result) => {
         taskBack();
         this.finish(result, "single").then((replies) => {

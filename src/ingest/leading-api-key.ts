@@ -10,6 +10,7 @@
  */
 
 import { constants, gunzipSync } from "node:zlib";
+import { leadingMsgpackApiKey, type BodyFormat } from "../json/msgpack-body.js";
 
 /** Longer keys than this are not looked for here (ours are 43 characters). */
 const leadingApiKeyBytesMax = 256;
@@ -31,7 +32,8 @@ const inflatedPrefixBytesMax = 4096;
 const inflateChunkBytes = 1024;
 
 /** The string value of the body's first member when that is a plainly written `apiKey`; undefined otherwise. */
-export function leadingApiKey(body: Uint8Array, gzip: boolean): string | undefined {
+export function leadingApiKey(body: Uint8Array, gzip: boolean, format: BodyFormat = "json"): string | undefined {
+  const plainLeadingApiKey = format === "msgpack" ? (bytes: Uint8Array) => leadingMsgpackApiKey(bytes, leadingApiKeyBytesMax) : plainLeadingJsonApiKey;
   if (!gzip) return plainLeadingApiKey(body);
   let prefix: Buffer;
   try {
@@ -44,7 +46,7 @@ export function leadingApiKey(body: Uint8Array, gzip: boolean): string | undefin
   return plainLeadingApiKey(prefix);
 }
 
-function plainLeadingApiKey(bytes: Uint8Array): string | undefined {
+function plainLeadingJsonApiKey(bytes: Uint8Array): string | undefined {
   let position = skipWhitespace(bytes, 0);
   if (bytes[position] !== 0x7b) return undefined;
   position = skipWhitespace(bytes, position + 1);

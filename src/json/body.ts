@@ -28,6 +28,14 @@ export const notAnObject: ServiceError = { code: "invalid_json", message: "body 
 
 /** The body's bytes, inflated when gzip, checked to be UTF-8 and within `maxBytes`. */
 export function plainUtf8Body(bytes: Uint8Array, gzip: boolean, maxBytes: number): Uint8Array | ServiceError {
+  const plain = inflatedBody(bytes, gzip, maxBytes);
+  // Invalid UTF-8 is refused rather than silently replaced, so what is stored is what was sent.
+  if (plain instanceof Uint8Array && !isUtf8(plain)) return { code: "invalid_json", message: "body is not valid UTF-8" };
+  return plain;
+}
+
+/** The body's bytes, inflated when gzip, within `maxBytes` (a msgpack body's strings are checked one by one). */
+export function inflatedBody(bytes: Uint8Array, gzip: boolean, maxBytes: number): Uint8Array | ServiceError {
   let plain: Uint8Array = bytes;
   if (gzip) {
     try {
@@ -43,7 +51,5 @@ export function plainUtf8Body(bytes: Uint8Array, gzip: boolean, maxBytes: number
       return { code: "payload_too_large", message: `body is larger than ${maxBytes} bytes after decompression` };
     }
   }
-  // Invalid UTF-8 is refused rather than silently replaced, so what is stored is what was sent.
-  if (!isUtf8(plain)) return { code: "invalid_json", message: "body is not valid UTF-8" };
   return plain;
 }

@@ -5,7 +5,7 @@
  */
 import { Piscina } from "piscina";
 import { limits, workerSegmentCacheBytesMax } from "../config/limits.js";
-import type { Task, TimedTask, WorkerSettings, BarrierTask, BarrierTaskResult, IngestTask, IngestTaskResult, LoadSegmentTask, MergeTask, SealTask } from "./protocol.js";
+import { bodySliceFields, type Task, type TimedTask, type WorkerSettings, type BarrierTask, type BarrierTaskResult, type IngestTask, type IngestTaskResult, type LoadSegmentTask, type MergeTask, type SealTask } from "./protocol.js";
 import type { ParseQueryTask, ParseQueryTaskResult, QueryTask, QueryTaskResult } from "../query/query-protocol.js";
 import type { LoadSegmentResult } from "../storage/segment-layout.js";
 
@@ -138,10 +138,12 @@ export class WorkerPool {
 
   async ingest(task: IngestTask): Promise<IngestTaskResult> {
     if (this.saturated) throw new PoolSaturatedError("worker queue is full");
-    const bytes = task.bodies.byteLength;
+    // The bodies' own bytes: a body slab is larger than the body it holds.
+    let bytes = 0;
+    for (let at = 1; at < task.slices.length; at += bodySliceFields) bytes += task.slices[at];
     this.ingestBytesQueued += bytes;
     try {
-      return await this.run<IngestTaskResult>(task, [task.bodies, task.slices.buffer]);
+      return await this.run<IngestTaskResult>(task, task.bodies instanceof SharedArrayBuffer ? [task.slices.buffer] : [task.bodies, task.slices.buffer]);
     } finally {
       this.ingestBytesQueued -= bytes;
     }

@@ -11,18 +11,21 @@ import type { PropertyEntriesMessage } from "../storage/property-transfer.js";
 
 /**
  * The bodies of an ingest task inside its byte buffer, four numbers each:
- * offset, length, gzip (1 or 0), and the server time at receipt for events
+ * offset, length, flags (bodyGzipFlag, bodyMsgpackFlag), and the server time at receipt for events
  * without a timestamp (SPEC §2). One typed array rather than an object per
  * body: a task gathers hundreds of single events, and the main thread, the
  * single-event path's bottleneck, serializes what it posts.
  */
 export const bodySliceFields = 4;
+/** Flags of a body slice: its bytes are gzip'd; they are msgpack, not JSON. */
+export const bodyGzipFlag = 1;
+export const bodyMsgpackFlag = 2;
 
 export interface IngestTask {
   kind: "ingest";
   shape: IngestShape;
-  /** Transferred: the bodies of one request, or of many single-event requests gathered together. */
-  bodies: ArrayBuffer;
+  /** The bodies of one request, or of many single-event requests gathered together: transferred, or a shared slab (body-slabs.ts) the main thread reuses once the task has answered. */
+  bodies: ArrayBuffer | SharedArrayBuffer;
   /** Transferred: bodySliceFields numbers per body (see above). */
   slices: Float64Array<ArrayBuffer>;
   /** Batch: see BatchKeyCheck; absent when the body opens with an apiKey the registry knows. */

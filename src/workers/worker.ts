@@ -15,7 +15,7 @@ import { sealSegment } from "../storage/segment-writer.js";
 import { mergeSegments } from "../storage/segment-merge.js";
 import { unpackPropertyEntries } from "../storage/property-transfer.js";
 import { parseQueryBody } from "../query/schemas.js";
-import { bodySliceFields, type WorkerSettings, type BarrierTask, type IngestTask, type SealTask, type StoredSingleEvent, type Task, type TaskResult } from "./protocol.js";
+import { bodyGzipFlag, bodyMsgpackFlag, bodySliceFields, type WorkerSettings, type BarrierTask, type IngestTask, type SealTask, type StoredSingleEvent, type Task, type TaskResult } from "./protocol.js";
 import { assertNever } from "../errors.js";
 import { log } from "../log.js";
 
@@ -48,14 +48,15 @@ function runIngest(task: IngestTask): TaskResult {
   const slices = task.slices;
   const bodies: BodyInput[] = [];
   for (let at = 0; at < slices.length; at += bodySliceFields) {
-    bodies.push({ bytes: bytes.subarray(slices[at], slices[at] + slices[at + 1]), gzip: slices[at + 2] === 1, receivedAtMs: slices[at + 3] });
+    const flags = slices[at + 2];
+    bodies.push({ bytes: bytes.subarray(slices[at], slices[at] + slices[at + 1]), gzip: (flags & bodyGzipFlag) !== 0, receivedAtMs: slices[at + 3], format: (flags & bodyMsgpackFlag) !== 0 ? "msgpack" : "json" });
   }
   if (task.keyCheck !== undefined) {
-    const checked = checkBatchApiKey(bodies[0].bytes, bodies[0].gzip, task.keyCheck.kind === "unknown" ? task.keyCheck.apiKey : undefined);
+    const checked = checkBatchApiKey(bodies[0].bytes, bodies[0].gzip, task.keyCheck.kind === "unknown" ? task.keyCheck.apiKey : undefined, bodies[0].format);
     if (checked.kind === "judged") return { kind: "ingest", results: [checked.result], chunks: [] };
     const { plain } = checked;
-    // The request's own buffer when it was not gzip; an inflated body is moved back whole, or copied when it shares its buffer.
-    const plainBody = plain.byteOffset === 0 && plain.byteLength === plain.buffer.byteLength ? (plain.buffer as ArrayBuffer) : new Uint8Array(plain).buffer;
+    // An inflated body is moved back whole; copied when it shares its buffer (a body slab goes back to the main thread's pool).
+    const plainBody = plain.buffer instanceof ArrayBuffer && plain.byteOffset === 0 && plain.byteLength === plain.buffer.byteLength ? plain.buffer : new Uint8Array(plain).buffer;
     const result: TaskResult = { kind: "ingest", results: [], chunks: [], keyRead: { apiKey: checked.apiKey, plainBody } };
     return Piscina.move({ [Piscina.transferableSymbol]: [plainBody], [Piscina.valueSymbol]: result } as never) as unknown as TaskResult;
   }
