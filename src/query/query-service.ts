@@ -1,3 +1,4 @@
+// Over 500 lines: one pipeline (parse, resolve, snapshot, fan out, merge, format) for the three query kinds and both API versions, kept readable top to bottom.
 /**
  * Main-thread side of a query: parse and validate the body, resolve names to
  * the workspace's ids, take a snapshot of the segments the range touches (rows

@@ -1,3 +1,4 @@
+// Over 500 lines: every query body's schema in one place, because the same schemas validate requests and describe them (/openapi.json).
 /**
  * Query request bodies (SPEC §4, §1, §6) → validated, defaulted values. The
  * HTTP layer hands the parsed JSON body here and answers 400 invalid_request

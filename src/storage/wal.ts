@@ -1,3 +1,4 @@
+// Over 500 lines: the record format, the file scan and the group-commit writer share one header layout and one durability rule.
 /**
  * Write-ahead log with group commit. Every accepted chunk becomes one record;
  * records that arrive while groups are on their way to disk wait and go down

@@ -1,3 +1,4 @@
+// Over 500 lines: the set pass and the row pass of one kernel decide together which users reach each step, so they sit side by side.
 /**
  * Funnel kernel (SPEC §4): for the users of one shard [userLo, userHi), how
  * many reach each step. Workers run it per shard and the partials are summed,

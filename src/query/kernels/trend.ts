@@ -1,3 +1,4 @@
+// Over 500 lines: the bitmap fast paths and the row path of one kernel must agree bucket for bucket, so they sit side by side.
 /**
  * Trend kernel (SPEC §4): events of one name per time bucket, for the users of
  * one shard [userLo, userHi). Workers run it once per shard over the same
