@@ -99,14 +99,16 @@ export function recoverStore(dataDir: string, fsync: boolean, applier: Applier):
 }
 
 /**
- * A bad tail of a WAL file that a later file follows is corruption, not a torn
- * write: the log rotates only once nothing is queued or in flight, and a group
- * whose write failed is cut back durably before it takes another (or it takes
- * none). Only the file appended at the crash can end in a torn group. Repair
- * reads the same verdict.
+ * A whole record with a damaged payload at the end of a WAL file that a later
+ * file follows is corruption, not a torn write: the log rotates only once
+ * nothing is queued or in flight, and a group whose write failed is cut back
+ * durably before it takes another, so every record written to such a file was
+ * durable. Bytes past its last record that are not a whole record (zeros,
+ * garbage, a partial header: what a file system may leave past a file's synced
+ * length) are cut as a torn tail. Repair reads the same verdict.
  */
 export function damagedPastRotation(state: WalFileState, sequence: number, sequences: readonly number[]): state is Extract<WalFileState, { kind: "torn-tail" }> {
-  return state.kind === "torn-tail" && sequences.some((later) => later > sequence);
+  return state.kind === "torn-tail" && state.wholeRecord && sequences.some((later) => later > sequence);
 }
 
 /** Adopts one day directory's published segments into the workspace, removing (durably) what no checkpoint owns. */

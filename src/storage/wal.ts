@@ -182,7 +182,8 @@ function nextRecord(bytes: Buffer, from: number): LocatedWalRecord | undefined {
  */
 export type WalFileState =
   | { kind: "intact" }
-  | { kind: "torn-tail"; offset: number }
+  /** `wholeRecord`: the bad bytes start with a whole record (header checksum right, extent inside the file) whose payload is damaged. */
+  | { kind: "torn-tail"; offset: number; wholeRecord: boolean }
   | { kind: "corrupt"; offset: number; damagedBytes: number; recordsAfter: number };
 
 export interface WalFileScan {
@@ -196,6 +197,14 @@ export interface WalFileScan {
   /** Byte length of the valid prefix. */
   validBytes: number;
   fileBytes: number;
+}
+
+/** Whether a v2 record was written whole at `offset`: its header checksum holds and its payload ends inside the file. */
+function wholeRecordAt(bytes: Buffer, offset: number): boolean {
+  if (offset + recordHeaderBytes > bytes.length || bytes.readUInt32LE(offset) !== recordMagic) return false;
+  if (crc32(bytes.subarray(offset + Header.PayloadBytes, offset + recordHeaderBytes)) !== bytes.readUInt32LE(offset + Header.HeaderCrc)) return false;
+  const idBytes = bytes.readUInt32LE(offset + Header.IdBytes);
+  return idBytes <= workspaceIdBytesMax && offset + align8(recordHeaderBytes + idBytes) + bytes.readUInt32LE(offset + Header.PayloadBytes) <= bytes.length;
 }
 
 /** Scans one WAL file: its valid records, its bad runs, and whether they are a torn tail or corruption. */
@@ -225,7 +234,7 @@ export function scanWalFile(path: string): WalFileScan {
     const proven = after.some((record) => record.syncedBytes > firstBad);
     state = proven
       ? { kind: "corrupt", offset: firstBad, damagedBytes: damaged.reduce((sum, run) => sum + run.end - run.start, 0), recordsAfter: after.length }
-      : { kind: "torn-tail", offset: firstBad };
+      : { kind: "torn-tail", offset: firstBad, wholeRecord: wholeRecordAt(bytes, firstBad) };
   }
   return { records, allRecords, damaged, state, validBytes: firstBad, fileBytes: bytes.length };
 }

@@ -192,12 +192,16 @@ describe("damage in a WAL file", () => {
     const bytes = readFileSync(path);
     bytes[allRecords[3].end - 9] ^= 0x01;
     writeFileSync(path, bytes);
-    expect(scanWalFile(path).state).toEqual({ kind: "torn-tail", offset: allRecords[3].start });
+    // A whole record whose payload is damaged: corruption only where a later file proves the file was rotated (recovery.ts).
+    expect(scanWalFile(path).state).toEqual({ kind: "torn-tail", offset: allRecords[3].start, wholeRecord: true });
     // A power loss may keep a later page of the unsynced window and lose an earlier one:
     // records written in one group claim only what was synced before the group.
     const inFlight = Buffer.concat([bytes.subarray(0, allRecords[3].start), Buffer.alloc(200), encodeRecord(workspaceIds[0], chunkOf(3, "later page"), allRecords[3].start)]);
     writeFileSync(path, inFlight);
-    expect(scanWalFile(path).state).toEqual({ kind: "torn-tail", offset: allRecords[3].start });
+    expect(scanWalFile(path).state).toEqual({ kind: "torn-tail", offset: allRecords[3].start, wholeRecord: false });
+    // Zeros past the last record (a file system's view past the synced length) are no record either.
+    writeFileSync(path, Buffer.concat([bytes.subarray(0, allRecords[3].start), Buffer.alloc(4096)]));
+    expect(scanWalFile(path).state).toEqual({ kind: "torn-tail", offset: allRecords[3].start, wholeRecord: false });
   });
 });
 
