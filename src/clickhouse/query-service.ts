@@ -24,6 +24,7 @@ import { zoneClock } from "../query/time-zone.js";
 import type { WorkerPool } from "../workers/pool.js";
 import { ClickHouseClient, ClickHouseError, sqlIdentifier, sqlString } from "./client.js";
 import { eventsTable } from "./schema.js";
+import { trendBySql, trendSqlPlan } from "./trend-sql.js";
 
 /** Bodies up to this size are parsed on the main thread, as QueryService does. */
 const inlineParseBytesMax = 16 * 1024;
@@ -83,6 +84,8 @@ export class ClickHouseQueryService {
           const boundaries = zonedTrendBoundaries(request.dateFrom, request.dateTo, request.groupBy, zoneClock(request.timezone), limits.trendBucketsMax);
           if (boundaries === undefined) return { ok: false, error: { code: "invalid_request", message: tooManyBuckets(limits.trendBucketsMax + 1, request.groupBy).message } };
           const { startsMs, labels } = boundaries;
+          const plan = trendSqlPlan(this.table, workspaceId, request, startsMs);
+          if (plan !== undefined) return { ok: true, body: trendRowsBody(request, labels, await trendBySql((sql) => this.client.rows(sql), request, plan)) };
           const rows = await this.gather(workspaceId, {
             fromMs: startsMs[0],
             toMsExclusive: startsMs[startsMs.length - 1],

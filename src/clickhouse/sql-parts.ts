@@ -1,0 +1,91 @@
+/**
+ * Pieces of the SQL that aggregates queries in ClickHouse (trend-sql.ts,
+ * retention-sql.ts), each exact to the embedded store's answer:
+ *
+ * - Buckets: the boundaries come from buckets.ts (the same local-time rules
+ *   as the embedded store, DST included); ClickHouse never applies a zone.
+ *   Every boundary is start + k·g for g the gcd of their distances, so a row's
+ *   slot intDiv(time_ms - start, g) lies inside one bucket, and a literal
+ *   array maps slots to buckets (plain intDiv when buckets are equal).
+ * - Filters: eq, neq, contains, not_contains, is_set, is_not_set compare
+ *   UTF-8 bytes, which is the comparison of the texts (position of '' is 1).
+ * - Names and values are sqlString literals.
+ */
+import { limits } from "../config/limits.js";
+import type { FilterOp } from "../query/filters.js";
+import type { PropertyFilter } from "../query/schemas.js";
+import { sqlString } from "./client.js";
+
+/** How rows fall into buckets in SQL; undefined: too many slots. */
+export function bucketExpression(startsMs: Float64Array, column = "time_ms"): string | undefined {
+  const first = startsMs[0];
+  const bucketCount = startsMs.length - 1;
+  let step = 0;
+  for (let index = 1; index < startsMs.length; index++) step = gcd(step, startsMs[index] - first);
+  if (step === 0) return "0";
+  const slots = (startsMs[bucketCount] - first) / step;
+  if (slots === bucketCount) return `intDiv(${column} - ${first}, ${step})`;
+  if (slots > limits.clickhouseBucketSlotsMax) return undefined;
+  const bucketOfSlot: number[] = [];
+  for (let bucket = 0; bucket < bucketCount; bucket++) {
+    for (let slot = 0; slot < (startsMs[bucket + 1] - startsMs[bucket]) / step; slot++) bucketOfSlot.push(bucket);
+  }
+  return `arrayElement([${bucketOfSlot.join(",")}], intDiv(${column} - ${first}, ${step}) + 1)`;
+}
+
+function gcd(left: number, right: number): number {
+  while (right !== 0) [left, right] = [right, left % right];
+  return left;
+}
+
+/** A property's presence and text as SQL (the text is '' when not set). */
+export function property(name: string): { set: string; text: string } {
+  const key = sqlString(name);
+  return { set: `has(prop_keys, ${key})`, text: `prop_values[indexOf(prop_keys, ${key})]` };
+}
+
+/** A filter as a SQL condition; undefined: not translated (gt, gte, lt, lte: 18.16 may parse a long decimal text an ulp off JavaScript). */
+export function filterCondition(filter: PropertyFilter): string | undefined {
+  const { set, text } = property(filter.property);
+  const value = sqlString(filter.value ?? "");
+  const op: FilterOp = filter.op;
+  switch (op) {
+    case "eq":
+      return `(${set} AND ${text} = ${value})`;
+    case "neq":
+      return `NOT (${set} AND ${text} = ${value})`;
+    case "contains":
+      return `(${set} AND position(${text}, ${value}) > 0)`;
+    case "not_contains":
+      return `NOT (${set} AND position(${text}, ${value}) > 0)`;
+    case "is_set":
+      return set;
+    case "is_not_set":
+      return `NOT ${set}`;
+    case "gt":
+    case "gte":
+    case "lt":
+    case "lte":
+      return undefined;
+  }
+}
+
+/** Rows of a workspace in [startsMs[0], startsMs[last]): the day partitions first, then the instants. */
+export function rangeConditions(workspaceId: string, fromMs: number, toMsExclusive: number): string[] {
+  return [
+    `workspace = ${sqlString(workspaceId)}`,
+    `day >= ${Math.floor(fromMs / 86_400_000)} AND day <= ${Math.floor((toMsExclusive - 1) / 86_400_000)}`,
+    `time_ms >= ${fromMs} AND time_ms < ${toMsExclusive}`,
+  ];
+}
+
+/** An event reference (name, then every filter) as one condition; undefined: a filter is not translated. */
+export function referenceCondition(event: string, filters: readonly PropertyFilter[]): string | undefined {
+  const conditions = [`event = ${sqlString(event)}`];
+  for (const filter of filters) {
+    const condition = filterCondition(filter);
+    if (condition === undefined) return undefined;
+    conditions.push(condition);
+  }
+  return `(${conditions.join(" AND ")})`;
+}
