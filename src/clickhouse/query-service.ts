@@ -23,6 +23,7 @@ import { parseQueryBody, tooManyBuckets, type EventReference, type PropertyFilte
 import { zoneClock } from "../query/time-zone.js";
 import type { WorkerPool } from "../workers/pool.js";
 import { ClickHouseClient, ClickHouseError, sqlIdentifier, sqlString } from "./client.js";
+import { retentionBySql, retentionSqlPlan } from "./retention-sql.js";
 import { eventsTable } from "./schema.js";
 import { trendBySql, trendSqlPlan } from "./trend-sql.js";
 
@@ -113,6 +114,8 @@ export class ClickHouseQueryService {
         case "retention": {
           const request = query.request;
           const { startsMs, labels } = zonedRetentionBoundaries(request.dateFrom, request.dateTo, request.windowDays, zoneClock(request.timezone));
+          const plan = retentionSqlPlan(this.table, workspaceId, request, startsMs);
+          if (plan !== undefined) return { ok: true, body: retentionRowsBody(labels, await retentionBySql((sql) => this.client.rows(sql), request, plan)) };
           const withShared = (reference: EventReference) => ({ event: reference.event, filters: [...reference.filters, ...request.filters] });
           const rows = await this.gather(workspaceId, {
             fromMs: startsMs[0],

@@ -89,3 +89,42 @@ export function referenceCondition(event: string, filters: readonly PropertyFilt
   }
   return `(${conditions.join(" AND ")})`;
 }
+
+/**
+ * The breakdown values of a user's rows that match `condition` at the instant
+ * `firstColumn` (aggregates of a GROUP BY user, named `candidates`): each as
+ * one text, '0' not set, '1' + text set. Several when rows tie at that
+ * instant; LeastValues picks the least as §7.3 orders them (UTF-16 code
+ * units, which ClickHouse's byte order is not).
+ */
+export function candidateValues(breakdown: string | undefined, condition: string, firstColumn: string): { perUser: string; candidates: string } {
+  if (breakdown === undefined) return { perUser: "", candidates: "['0']" };
+  const { set, text } = property(breakdown);
+  return {
+    perUser: `, groupArrayIf(concat(if(${set}, '1', '0'), ${text}), ${condition}) AS candidate_values, groupArrayIf(time_ms, ${condition}) AS candidate_times`,
+    candidates: `arrayDistinct(arrayFilter((value, time) -> time = ${firstColumn}, candidate_values, candidate_times))`,
+  };
+}
+
+/** Value ids as the kernels number them (0: not set) for the candidates of candidateValues. */
+export class LeastValues {
+  readonly texts = [""];
+  private readonly ids = new Map<string, number>();
+
+  least(candidates: readonly string[]): number {
+    let value = this.idOf(candidates[0]);
+    for (const candidate of candidates.slice(1)) {
+      const id = this.idOf(candidate);
+      if (value !== 0 && (id === 0 || this.texts[id] < this.texts[value])) value = id;
+    }
+    return value;
+  }
+
+  private idOf(encoded: string): number {
+    if (encoded[0] === "0") return 0;
+    const text = encoded.slice(1);
+    let id = this.ids.get(text);
+    if (id === undefined) this.ids.set(text, (id = this.texts.push(text) - 1));
+    return id;
+  }
+}
