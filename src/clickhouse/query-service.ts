@@ -1,13 +1,21 @@
 /**
  * Queries over the ClickHouse store: the same validation and answers as the
- * embedded store's QueryService. ClickHouse selects the rows a query reads
- * (its workspace, its time range, its event names, the property texts its
- * filters, breakdown and math look at) with one SELECT whose names and values
- * are escaped literals; Eventide then builds the same event rows the embedded
- * store gathers (reference masks through the same compiled filters, breakdown
- * values, math numbers parsed as SPEC §7.4 says) and answers with the same
- * SPEC §7 kernels, so every field is exact to the millisecond by construction:
- * ClickHouse never parses a number or a time zone for an answer.
+ * embedded store's QueryService. Where a query's fields translate exactly,
+ * ClickHouse aggregates (trend-sql.ts, retention-sql.ts, funnel-sql.ts; each
+ * lists what it leaves out). Otherwise ClickHouse selects the rows the query
+ * reads (its workspace, its time range, its event names, the property texts
+ * its filters, breakdown and math look at) with one SELECT whose names and
+ * values are escaped literals; Eventide then builds the same event rows the
+ * embedded store gathers (reference masks through the same compiled filters,
+ * breakdown values, math numbers parsed as SPEC §7.4 says) and answers with
+ * the same SPEC §7 kernels. Either way ClickHouse never applies a time zone.
+ *
+ * | query     | aggregated in ClickHouse                              | kernel path (rows selected)                                 |
+ * |-----------|-------------------------------------------------------|-------------------------------------------------------------|
+ * | trend     | every math, breakdowns, zones, filters               | a gt/gte/lt/lte filter; a slot table over the slots limit   |
+ * | retention | everything, breakdowns included                       | a gt/gte/lt/lte filter; a slot table over the slots limit   |
+ * | funnel    | ordered, distinct step names, breakdowns              | strict, unordered, exclusions, timeToConvert, a repeated    |
+ * |           |                                                       | step name, a gt/gte/lt/lte filter                           |
  */
 import { limits } from "../config/limits.js";
 import type { ServiceReply } from "../errors.js";
@@ -23,6 +31,7 @@ import { parseQueryBody, tooManyBuckets, type EventReference, type PropertyFilte
 import { zoneClock } from "../query/time-zone.js";
 import type { WorkerPool } from "../workers/pool.js";
 import { ClickHouseClient, ClickHouseError, sqlIdentifier, sqlString } from "./client.js";
+import { funnelBySql, funnelSqlPlan } from "./funnel-sql.js";
 import { retentionBySql, retentionSqlPlan } from "./retention-sql.js";
 import { eventsTable } from "./schema.js";
 import { trendBySql, trendSqlPlan } from "./trend-sql.js";
@@ -100,6 +109,8 @@ export class ClickHouseQueryService {
         case "funnel": {
           const request = query.request;
           const { fromMs, toMsExclusive } = zonedRange(request.dateFrom, request.dateTo, zoneClock(request.timezone));
+          const sql = funnelSqlPlan(this.table, workspaceId, request, fromMs, toMsExclusive);
+          if (sql !== undefined) return { ok: true, body: funnelRowsBody(request, await funnelBySql((text) => this.client.rows(text), request, sql)) };
           const withShared = (reference: EventReference) => ({ event: reference.event, filters: [...reference.filters, ...request.filters] });
           const rows = await this.gather(workspaceId, {
             fromMs,
