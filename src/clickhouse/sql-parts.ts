@@ -18,19 +18,33 @@ import { sqlString } from "./client.js";
 
 /** How rows fall into buckets in SQL; undefined: too many slots. */
 export function bucketExpression(startsMs: Float64Array, column = "time_ms"): string | undefined {
+  const slots = bucketSlots(startsMs);
+  if (slots === undefined) return undefined;
+  const slot = `intDiv(${column} - ${startsMs[0]}, ${slots.stepMs})`;
+  return slots.bucketOfSlot === undefined ? slot : `arrayElement([${slots.bucketOfSlot.join(",")}], ${slot} + 1)`;
+}
+
+/**
+ * Slots of stepMs from startsMs[0], each inside one bucket: bucketOfSlot[s]
+ * is the bucket of slot s (undefined: slot s is bucket s, every bucket one
+ * slot long). undefined when more slots than the limit would be needed.
+ */
+export function bucketSlots(startsMs: Float64Array): { stepMs: number; bucketOfSlot: number[] | undefined } | undefined {
   const first = startsMs[0];
   const bucketCount = startsMs.length - 1;
-  let step = 0;
-  for (let index = 1; index < startsMs.length; index++) step = gcd(step, startsMs[index] - first);
-  if (step === 0) return "0";
-  const slots = (startsMs[bucketCount] - first) / step;
-  if (slots === bucketCount) return `intDiv(${column} - ${first}, ${step})`;
-  if (slots > limits.clickhouseBucketSlotsMax) return undefined;
+  let stepMs = 0;
+  for (let index = 1; index < startsMs.length; index++) stepMs = gcd(stepMs, startsMs[index] - first);
+  // No instant in range: any slot will do, no row reaches it.
+  if (stepMs === 0) return { stepMs: 1, bucketOfSlot: undefined };
+  let uniform = true;
+  for (let bucket = 0; bucket < bucketCount; bucket++) if (startsMs[bucket + 1] - startsMs[bucket] !== stepMs) uniform = false;
+  if (uniform) return { stepMs, bucketOfSlot: undefined };
+  if ((startsMs[bucketCount] - first) / stepMs > limits.clickhouseBucketSlotsMax) return undefined;
   const bucketOfSlot: number[] = [];
   for (let bucket = 0; bucket < bucketCount; bucket++) {
-    for (let slot = 0; slot < (startsMs[bucket + 1] - startsMs[bucket]) / step; slot++) bucketOfSlot.push(bucket);
+    for (let slot = 0; slot < (startsMs[bucket + 1] - startsMs[bucket]) / stepMs; slot++) bucketOfSlot.push(bucket);
   }
-  return `arrayElement([${bucketOfSlot.join(",")}], intDiv(${column} - ${first}, ${step}) + 1)`;
+  return { stepMs, bucketOfSlot };
 }
 
 function gcd(left: number, right: number): number {
