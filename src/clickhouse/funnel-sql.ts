@@ -7,7 +7,8 @@
  * the steps name distinct events no event matches two steps, so this greedy
  * chain reaches the least possible time at every step and e1 reaches step k
  * exactly when its t_k - e1 is within the window; the user's depth is the
- * deepest over its entries. Then users are counted per (depth, breakdown
+ * deepest over its entries, and its time to convert to step k the least
+ * t_k - e1 over the entries that reach k. Then users are counted per (depth, breakdown
  * candidates) and ranked here.
  *
  * Kept on the kernel path (funnel-chains.ts over selected rows), by
@@ -17,11 +18,10 @@
  * |------------------------------------|---------------------------------------------------------------|
  * | order strict, unordered            | not translated                                                |
  * | exclusions                         | not translated                                                |
- * | timeToConvert                      | not translated                                                |
  * | a step name repeated               | steps may share events: the greedy chain is no longer exact   |
  * | filters gt, gte, lt, lte           | as sql-parts.ts                                               |
  */
-import type { FunnelChainsAnswer, StepCounts } from "../query/kernels/funnel-chains.js";
+import { timesToConvert, type FunnelChainsAnswer, type StepCounts } from "../query/kernels/funnel-chains.js";
 import { rankSeries, valueOf } from "../query/kernels/series.js";
 import type { FunnelRequest } from "../query/schemas.js";
 import { candidateValues, LeastValues, rangeConditions, referenceCondition } from "./sql-parts.js";
@@ -30,7 +30,7 @@ import { candidateValues, LeastValues, rangeConditions, referenceCondition } fro
 const noTime = "toInt64(9000000000000000000)";
 
 export function funnelSqlPlan(table: string, workspaceId: string, request: FunnelRequest, fromMs: number, toMsExclusive: number): string | undefined {
-  if (request.order !== "ordered" || request.exclusions.length > 0 || request.timeToConvert) return undefined;
+  if (request.order !== "ordered" || request.exclusions.length > 0) return undefined;
   const names = request.steps.map((step) => step.event);
   if (new Set(names).size !== names.length) return undefined;
   const steps: string[] = [];
@@ -56,10 +56,19 @@ export function funnelSqlPlan(table: string, workspaceId: string, request: Funne
     reached.push(`(t${step} - e <= ${windowMs})`);
   }
   const depth = `arrayReduce('max', arrayMap((${parameters.join(", ")}) -> ${reached.join(" + ")}, ${times.map((_, index) => `times_${index + 1}`).join(", ")}))`;
+  // Time to convert to step k: the least t_k - e over the entries within the window (read only when depth >= k).
+  const converts: string[] = [];
+  const convertLists: string[] = [];
+  if (request.timeToConvert) {
+    for (let step = 2; step <= steps.length; step++) {
+      converts.push(`, arrayReduce('min', arrayFilter(span -> span <= ${windowMs}, arrayMap((e, t) -> t - e, times_1, times_${step}))) AS convert_${step}`);
+      convertLists.push(`, groupArrayIf(convert_${step}, depth >= ${step})`);
+    }
+  }
   const perUser =
     `SELECT minIf(time_ms, ${entry}) AS first_ms, groupArrayIf(time_ms, ${entry}) AS entries${stepTimes.join("")}${entryValues}, ${times.join(", ")},` +
-    ` ${depth} AS depth, ${candidates} AS candidates FROM ${table} WHERE ${where} GROUP BY user HAVING countIf(${entry}) > 0`;
-  return `SELECT depth, candidates, count() FROM (${perUser}) GROUP BY depth, candidates`;
+    ` ${depth} AS depth, ${candidates} AS candidates${converts.join("")} FROM ${table} WHERE ${where} GROUP BY user HAVING countIf(${entry}) > 0`;
+  return `SELECT depth, candidates, count()${convertLists.join("")} FROM (${perUser}) GROUP BY depth, candidates`;
 }
 
 type Rows = (sql: string) => Promise<unknown[][]>;
@@ -67,14 +76,23 @@ type Rows = (sql: string) => Promise<unknown[][]>;
 export async function funnelBySql(rows: Rows, request: FunnelRequest, sql: string): Promise<FunnelChainsAnswer> {
   const stepCount = request.steps.length;
   const values = new LeastValues();
-  const cells = ((await rows(sql)) as Array<[number, string[], number]>).map(([depth, candidates, users]) => ({ depth: Number(depth), value: values.least(candidates), users: Number(users) }));
+  // Per cell: its users' times to convert to step k (index k - 1) from the second step, when asked.
+  const cells = ((await rows(sql)) as unknown[][]).map(([depth, candidates, users, ...converts]) => ({
+    depth: Number(depth),
+    value: values.least(candidates as string[]),
+    users: Number(users),
+    converts: [[], ...converts] as number[][],
+  }));
   const summarise = (keep: (value: number) => boolean): StepCounts => {
     const counts = new Array<number>(stepCount).fill(0);
-    for (const { depth, value, users } of cells) {
+    const times: number[][] = Array.from({ length: stepCount }, () => []);
+    for (const { depth, value, users, converts } of cells) {
       if (!keep(value)) continue;
       for (let step = 0; step < depth; step++) counts[step] += users;
+      for (let step = 1; step < converts.length; step++) for (const time of converts[step]) times[step].push(Number(time));
     }
-    return { counts, medians: undefined, averages: undefined };
+    if (!request.timeToConvert) return { counts, medians: undefined, averages: undefined };
+    return { counts, ...timesToConvert(times) };
   };
   const all = summarise(() => true);
   if (request.breakdown === undefined) return { all, series: undefined, other: undefined };

@@ -14,8 +14,8 @@
  * |-----------|-------------------------------------------------------|-------------------------------------------------------------|
  * | trend     | every math, breakdowns, zones, filters               | a gt/gte/lt/lte filter; a slot table over the slots limit   |
  * | retention | everything, breakdowns included                       | a gt/gte/lt/lte filter; a slot table over the slots limit   |
- * | funnel    | ordered, distinct step names, breakdowns              | strict, unordered, exclusions, timeToConvert, a repeated    |
- * |           |                                                       | step name, a gt/gte/lt/lte filter                           |
+ * | funnel    | ordered with distinct step names, breakdowns,         | strict, unordered, exclusions, a repeated step name, a      |
+ * |           | timeToConvert                                         | gt/gte/lt/lte filter                                        |
  */
 import { limits } from "../config/limits.js";
 import type { ServiceReply } from "../errors.js";

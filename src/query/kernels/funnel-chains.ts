@@ -79,22 +79,7 @@ export function funnelChains(rows: EventRows, plan: FunnelChainsPlan): FunnelCha
       for (let step = 1; step < plan.stepCount; step++) if (outcome.times[step] !== Infinity) times[step].push(outcome.times[step]);
     }
     if (!plan.timeToConvert) return { counts, medians: undefined, averages: undefined };
-    const medians: Array<number | null> = [];
-    const averages: Array<number | null> = [];
-    for (let step = 1; step < plan.stepCount; step++) {
-      const values = times[step].sort((left, right) => left - right);
-      if (values.length === 0) {
-        medians.push(null);
-        averages.push(null);
-        continue;
-      }
-      const middle = values.length >> 1;
-      medians.push(values.length % 2 === 1 ? values[middle] : (values[middle - 1] + values[middle]) / 2);
-      let sum = 0;
-      for (const value of values) sum += value;
-      averages.push(sum / values.length);
-    }
-    return { counts, medians, averages };
+    return { counts, ...timesToConvert(times) };
   };
 
   const all = summarise(() => true);
@@ -112,6 +97,26 @@ export function funnelChains(rows: EventRows, plan: FunnelChainsPlan): FunnelCha
     series: ranked.listed.map((listedValue) => ({ value: valueOf(rows.valueTexts, listedValue), steps: summarise((outcome) => outcome.value === listedValue) })),
     other: ranked.hasOther ? summarise((outcome) => ranked.groupOfValue[outcome.value] === ranked.otherGroup) : undefined,
   };
+}
+
+/** Median and mean of each step's times to convert from the second (times[step]: one per user; null: no user). */
+export function timesToConvert(times: number[][]): { medians: Array<number | null>; averages: Array<number | null> } {
+  const medians: Array<number | null> = [];
+  const averages: Array<number | null> = [];
+  for (let step = 1; step < times.length; step++) {
+    const values = times[step].sort((left, right) => left - right);
+    if (values.length === 0) {
+      medians.push(null);
+      averages.push(null);
+      continue;
+    }
+    const middle = values.length >> 1;
+    medians.push(values.length % 2 === 1 ? values[middle] : (values[middle - 1] + values[middle]) / 2);
+    let sum = 0;
+    for (const value of values) sum += value;
+    averages.push(sum / values.length);
+  }
+  return { medians, averages };
 }
 
 /** The user's depth, times and breakdown value; undefined when it has no entry event in range. */
