@@ -19,23 +19,28 @@
  * | order strict, unordered            | not translated                                                |
  * | exclusions                         | not translated                                                |
  * | a step name repeated               | steps may share events: the greedy chain is no longer exact   |
- * | filters gt, gte, lt, lte           | as sql-parts.ts                                               |
+ * | gt/gte/lt/lte, too many texts      | as trend-sql.ts                                               |
  */
 import { timesToConvert, type FunnelChainsAnswer, type StepCounts } from "../query/kernels/funnel-chains.js";
 import { rankSeries, valueOf } from "../query/kernels/series.js";
 import type { FunnelRequest } from "../query/schemas.js";
 import { candidateValues, LeastValues, rangeConditions, referenceCondition } from "./sql-parts.js";
+import type { ComparisonTexts } from "./sql-parts.js";
 
 /** Past every time: a step with no event left takes it, and it is never within a window. */
 const noTime = "toInt64(9000000000000000000)";
 
-export function funnelSqlPlan(table: string, workspaceId: string, request: FunnelRequest, fromMs: number, toMsExclusive: number): string | undefined {
-  if (request.order !== "ordered" || request.exclusions.length > 0) return undefined;
+/** Whether the funnel's order, exclusions and steps allow the SQL (its filters aside). */
+export function funnelTranslates(request: FunnelRequest): boolean {
   const names = request.steps.map((step) => step.event);
-  if (new Set(names).size !== names.length) return undefined;
+  return request.order === "ordered" && request.exclusions.length === 0 && new Set(names).size === names.length;
+}
+
+export function funnelSqlPlan(table: string, workspaceId: string, request: FunnelRequest, fromMs: number, toMsExclusive: number, comparisons: ComparisonTexts): string | undefined {
+  if (!funnelTranslates(request)) return undefined;
   const steps: string[] = [];
   for (const step of request.steps) {
-    const condition = referenceCondition(step.event, [...step.filters, ...request.filters]);
+    const condition = referenceCondition(step.event, [...step.filters, ...request.filters], comparisons);
     if (condition === undefined) return undefined;
     steps.push(condition);
   }

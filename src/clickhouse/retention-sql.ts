@@ -12,25 +12,27 @@
  * least is picked here. Ranking and Other are assembled here from the counts.
  *
  * Falls back to the kernel path (retention-cohorts.ts over selected rows),
- * by retentionSqlPlan returning undefined, where sql-parts.ts does: a filter
- * gt, gte, lt, lte, or more bucket slots than the limit.
+ * by retentionSqlPlan returning undefined, as trend-sql.ts does: a filter
+ * gt, gte, lt, lte on a property of too many numeric texts, or more bucket
+ * slots than the limit.
  */
 import type { CohortCounts, RetentionCohortsAnswer } from "../query/kernels/retention-cohorts.js";
 import { rankSeries, valueOf } from "../query/kernels/series.js";
 import type { RetentionRequest } from "../query/schemas.js";
 import { bucketExpression, candidateValues, LeastValues, rangeConditions, referenceCondition } from "./sql-parts.js";
+import type { ComparisonTexts } from "./sql-parts.js";
 
 export interface RetentionSqlPlan {
   sql: string;
   periodCount: number;
 }
 
-export function retentionSqlPlan(table: string, workspaceId: string, request: RetentionRequest, startsMs: Float64Array): RetentionSqlPlan | undefined {
+export function retentionSqlPlan(table: string, workspaceId: string, request: RetentionRequest, startsMs: Float64Array, comparisons: ComparisonTexts): RetentionSqlPlan | undefined {
   const period = bucketExpression(startsMs, "first_ms");
   const later = bucketExpression(startsMs, "time_ms");
   if (period === undefined || later === undefined) return undefined;
-  const cohort = referenceCondition(request.cohortEvent.event, [...request.cohortEvent.filters, ...request.filters]);
-  const retention = referenceCondition(request.retentionEvent.event, [...request.retentionEvent.filters, ...request.filters]);
+  const cohort = referenceCondition(request.cohortEvent.event, [...request.cohortEvent.filters, ...request.filters], comparisons);
+  const retention = referenceCondition(request.retentionEvent.event, [...request.retentionEvent.filters, ...request.filters], comparisons);
   if (cohort === undefined || retention === undefined) return undefined;
   const where = [...rangeConditions(workspaceId, startsMs[0], startsMs[startsMs.length - 1]), `(${cohort} OR ${retention})`].join(" AND ");
   // A value as one text: '0' not set, '1' + text set.

@@ -8,11 +8,12 @@
  *   slot intDiv(time_ms - start, g) lies inside one bucket, and a literal
  *   array maps slots to buckets (plain intDiv when buckets are equal).
  * - Filters: eq, neq, contains, not_contains, is_set, is_not_set compare
- *   UTF-8 bytes, which is the comparison of the texts (position of '' is 1).
+ *   UTF-8 bytes, which is the comparison of the texts (position of '' is 1);
+ *   gt, gte, lt, lte become IN over the texts that pass (comparisonTexts).
  * - Names and values are sqlString literals.
  */
 import { limits } from "../config/limits.js";
-import type { FilterOp } from "../query/filters.js";
+import { compileFilter, numericPattern, type FilterOp } from "../query/filters.js";
 import type { PropertyFilter } from "../query/schemas.js";
 import { sqlString } from "./client.js";
 
@@ -58,8 +59,52 @@ export function property(name: string): { set: string; text: string } {
   return { set: `has(prop_keys, ${key})`, text: `prop_values[indexOf(prop_keys, ${key})]` };
 }
 
-/** A filter as a SQL condition; undefined: not translated (gt, gte, lt, lte: 18.16 may parse a long decimal text an ulp off JavaScript). */
-export function filterCondition(filter: PropertyFilter): string | undefined {
+/**
+ * The texts that pass each comparison filter (gt, gte, lt, lte) of a query,
+ * by filterKey: 18.16 parses a long decimal text up to an ulp off
+ * JavaScript's Number, so the property's distinct numeric texts in the range
+ * are read and compared here, as the embedded store compiles a dictionary.
+ */
+export type ComparisonTexts = ReadonlyMap<string, readonly string[]>;
+
+export function filterKey(filter: PropertyFilter): string {
+  return `${filter.property}\u0000${filter.op}\u0000${filter.value ?? ""}`;
+}
+
+export function isComparison(op: FilterOp): boolean {
+  return op === "gt" || op === "gte" || op === "lt" || op === "lte";
+}
+
+/**
+ * Reads the passing texts of every comparison among `filters`; undefined when
+ * one property has more numeric texts in the range than the limit (the query
+ * then takes the row path).
+ */
+export async function comparisonTexts(
+  rows: (sql: string) => Promise<unknown[][]>,
+  table: string,
+  workspaceId: string,
+  fromMs: number,
+  toMsExclusive: number,
+  filters: readonly PropertyFilter[],
+): Promise<ComparisonTexts | undefined> {
+  const passing = new Map<string, readonly string[]>();
+  for (const filter of filters) {
+    if (!isComparison(filter.op) || passing.has(filterKey(filter))) continue;
+    const { set, text } = property(filter.property);
+    const texts = (await rows(
+      `SELECT DISTINCT ${text} FROM ${table} WHERE ${rangeConditions(workspaceId, fromMs, toMsExclusive).join(" AND ")} AND ${set} AND match(${text}, ${sqlString(numericPattern.source)}) LIMIT ${limits.clickhouseComparisonTextsMax + 1}`,
+    )).map((row) => row[0] as string);
+    if (texts.length > limits.clickhouseComparisonTextsMax) return undefined;
+    const dictionary = ["", ...texts];
+    const { passes } = compileFilter(dictionary, filter.op, filter.value);
+    passing.set(filterKey(filter), texts.filter((_, index) => passes[index + 1] === 1));
+  }
+  return passing;
+}
+
+/** A filter as a SQL condition; undefined: a comparison whose passing texts were not read. */
+export function filterCondition(filter: PropertyFilter, comparisons: ComparisonTexts): string | undefined {
   const { set, text } = property(filter.property);
   const value = sqlString(filter.value ?? "");
   const op: FilterOp = filter.op;
@@ -79,8 +124,11 @@ export function filterCondition(filter: PropertyFilter): string | undefined {
     case "gt":
     case "gte":
     case "lt":
-    case "lte":
-      return undefined;
+    case "lte": {
+      const texts = comparisons.get(filterKey(filter));
+      if (texts === undefined) return undefined;
+      return texts.length === 0 ? "0" : `(${set} AND ${text} IN (${texts.map(sqlString).join(",")}))`;
+    }
   }
 }
 
@@ -94,10 +142,10 @@ export function rangeConditions(workspaceId: string, fromMs: number, toMsExclusi
 }
 
 /** An event reference (name, then every filter) as one condition; undefined: a filter is not translated. */
-export function referenceCondition(event: string, filters: readonly PropertyFilter[]): string | undefined {
+export function referenceCondition(event: string, filters: readonly PropertyFilter[], comparisons: ComparisonTexts): string | undefined {
   const conditions = [`event = ${sqlString(event)}`];
   for (const filter of filters) {
-    const condition = filterCondition(filter);
+    const condition = filterCondition(filter, comparisons);
     if (condition === undefined) return undefined;
     conditions.push(condition);
   }

@@ -11,7 +11,8 @@
  *
  * | field                          | why                                                              |
  * |--------------------------------|------------------------------------------------------------------|
- * | filters gt, gte, lt, lte       | 18.16 parses a long decimal text up to an ulp off JavaScript's   |
+ * | gt/gte/lt/lte on a property    | its passing texts are a literal in the SQL (sql-parts.ts reads   |
+ * | of too many numeric texts      | them; EVENTIDE_CLICKHOUSE_COMPARISON_TEXTS_MAX)                  |
  * | more slots than the limit      | a zone whose offsets are not whole minutes (LMT) or a long range |
  *
  * sum and avg use ClickHouse's parse of the text (SPEC §7.4 allows the last
@@ -23,6 +24,7 @@ import { rankSeries, valueOf } from "../query/kernels/series.js";
 import type { TrendRequest } from "../query/schemas.js";
 import { sqlString } from "./client.js";
 import { bucketExpression, property, rangeConditions, referenceCondition } from "./sql-parts.js";
+import type { ComparisonTexts } from "./sql-parts.js";
 
 export interface TrendSqlPlan {
   /** Rows counted: workspace, range, event and filters. */
@@ -32,10 +34,10 @@ export interface TrendSqlPlan {
 }
 
 /** The SQL pieces of a trend, or undefined when some field stays on the kernel path. */
-export function trendSqlPlan(table: string, workspaceId: string, request: TrendRequest, startsMs: Float64Array): TrendSqlPlan | undefined {
+export function trendSqlPlan(table: string, workspaceId: string, request: TrendRequest, startsMs: Float64Array, comparisons: ComparisonTexts): TrendSqlPlan | undefined {
   const bucket = bucketExpression(startsMs);
   if (bucket === undefined) return undefined;
-  const reference = referenceCondition(request.event, [...request.eventFilters, ...request.filters]);
+  const reference = referenceCondition(request.event, [...request.eventFilters, ...request.filters], comparisons);
   if (reference === undefined) return undefined;
   const conditions = [...rangeConditions(workspaceId, startsMs[0], startsMs[startsMs.length - 1]), reference];
   return { where: `FROM ${table} WHERE ${conditions.join(" AND ")}`, bucket, bucketCount: startsMs.length - 1 };

@@ -169,6 +169,8 @@ export const limits = Object.freeze({
   clickhouseRetryDelayMs: integerFromEnvironment("EVENTIDE_CLICKHOUSE_RETRY_DELAY_MS", 1000),
   /** A trend whose buckets need a slot table longer than this (a long range in a zone with DST) is answered from selected rows: the table is a literal in the SQL. */
   clickhouseBucketSlotsMax: integerFromEnvironment("EVENTIDE_CLICKHOUSE_BUCKET_SLOTS_MAX", 100_000),
+  /** A gt/gte/lt/lte filter on a property with more distinct numeric texts in the range takes the row path: the passing texts are a literal in the SQL. */
+  clickhouseComparisonTextsMax: integerFromEnvironment("EVENTIDE_CLICKHOUSE_COMPARISON_TEXTS_MAX", 10_000),
   queryTaskTimeoutMs: integerFromEnvironment("EVENTIDE_QUERY_TASK_TIMEOUT_MS", 30_000),
   /** A seal, merge or segment load longer than this is abandoned (its worker replaced); a checkpoint retries later. */
   storeTaskTimeoutMs: integerFromEnvironment("EVENTIDE_STORE_TASK_TIMEOUT_MS", 300_000),
