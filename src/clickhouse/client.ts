@@ -42,6 +42,9 @@ export function sqlIdentifier(name: string): string {
   return name;
 }
 
+/** A SELECT's text at most (ClickHouse's max_query_size): a bucket table of clickhouseBucketSlotsMax entries fits. */
+const selectBytesMax = 16 * 1024 * 1024;
+
 export class ClickHouseClient {
   constructor(
     private readonly baseUrl: string,
@@ -57,7 +60,8 @@ export class ClickHouseClient {
   /** Runs a statement; `body` is sent after it (INSERT … FORMAT …). Resolves to the answer's text. */
   async run(sql: string, body?: string | Uint8Array, settings: Record<string, string | number> = {}): Promise<string> {
     const url = new URL(this.baseUrl);
-    url.searchParams.set("query", sql);
+    // A SELECT travels as the body (sql empty): a trend's bucket table is longer than a URL may be.
+    if (sql !== "") url.searchParams.set("query", sql);
     for (const [name, value] of Object.entries(settings)) url.searchParams.set(name, String(value));
     let response: Response;
     try {
@@ -79,7 +83,7 @@ export class ClickHouseClient {
 
   /** Runs a SELECT and parses its JSONCompact answer into rows of values. */
   async rows(sql: string): Promise<unknown[][]> {
-    const text = await this.run(`${sql} FORMAT JSONCompact`, undefined, { output_format_json_quote_64bit_integers: 0 });
+    const text = await this.run("", `${sql} FORMAT JSONCompact`, { output_format_json_quote_64bit_integers: 0, max_query_size: selectBytesMax });
     return (JSON.parse(text) as { data: unknown[][] }).data;
   }
 }

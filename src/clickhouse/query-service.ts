@@ -1,13 +1,22 @@
 /**
  * Queries over the ClickHouse store: the same validation and answers as the
- * embedded store's QueryService. ClickHouse selects the rows a query reads
- * (its workspace, its time range, its event names, the property texts its
- * filters, breakdown and math look at) with one SELECT whose names and values
- * are escaped literals; Eventide then builds the same event rows the embedded
- * store gathers (reference masks through the same compiled filters, breakdown
- * values, math numbers parsed as SPEC §7.4 says) and answers with the same
- * SPEC §7 kernels, so every field is exact to the millisecond by construction:
- * ClickHouse never parses a number or a time zone for an answer.
+ * embedded store's QueryService. Where a query's fields translate exactly,
+ * ClickHouse aggregates (trend-sql.ts, retention-sql.ts, funnel-sql.ts; each
+ * lists what it leaves out). Otherwise ClickHouse selects the rows the query
+ * reads (its workspace, its time range, its event names, the property texts
+ * its filters, breakdown and math look at) with one SELECT whose names and
+ * values are escaped literals; Eventide then builds the same event rows the
+ * embedded store gathers (reference masks through the same compiled filters,
+ * breakdown values, math numbers parsed as SPEC §7.4 says) and answers with
+ * the same SPEC §7 kernels. Either way ClickHouse never applies a time zone.
+ *
+ * | query     | aggregated in ClickHouse                              | kernel path (rows selected)                                 |
+ * |-----------|-------------------------------------------------------|-------------------------------------------------------------|
+ * | trend     | every math, breakdowns, zones, filters               | a slot table over the slots limit; a gt/gte/lt/lte filter   |
+ * |           |                                                       | on a property of too many numeric texts                     |
+ * | retention | everything, breakdowns included                       | as the trend                                                |
+ * | funnel    | ordered with distinct step names, breakdowns,         | strict, unordered, exclusions, a repeated step name, a      |
+ * |           | timeToConvert                                         | comparison filter as the trend's                            |
  */
 import { limits } from "../config/limits.js";
 import type { ServiceReply } from "../errors.js";
@@ -26,7 +35,11 @@ import type { ClickHouseSettings } from "../config/config.js";
 import { parseUserDeletionBody } from "../query/user-deletion.js";
 import { ClickHouseClient, ClickHouseError, sqlIdentifier, sqlString } from "./client.js";
 import { deleteClickHouseUser } from "./deletions.js";
+import { funnelBySql, funnelSqlPlan, funnelTranslates } from "./funnel-sql.js";
+import { retentionBySql, retentionSqlPlan } from "./retention-sql.js";
 import { eventsTable } from "./schema.js";
+import { comparisonTexts, type ComparisonTexts } from "./sql-parts.js";
+import { trendBySql, trendSqlPlan } from "./trend-sql.js";
 
 /** Bodies up to this size are parsed on the main thread, as QueryService does. */
 const inlineParseBytesMax = 16 * 1024;
@@ -88,6 +101,9 @@ export class ClickHouseQueryService {
           const boundaries = zonedTrendBoundaries(request.dateFrom, request.dateTo, request.groupBy, zoneClock(request.timezone), limits.trendBucketsMax);
           if (boundaries === undefined) return { ok: false, error: { code: "invalid_request", message: tooManyBuckets(limits.trendBucketsMax + 1, request.groupBy).message } };
           const { startsMs, labels } = boundaries;
+          const comparisons = await this.comparisons(workspaceId, startsMs[0], startsMs[startsMs.length - 1], [...request.eventFilters, ...request.filters]);
+          const plan = trendSqlPlan(this.table, workspaceId, request, startsMs, comparisons);
+          if (plan !== undefined) return { ok: true, body: trendRowsBody(request, labels, await trendBySql((sql) => this.client.rows(sql), request, plan)) };
           const rows = await this.gather(workspaceId, {
             fromMs: startsMs[0],
             toMsExclusive: startsMs[startsMs.length - 1],
@@ -101,6 +117,10 @@ export class ClickHouseQueryService {
         case "funnel": {
           const request = query.request;
           const { fromMs, toMsExclusive } = zonedRange(request.dateFrom, request.dateTo, zoneClock(request.timezone));
+          const filters = [...request.steps.flatMap((step) => step.filters), ...request.filters];
+          const comparisons = funnelTranslates(request) ? await this.comparisons(workspaceId, fromMs, Math.max(fromMs, toMsExclusive + request.conversionWindow * 1000), filters) : new Map();
+          const sql = funnelSqlPlan(this.table, workspaceId, request, fromMs, toMsExclusive, comparisons);
+          if (sql !== undefined) return { ok: true, body: funnelRowsBody(request, await funnelBySql((text) => this.client.rows(text), request, sql)) };
           const withShared = (reference: EventReference) => ({ event: reference.event, filters: [...reference.filters, ...request.filters] });
           const rows = await this.gather(workspaceId, {
             fromMs,
@@ -115,6 +135,10 @@ export class ClickHouseQueryService {
         case "retention": {
           const request = query.request;
           const { startsMs, labels } = zonedRetentionBoundaries(request.dateFrom, request.dateTo, request.windowDays, zoneClock(request.timezone));
+          const filters = [...request.cohortEvent.filters, ...request.retentionEvent.filters, ...request.filters];
+          const comparisons = await this.comparisons(workspaceId, startsMs[0], startsMs[startsMs.length - 1], filters);
+          const plan = retentionSqlPlan(this.table, workspaceId, request, startsMs, comparisons);
+          if (plan !== undefined) return { ok: true, body: retentionRowsBody(labels, await retentionBySql((sql) => this.client.rows(sql), request, plan)) };
           const withShared = (reference: EventReference) => ({ event: reference.event, filters: [...reference.filters, ...request.filters] });
           const rows = await this.gather(workspaceId, {
             fromMs: startsMs[0],
@@ -157,6 +181,11 @@ export class ClickHouseQueryService {
       );
       return { ok: true, body: listingBody(rows, "property") };
     });
+  }
+
+  /** The passing texts of a query's comparison filters; none (the row path) when a property has too many. */
+  private async comparisons(workspaceId: string, fromMs: number, toMsExclusive: number, filters: readonly PropertyFilter[]): Promise<ComparisonTexts> {
+    return (await comparisonTexts((sql) => this.client.rows(sql), this.table, workspaceId, fromMs, toMsExclusive, filters)) ?? new Map();
   }
 
   /** An unreachable or failing ClickHouse answers 503: the query may be retried. */

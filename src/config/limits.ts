@@ -171,6 +171,10 @@ export const limits = Object.freeze({
   clickhouseOutboxFileBytesMax: integerFromEnvironment("EVENTIDE_CLICKHOUSE_OUTBOX_FILE_BYTES_MAX", 64 * mebibyte),
   /** After a failed INSERT (ClickHouse down or restarting), the forwarder tries again this much later. */
   clickhouseRetryDelayMs: integerFromEnvironment("EVENTIDE_CLICKHOUSE_RETRY_DELAY_MS", 1000),
+  /** A trend whose buckets need a slot table longer than this (a long range in a zone with DST) is answered from selected rows: the table is a literal in the SQL. */
+  clickhouseBucketSlotsMax: integerFromEnvironment("EVENTIDE_CLICKHOUSE_BUCKET_SLOTS_MAX", 100_000),
+  /** A gt/gte/lt/lte filter on a property with more distinct numeric texts in the range takes the row path: the passing texts are a literal in the SQL. */
+  clickhouseComparisonTextsMax: integerFromEnvironment("EVENTIDE_CLICKHOUSE_COMPARISON_TEXTS_MAX", 10_000),
   queryTaskTimeoutMs: integerFromEnvironment("EVENTIDE_QUERY_TASK_TIMEOUT_MS", 30_000),
   /** How often expired days are looked for (EVENTIDE_RETENTION_DAYS, per-workspace retention): a day expires once a day, so an hour's lag is a few percent of it. */
   retentionCheckIntervalMs: integerFromEnvironment("EVENTIDE_RETENTION_CHECK_INTERVAL_MS", 3_600_000),
@@ -265,6 +269,7 @@ assert(limits.workerNiceSteps <= 19, "EVENTIDE_WORKER_NICE must be 0–19");
 assert(limits.registryPollIntervalMs * 2 < 1000, "credential changes must reach the server within 1 s");
 assert(limits.busyMergeSegmentsMin >= 2, "a merge needs at least two segments");
 assert(limits.applyClockKeys <= limits.applyAtOnceKeysMax && limits.applyClockEntries <= limits.applyAtOnceEntriesMax, "a sliced apply looks at the clock within its first slice");
+assert(limits.clickhouseBucketSlotsMax <= 1_000_000, "EVENTIDE_CLICKHOUSE_BUCKET_SLOTS_MAX must be at most 1 000 000: the bucket table is a literal in a SELECT of at most 16 MiB");
 assert(limits.shutdownTimeoutMs < 10_000, "SPEC: exit within 10 s of SIGTERM");
 assert(limits.workspaceListingCacheTtlMs <= 60_000, "SPEC §7.6: EVENTIDE_WORKSPACE_LISTING_CACHE_TTL_MS must be at most 60 000 (listings lag by at most 60 s)");
 assert(limits.httpDescriptorsSampleIntervalMs < limits.idleTimeoutSeconds * 1000, "open descriptors are counted more often than idle connections time out");

@@ -87,22 +87,7 @@ export function funnelChains(rows: EventRows, plan: FunnelChainsPlan): FunnelCha
       const userTimes = outcomes.times[members[index]];
       for (let step = 1; step < plan.stepCount; step++) if (userTimes[step] !== Infinity) times[step].push(userTimes[step]);
     }
-    const medians: Array<number | null> = [];
-    const averages: Array<number | null> = [];
-    for (let step = 1; step < plan.stepCount; step++) {
-      const values = times[step].sort((left, right) => left - right);
-      if (values.length === 0) {
-        medians.push(null);
-        averages.push(null);
-        continue;
-      }
-      const middle = values.length >> 1;
-      medians.push(values.length % 2 === 1 ? values[middle] : (values[middle - 1] + values[middle]) / 2);
-      let sum = 0;
-      for (const value of values) sum += value;
-      averages.push(sum / values.length);
-    }
-    return { counts, medians, averages };
+    return { counts, ...timesToConvert(times) };
   };
 
   const everyone = new Uint32Array(outcomes.count);
@@ -125,6 +110,26 @@ export function funnelChains(rows: EventRows, plan: FunnelChainsPlan): FunnelCha
     series: ranked.listed.map((listedValue, rank) => ({ value: valueOf(rows.valueTexts, listedValue), steps: summarise(members[rank + 1]) })),
     other: ranked.hasOther ? summarise(members[ranked.otherGroup]) : undefined,
   };
+}
+
+/** Median and mean of each step's times to convert from the second (times[step]: one per user; null: no user). */
+export function timesToConvert(times: number[][]): { medians: Array<number | null>; averages: Array<number | null> } {
+  const medians: Array<number | null> = [];
+  const averages: Array<number | null> = [];
+  for (let step = 1; step < times.length; step++) {
+    const values = times[step].sort((left, right) => left - right);
+    if (values.length === 0) {
+      medians.push(null);
+      averages.push(null);
+      continue;
+    }
+    const middle = values.length >> 1;
+    medians.push(values.length % 2 === 1 ? values[middle] : (values[middle - 1] + values[middle]) / 2);
+    let sum = 0;
+    for (const value of values) sum += value;
+    averages.push(sum / values.length);
+  }
+  return { medians, averages };
 }
 
 /** Records the user's depth, value and times among the outcomes; nothing when it has no entry event in range. */
