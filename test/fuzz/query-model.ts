@@ -92,13 +92,16 @@ export function expectQuery(kind: QueryKind, body: unknown): QueryExpectation {
       const groupBy = own(body, "groupBy");
       if (groupBy !== undefined && !groupBys.includes(groupBy as string)) fields.push("groupBy");
       const math = own(body, "math");
-      if (math !== undefined && !maths.includes(math as string)) fields.push("math");
+      // SPEC §7.4: a property math without its mathProperty is a problem between fields, judged after the dates' order.
+      const needsProperty = ["sum", "avg", "min", "max"].includes(math as string) && own(body, "mathProperty") === undefined;
+      if (math !== undefined && !maths.includes(math as string) && !needsProperty) fields.push("math");
       const filters = own(body, "filters");
       if (filters !== undefined) {
         if (!Array.isArray(filters)) fields.push("filters");
         else if (!filters.every(isValidFilter)) fields.push("filters");
       }
       if (fields.length === 0 && !datesOrdered) fields.push("dateTo", "dateFrom");
+      if (fields.length === 0 && needsProperty) fields.push("mathProperty", "math");
       if (fields.length === 0 && trendBucketCount(fromMs!, toMs!, (groupBy as string | undefined) ?? "day") > trendBucketsMax) fields.push("dateTo", "dateFrom", "groupBy");
       break;
     }
