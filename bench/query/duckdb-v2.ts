@@ -30,12 +30,13 @@ import {
   type RetentionQueryV2,
   type TrendAnswerV2,
   type TrendPoint,
+  type QueryV2,
   type TrendQueryV2,
 } from "../../test/reference/reference-v2.js";
 import { dayMs, parseDate, type Filter } from "../../test/reference/reference.js";
 import { columnOf, filterSql } from "./duckdb-engine.js";
 
-export type V2Request = { kind: "trend"; body: TrendQueryV2 } | { kind: "funnel"; body: FunnelQueryV2 } | { kind: "retention"; body: RetentionQueryV2 };
+export type V2Request = QueryV2;
 export type V2Answer = TrendAnswerV2 | FunnelAnswerV2 | RetentionAnswerV2;
 
 function sqlString(text: string): string {

@@ -941,3 +941,18 @@ export function referenceProperties(events: readonly StoredEvent[], eventName?: 
   }
   return { data: countedList(counts, "property") };
 }
+
+/** One query of any kind, as the differential suite and the benches carry it. */
+export type QueryV2 = { kind: "trend"; body: TrendQueryV2 } | { kind: "funnel"; body: FunnelQueryV2 } | { kind: "retention"; body: RetentionQueryV2 };
+
+/** The reference's answer to a query of any kind. */
+export function referenceAnswerV2(events: readonly StoredEvent[], query: QueryV2): TrendAnswerV2 | FunnelAnswerV2 | RetentionAnswerV2 {
+  switch (query.kind) {
+    case "trend":
+      return referenceTrendV2(events, query.body);
+    case "funnel":
+      return referenceFunnelV2(events, query.body);
+    case "retention":
+      return referenceRetentionV2(events, query.body);
+  }
+}
