@@ -111,13 +111,25 @@ export interface LocatedWalRecord extends WalRecord {
   syncedBytes: number;
 }
 
-/** The record at `offset` when it is whole and its checksums match; undefined otherwise. */
-function recordAt(bytes: Buffer, offset: number): LocatedWalRecord | undefined {
+/** Where a record's parts lie, read from a header that checks out (its own checksum, for EWL2) and fits the file. */
+interface RecordFrame {
+  /** EWL2 headers carry their own checksum; an EWL1 header is trusted only through its payload's. */
+  checkedHeader: boolean;
+  headerBytes: number;
+  idBytes: number;
+  payloadOffset: number;
+  payloadEnd: number;
+  payloadCrc: number;
+  syncedBytes: number;
+}
+
+/** The frame of the record at `offset`, when a header is there and its payload ends inside the file; undefined otherwise. */
+function frameAt(bytes: Buffer, offset: number): RecordFrame | undefined {
   if (offset + legacyHeaderBytes > bytes.length) return undefined;
   const magic = bytes.readUInt32LE(offset);
   let payloadBytes: number;
   let idBytes: number;
-  let expectedCrc: number;
+  let payloadCrc: number;
   let headerBytes: number;
   let syncedBytes = 0;
   if (magic === recordMagic) {
@@ -126,13 +138,13 @@ function recordAt(bytes: Buffer, offset: number): LocatedWalRecord | undefined {
     if (crc32(bytes.subarray(offset + Header.PayloadBytes, offset + headerBytes)) !== bytes.readUInt32LE(offset + Header.HeaderCrc)) return undefined;
     payloadBytes = bytes.readUInt32LE(offset + Header.PayloadBytes);
     idBytes = bytes.readUInt32LE(offset + Header.IdBytes);
-    expectedCrc = bytes.readUInt32LE(offset + Header.PayloadCrc);
+    payloadCrc = bytes.readUInt32LE(offset + Header.PayloadCrc);
     syncedBytes = bytes.readDoubleLE(offset + Header.SyncedBytes);
     if (!Number.isSafeInteger(syncedBytes) || syncedBytes < 0) return undefined;
   } else if (magic === legacyRecordMagic) {
     headerBytes = legacyHeaderBytes;
     payloadBytes = bytes.readUInt32LE(offset + 4);
-    expectedCrc = bytes.readUInt32LE(offset + 8);
+    payloadCrc = bytes.readUInt32LE(offset + 8);
     idBytes = bytes.readUInt32LE(offset + 12);
   } else {
     return undefined;
@@ -141,11 +153,19 @@ function recordAt(bytes: Buffer, offset: number): LocatedWalRecord | undefined {
   const payloadOffset = offset + align8(headerBytes + idBytes);
   const payloadEnd = payloadOffset + payloadBytes;
   if (payloadEnd > bytes.length) return undefined;
-  if (crc32(bytes.subarray(offset + headerBytes, payloadEnd)) !== expectedCrc) return undefined;
+  return { checkedHeader: magic === recordMagic, headerBytes, idBytes, payloadOffset, payloadEnd, payloadCrc, syncedBytes };
+}
+
+/** The record at `offset` when it is whole and its checksums match; undefined otherwise. */
+function recordAt(bytes: Buffer, offset: number): LocatedWalRecord | undefined {
+  const frame = frameAt(bytes, offset);
+  if (frame === undefined) return undefined;
+  const { headerBytes, idBytes, payloadOffset, payloadEnd, syncedBytes } = frame;
+  if (crc32(bytes.subarray(offset + headerBytes, payloadEnd)) !== frame.payloadCrc) return undefined;
   const workspaceId = bytes.toString("ascii", offset + headerBytes, offset + headerBytes + idBytes);
   // Copy so the payload is 8-byte aligned for typed-array views.
   const payload = new Uint8Array(bytes.subarray(payloadOffset, payloadEnd));
-  return { workspaceId, payload, start: offset, end: Math.min(payloadOffset + align8(payloadBytes), bytes.length), syncedBytes };
+  return { workspaceId, payload, start: offset, end: Math.min(payloadOffset + align8(payloadEnd - payloadOffset), bytes.length), syncedBytes };
 }
 
 const magicPatterns = [recordMagic, legacyRecordMagic].map((magic) => {
@@ -201,10 +221,7 @@ export interface WalFileScan {
 
 /** Whether a v2 record was written whole at `offset`: its header checksum holds and its payload ends inside the file. */
 function wholeRecordAt(bytes: Buffer, offset: number): boolean {
-  if (offset + recordHeaderBytes > bytes.length || bytes.readUInt32LE(offset) !== recordMagic) return false;
-  if (crc32(bytes.subarray(offset + Header.PayloadBytes, offset + recordHeaderBytes)) !== bytes.readUInt32LE(offset + Header.HeaderCrc)) return false;
-  const idBytes = bytes.readUInt32LE(offset + Header.IdBytes);
-  return idBytes <= workspaceIdBytesMax && offset + align8(recordHeaderBytes + idBytes) + bytes.readUInt32LE(offset + Header.PayloadBytes) <= bytes.length;
+  return frameAt(bytes, offset)?.checkedHeader === true;
 }
 
 /** Scans one WAL file: its valid records, its bad runs, and whether they are a torn tail or corruption. */
