@@ -33,7 +33,7 @@ export { CliCommandError, CliExit, CliUsageError } from "./cli/command-errors.js
 export interface CliIo {
   /** Receives one output line, without its newline. */
   writeLine(line: string): void;
-  /** Unexpected failures get a stack trace here; the JSON error line still goes to writeLine. Long-running commands (bench) report progress here too. */
+  /** Unexpected failures get a stack trace here; the JSON error line still goes to writeLine. Long-running commands (import, export) report progress here too. */
   writeDiagnostic(text: string): void;
   /** Where `export` streams its data when no --output is given (stdout); absent, --output is needed. */
   dataOutput?: Writable;
@@ -54,7 +54,7 @@ export interface CliContext {
 /**
  * How a command treats the data directory. `existing` (the default): the
  * directory must exist, unless `--create` is given; `any`: the
- * command does not care or creates it itself (serve, init, bench).
+ * command does not care or creates it itself (serve, init).
  */
 export type DataDirUse = "existing" | "any";
 

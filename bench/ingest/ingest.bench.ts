@@ -27,7 +27,7 @@ import { parseArgs } from "node:util";
 import { buildBatchBodies, buildSingleBodies, type BodySet } from "../fixtures/events.js";
 import { spawnLoad, type LoadReport } from "../load/http-load.js";
 import { keepAliveAgent, post } from "../runner/http-client.js";
-import { directoryBytes, machineBusyCpuMs, machineInfo, processCpuMs, processMemoryBytes } from "../runner/machine.js";
+import { directoryBytes, machineBusyCpuMs, commandLine, machineInfo, processCpuMs, processMemoryBytes } from "../runner/machine.js";
 import { writeDatedReport } from "../runner/report-file.js";
 import { startCeiling, startEventide, type CeilingServer, type Target } from "../runner/server.js";
 import { formatMarkdownTable, formatMs, formatTextTable, median } from "../runner/stats.js";
@@ -57,6 +57,8 @@ interface Options {
   /** …and no more than this in all, so a busy machine does not stretch the benchmark without bound. */
   quietBudgetMs: number;
   keepData: boolean;
+  /** Another checkout whose built server is timed (`--server-root`); undefined: this one. */
+  serverRoot: string | undefined;
   /**
    * Nice value for both servers and the load generators. Below 0 (root only)
    * favours them over other work, but with Linux autogroups (on by default)
@@ -84,6 +86,7 @@ function parseOptions(): Options {
       "quiet-wait-seconds": { type: "string", default: "3" },
       "quiet-budget-seconds": { type: "string", default: "45" },
       "keep-data": { type: "boolean", default: false },
+      "server-root": { type: "string", default: "" },
       nice: { type: "string", default: "0" },
       help: { type: "boolean", default: false },
     },
@@ -92,7 +95,8 @@ function parseOptions(): Options {
     process.stdout.write(
       "npm run bench:ingest -- [--duration-seconds 4] [--warmup-seconds 1] [--repeats 3] [--connections-batch 4,16,64]\n" +
         "  [--connections-single 16,64,256] [--connections-msgpack 64] [--seed 1] [--out bench/results/ingest-latest.json] [--load-processes 1]\n" +
-        "  [--targets eventide,ceiling] [--batch-bodies 16] [--single-bodies 4096] [--settle-ms 300] [--quiet-wait-seconds 3] [--quiet-budget-seconds 45] [--nice=-10] [--keep-data]\n",
+        "  [--targets eventide,ceiling] [--batch-bodies 16] [--single-bodies 4096] [--settle-ms 300] [--quiet-wait-seconds 3] [--quiet-budget-seconds 45] [--nice=-10] [--keep-data] [--server-root DIR]\n" +
+        "--server-root starts the server built in another checkout (its dist/src/main.js), to time two commits with one harness.\n",
     );
     process.exit(0);
   }
@@ -121,6 +125,7 @@ function parseOptions(): Options {
     quietWaitMs: Number(values["quiet-wait-seconds"]) * 1000,
     quietBudgetMs: Number(values["quiet-budget-seconds"]) * 1000,
     keepData: values["keep-data"],
+    serverRoot: values["server-root"] === "" ? undefined : resolve(values["server-root"]),
     nice: Math.round(Number(values.nice)),
   };
 }
@@ -178,7 +183,8 @@ function formatRate(value: number): string {
 async function main(): Promise<void> {
   const options = parseOptions();
   const startedAt = new Date();
-  const machine = machineInfo(repositoryRoot);
+  // The figures belong to the server that ran: another checkout's with --server-root.
+  const machine = machineInfo(options.serverRoot ?? repositoryRoot);
   process.stdout.write(`machine: ${machine.cores} cores, ${machine.cpuModel}, ${machine.memoryGiB} GiB, Node ${machine.node}\n`);
   const plannedRuns = options.repeats * ((options.connectionsBatch.length + options.connectionsSingle.length) * options.targets.length + options.connectionsMsgpack.length);
   const plannedSeconds = plannedRuns * (options.durationSeconds + options.warmupSeconds + 0.9 + options.settleMs / 1000) + options.quietBudgetMs / 1000;
@@ -192,7 +198,7 @@ async function main(): Promise<void> {
   let eventideIngestUrl = "";
   let apiKey = "bench-ceiling-key-000000000000000";
   if (options.targets.includes("eventide")) {
-    eventide = await startEventide({ repositoryRoot, keepData: options.keepData, nice: options.nice });
+    eventide = await startEventide({ repositoryRoot, serverRoot: options.serverRoot, keepData: options.keepData, nice: options.nice });
     apiKey = eventide.apiKey;
     eventideIngestUrl = eventide.ingestUrl;
     process.stdout.write(`eventide: pid ${eventide.pid}, ingest ${eventideIngestUrl}, data ${eventide.dataDirectory}\n`);
@@ -487,7 +493,7 @@ async function main(): Promise<void> {
     bench: "ingest",
     startedAt,
     machine,
-    command: `npm run bench:ingest -- ${process.argv.slice(2).join(" ")}`.trimEnd(),
+    command: commandLine("npm run bench:ingest --", options.serverRoot, machine),
     body: [`## ${caption}`, "", formatMarkdownTable(header, tableRows, [false, false]), "", ...notes.flatMap((note) => [note, ""])].join("\n"),
   });
   process.stdout.write(`\nwrote ${options.out} and ${reportPath}\n`);

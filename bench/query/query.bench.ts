@@ -45,7 +45,7 @@ import { dirname, resolve } from "node:path";
 import { parseArgs } from "node:util";
 import { generateDataset, type Dataset } from "../fixtures/dataset.js";
 import { keepAliveAgent, post } from "../runner/http-client.js";
-import { machineInfo, processCpuMs, processMemoryBytes } from "../runner/machine.js";
+import { commandLine, machineInfo, processCpuMs, processMemoryBytes } from "../runner/machine.js";
 import { writeDatedReport } from "../runner/report-file.js";
 import { startEventide } from "../runner/server.js";
 import { formatCount, formatMarkdownTable, formatMs, formatTextTable, median, percentileOfSorted, sortedCopy } from "../runner/stats.js";
@@ -72,6 +72,8 @@ interface Options {
   referenceMaxEvents: number;
   only: string[];
   keepData: boolean;
+  /** Another checkout whose built server is timed (`--server-root`); undefined: this one. */
+  serverRoot: string | undefined;
   /** This machine's cores, for the notes; filled in once the machine is read. */
   cores: number;
 }
@@ -93,6 +95,7 @@ function parseOptions(): Options {
       "reference-max-events": { type: "string", default: "2000000" },
       only: { type: "string", default: "" },
       "keep-data": { type: "boolean", default: false },
+      "server-root": { type: "string", default: "" },
       help: { type: "boolean", default: false },
     },
   });
@@ -100,9 +103,10 @@ function parseOptions(): Options {
     process.stdout.write(
       "npm run bench:query -- [--events 10000000[,50000000…]] [--users 1000000] [--days 90] [--seed 1] [--runs 10] [--warmup 2]\n" +
         "  [--inflight 4] [--start-date 2024-01-01] [--ingest-order shuffled-batches|time] [--out bench/results/query-latest.json]\n" +
-        "  [--no-restart] [--reference-max-events 2000000] [--only trend,funnel-5,…] [--keep-data]\n" +
+        "  [--no-restart] [--reference-max-events 2000000] [--only trend,funnel-5,…] [--keep-data] [--server-root DIR]\n" +
         "--events takes a comma-separated list: each size is a full run (fresh Eventide, fresh DuckDB table), and the\n" +
-        "summary shows how each time grows with the event count.\n",
+        "summary shows how each time grows with the event count.\n" +
+        "--server-root starts the server built in another checkout (its dist/src/main.js), to time two commits with one harness.\n",
     );
     process.exit(0);
   }
@@ -128,6 +132,7 @@ function parseOptions(): Options {
     referenceMaxEvents: integer("reference-max-events", values["reference-max-events"], 0),
     only: values.only === "" ? [] : values.only.split(",").map((part) => part.trim()),
     keepData: values["keep-data"],
+    serverRoot: values["server-root"] === "" ? undefined : resolve(values["server-root"]),
     cores: 0,
   };
 }
@@ -258,7 +263,7 @@ async function runSize(eventCount: number, options: Options, duckdb: DuckDbEngin
   }
   say(`dataset: generated in ${(generateMs / 1000).toFixed(1)} s; ${formatCount(activeUsers)} active users; ` + Object.entries(eventCounts).map(([name, count]) => `${name} ${formatCount(count)}`).join(", "));
 
-  const eventide = await startEventide({ repositoryRoot, keepData: options.keepData });
+  const eventide = await startEventide({ repositoryRoot, serverRoot: options.serverRoot, keepData: options.keepData });
   say(`eventide: pid ${eventide.pid}, query ${eventide.queryUrl}, ingest ${eventide.ingestUrl}, data ${eventide.dataDirectory}`);
 
   say(`loading Eventide: ${Math.ceil(eventCount / 1000)} batches of 1 000 events, ${options.inflight} in flight`);
@@ -480,7 +485,8 @@ function growthTable(sizes: readonly SizeResult[]): { header: string[]; rows: st
 async function main(): Promise<void> {
   const options = parseOptions();
   const startedAt = new Date();
-  const machine = machineInfo(repositoryRoot);
+  // The figures belong to the server that ran: another checkout's with --server-root.
+  const machine = machineInfo(options.serverRoot ?? repositoryRoot);
   options.cores = machine.cores;
   say(`machine: ${machine.cores} cores, ${machine.cpuModel}, ${machine.memoryGiB} GiB, Node ${machine.node}`);
 
@@ -532,7 +538,7 @@ async function main(): Promise<void> {
   };
   mkdirSync(dirname(options.out), { recursive: true });
   writeFileSync(options.out, `${JSON.stringify(output, null, 2)}\n`);
-  const reportPath = writeDatedReport({ repositoryRoot, bench: "query", startedAt, machine, command: `npm run bench:query -- ${process.argv.slice(2).join(" ")}`.trimEnd(), body: markdown.join("\n") });
+  const reportPath = writeDatedReport({ repositoryRoot, bench: "query", startedAt, machine, command: commandLine("npm run bench:query --", options.serverRoot, machine), body: markdown.join("\n") });
   say(`\nwrote ${options.out} and ${reportPath}`);
 
   if (mismatches.length > 0) {

@@ -12,7 +12,7 @@
 import { execFileSync } from "node:child_process";
 import { lstatSync, readdirSync, readFileSync } from "node:fs";
 import { availableParallelism, cpus, loadavg, release, totalmem, type } from "node:os";
-import { join } from "node:path";
+import { join, resolve } from "node:path";
 
 export interface MachineInfo {
   cpuModel: string;
@@ -162,4 +162,18 @@ export function directoryBytes(root: string): { apparentBytes: number; allocated
     }
   }
   return { apparentBytes, allocatedBytes, files };
+}
+
+/**
+ * The command line for a report: a `--server-root` checkout is named by its
+ * commit, not by where it sits on this machine.
+ */
+export function commandLine(prefix: string, serverRoot: string | undefined, serverMachine: MachineInfo): string {
+  const named = `<checkout at ${serverMachine.eventideCommit?.slice(0, 12) ?? `v${serverMachine.eventideVersion}`}>`;
+  const args = process.argv.slice(2).map((arg) => {
+    if (serverRoot === undefined) return arg;
+    if (arg.startsWith("--server-root=")) return `--server-root=${named}`;
+    return resolve(arg) === serverRoot ? named : arg;
+  });
+  return `${prefix} ${args.join(" ")}`.trimEnd();
 }

@@ -112,6 +112,8 @@ function stopper(started: Child): () => Promise<number | null> {
 
 export interface EventideStart {
   repositoryRoot: string;
+  /** Another checkout whose build to start instead (`--server-root`), so two commits are timed by one harness. */
+  serverRoot?: string;
   /** EVENTIDE_WORKERS; undefined: the server's default. */
   workers?: number;
   keepData: boolean;
@@ -123,7 +125,8 @@ export interface EventideStart {
 
 /** Starts Eventide on free ports over a fresh data directory under the system's temporary directory. */
 export async function startEventide(options: EventideStart): Promise<Target> {
-  const mainScript = join(options.repositoryRoot, "dist", "src", "main.js");
+  const serverRoot = options.serverRoot ?? options.repositoryRoot;
+  const mainScript = join(serverRoot, "dist", "src", "main.js");
   if (!existsSync(mainScript)) throw new Error(`${mainScript} is missing: run npm run build first`);
   const workDirectory = mkdtempSync(join(tmpdir(), "eventide-bench-server-"));
   const dataDirectory = join(workDirectory, "data");
@@ -137,7 +140,7 @@ export async function startEventide(options: EventideStart): Promise<Target> {
   if (options.workers !== undefined) environment.EVENTIDE_WORKERS = String(options.workers);
   // A fresh store creates the default workspace and prints its credentials; a restart prints none.
   const launch = async (known: { apiKey: string; token: string } | undefined) => {
-    const started = startChild(mainScript, options.repositoryRoot, environment, [...serverNodeFlags, ...(options.extraNodeFlags ?? [])], options.nice ?? 0);
+    const started = startChild(mainScript, serverRoot, environment, [...serverNodeFlags, ...(options.extraNodeFlags ?? [])], options.nice ?? 0);
     const listening = await waitForLine(started, "listening", 60_000, "eventide");
     const created = started.jsonLines.find((line) => line.event === "workspace-created") ?? known;
     if (created === undefined || typeof created.apiKey !== "string" || typeof created.token !== "string") {
