@@ -27,7 +27,7 @@ import { parseArgs } from "node:util";
 import { buildBatchBodies, buildSingleBodies, type BodySet } from "../fixtures/events.js";
 import { spawnLoad, type LoadReport } from "../load/http-load.js";
 import { keepAliveAgent, post } from "../runner/http-client.js";
-import { directoryBytes, machineBusyCpuMs, commandLine, machineInfo, processCpuMs, processMemoryBytes } from "../runner/machine.js";
+import { directoryBytes, machineBusyCpuMs, commandLine, machineInfo, serverCommitOf, processCpuMs, processMemoryBytes } from "../runner/machine.js";
 import { writeDatedReport } from "../runner/report-file.js";
 import { startCeiling, startEventide, type CeilingServer, type Target } from "../runner/server.js";
 import { formatMarkdownTable, formatMs, formatTextTable, median } from "../runner/stats.js";
@@ -493,6 +493,7 @@ async function main(): Promise<void> {
     bench: "ingest",
     startedAt,
     machine,
+    serverCommit: serverCommitOf(options.serverRoot, machine),
     command: commandLine("npm run bench:ingest --", options.serverRoot, machine),
     body: [`## ${caption}`, "", formatMarkdownTable(header, tableRows, [false, false]), "", ...notes.flatMap((note) => [note, ""])].join("\n"),
   });

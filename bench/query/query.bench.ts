@@ -45,7 +45,7 @@ import { dirname, resolve } from "node:path";
 import { parseArgs } from "node:util";
 import { generateDataset, type Dataset } from "../fixtures/dataset.js";
 import { keepAliveAgent, post } from "../runner/http-client.js";
-import { commandLine, machineInfo, processCpuMs, processMemoryBytes } from "../runner/machine.js";
+import { commandLine, machineInfo, serverCommitOf, processCpuMs, processMemoryBytes } from "../runner/machine.js";
 import { writeDatedReport } from "../runner/report-file.js";
 import { startEventide } from "../runner/server.js";
 import { formatCount, formatMarkdownTable, formatMs, formatTextTable, median, percentileOfSorted, sortedCopy } from "../runner/stats.js";
@@ -538,7 +538,7 @@ async function main(): Promise<void> {
   };
   mkdirSync(dirname(options.out), { recursive: true });
   writeFileSync(options.out, `${JSON.stringify(output, null, 2)}\n`);
-  const reportPath = writeDatedReport({ repositoryRoot, bench: "query", startedAt, machine, command: commandLine("npm run bench:query --", options.serverRoot, machine), body: markdown.join("\n") });
+  const reportPath = writeDatedReport({ repositoryRoot, bench: "query", startedAt, machine, serverCommit: serverCommitOf(options.serverRoot, machine), command: commandLine("npm run bench:query --", options.serverRoot, machine), body: markdown.join("\n") });
   say(`\nwrote ${options.out} and ${reportPath}`);
 
   if (mismatches.length > 0) {

@@ -177,3 +177,9 @@ export function commandLine(prefix: string, serverRoot: string | undefined, serv
   });
   return `${prefix} ${args.join(" ")}`.trimEnd();
 }
+
+/** The commit a `--server-root` checkout's figures belong to; undefined when the server is this checkout's. */
+export function serverCommitOf(serverRoot: string | undefined, serverMachine: MachineInfo): string | undefined {
+  if (serverRoot === undefined) return undefined;
+  return serverMachine.eventideCommit ?? `v${serverMachine.eventideVersion}`;
+}

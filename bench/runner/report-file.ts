@@ -16,6 +16,8 @@ export interface DatedReport {
   repositoryRoot: string;
   /** Short name used in the file name: ingest, query, micro, suite. */
   bench: string;
+  /** The commit of a `--server-root` checkout: its figures go to a file of their own, beside this checkout's. */
+  serverCommit?: string;
   startedAt: Date;
   machine: MachineInfo;
   /** How the bench was invoked, so a reader can run it again. */
@@ -31,7 +33,8 @@ export function reportsDirectory(repositoryRoot: string): string {
 function reportPath(report: DatedReport): string {
   const directory = reportsDirectory(report.repositoryRoot);
   mkdirSync(directory, { recursive: true });
-  return join(directory, `${report.startedAt.toISOString().slice(0, 10)}-${report.bench}.md`);
+  const variant = report.serverCommit === undefined ? "" : `-server-${report.serverCommit.slice(0, 12)}`;
+  return join(directory, `${report.startedAt.toISOString().slice(0, 10)}-${report.bench}${variant}.md`);
 }
 
 function header(report: DatedReport): string {

@@ -53,10 +53,10 @@ function sourceFiles(directory: string): string[] {
   });
 }
 
-/** Relative specifiers of `import … from`, `export … from` and `import(…)`. */
+/** Relative specifiers of `import … from`, `export … from`, bare `import "…"` and `import(…)`. */
 function relativeImports(source: string): string[] {
   const specifiers: string[] = [];
-  for (const match of source.matchAll(/(?:from\s+|import\s*\(\s*)["'](\.{1,2}\/[^"']+)["']/g)) specifiers.push(match[1]);
+  for (const match of source.matchAll(/(?:from\s+|import\s*\(\s*|import\s+)["'](\.{1,2}\/[^"']+)["']/g)) specifiers.push(match[1]);
   return specifiers;
 }
 
@@ -103,7 +103,8 @@ describe("src/ import rules", () => {
     expect(brokenArrows([{ from: "cli.ts", to: "../bench/suite/main.ts" }])).toHaveLength(1);
   });
 
-  it("finds dynamic imports too", () => {
+  it("finds dynamic and bare imports too", () => {
     expect(relativeImports(`const m = await import("../bench/suite/main.js");`)).toEqual(["../bench/suite/main.js"]);
+    expect(relativeImports(`import "../ingest/event-fields.js";`)).toEqual(["../ingest/event-fields.js"]);
   });
 });
