@@ -25,13 +25,18 @@ export class SegmentCache {
     return this.cachedBytes;
   }
 
-  /** Loads a sealed segment's columns, once however many snapshots wait for them. */
-  ensureLoaded(segment: SealedSegment): Promise<void> {
+  /**
+   * Loads a sealed segment's columns, once however many snapshots wait for
+   * them, and resolves with them: loads finishing together may drop each
+   * other from the cache before a waiter runs, so waiters use these.
+   */
+  ensureLoaded(segment: SealedSegment): Promise<SharedArrayBuffer> {
     segment.loading ??= this.load(segment.directory).then(
       (result) => {
         segment.attach(result);
         segment.loading = undefined;
         this.admit(segment, result.layout.memoryBytes);
+        return result.memory;
       },
       (error) => {
         segment.loading = undefined;

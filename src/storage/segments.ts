@@ -85,7 +85,8 @@ export class SealedSegment {
   /** Its uuids are in the workspace's set (new segments: their rows' uuids were claimed at commit), or were written beyond the uuid horizon. */
   uuidsLoaded = true;
   private layoutJson: string | undefined;
-  loading: Promise<void> | undefined;
+  /** Its load in flight; it resolves with the columns, which the cache may already have dropped again. */
+  loading: Promise<SharedArrayBuffer> | undefined;
   /** The segment cache's clock when it was last loaded (least recently loaded ones are dropped first). */
   lastUsed = 0;
 
@@ -101,9 +102,10 @@ export class SealedSegment {
     this.memory = result.memory;
   }
 
-  describe(): SealedSegmentDescriptor {
-    assert(this.memory, "segment must be loaded before it is described");
+  /** `memory`: the columns a load gave, when the cache may have dropped them since. */
+  describe(memory = this.memory): SealedSegmentDescriptor {
+    assert(memory, "segment must be loaded before it is described");
     this.layoutJson ??= JSON.stringify(this.layout);
-    return { kind: "sealed", key: this.key, dayStartMs: this.dayStartMs, layoutJson: this.layoutJson, memory: this.memory };
+    return { kind: "sealed", key: this.key, dayStartMs: this.dayStartMs, layoutJson: this.layoutJson, memory };
   }
 }

@@ -31,15 +31,23 @@ async function snapshotOnce(workspaces: Workspaces, cache: SegmentCache, workspa
   const workspace = workspaces.byId.get(workspaceId);
   if (workspace === undefined) return { segments: [], rowCount: 0 };
   const segments = workspace.segmentsIn(fromMs, toMs);
-  // Describe active segments now: rows acknowledged before this moment are counted.
-  const descriptors = segments.map((segment) => (segment instanceof ActiveSegment ? segment.describe(filterKeyIds) : undefined));
-  const loads: Promise<void>[] = [];
-  for (const segment of segments) if (segment instanceof SealedSegment && !segment.memory) loads.push(cache.ensureLoaded(segment));
-  const loaded = await Promise.allSettled(loads);
+  // Active segments are described now: rows acknowledged before this moment are counted. A sealed one is
+  // described as soon as its columns are in memory, because the cache may drop them again while this query
+  // waits for others (one query can read more than the cache's budget); its descriptor keeps them for the query.
+  const described = segments.map((segment): SegmentDescriptor | Promise<SegmentDescriptor> => {
+    if (segment instanceof ActiveSegment) return segment.describe(filterKeyIds);
+    if (segment.memory) return segment.describe();
+    return cache.ensureLoaded(segment).then((memory) => segment.describe(memory));
+  });
+  const settled = await Promise.allSettled(described);
   const retired = segments.some((segment) => segment instanceof SealedSegment && segment.retired);
   if (retired) throw new RetiredSegmentError();
-  for (const outcome of loaded) if (outcome.status === "rejected") throw outcome.reason;
+  const descriptors: SegmentDescriptor[] = [];
+  for (const outcome of settled) {
+    if (outcome.status === "rejected") throw outcome.reason;
+    descriptors.push(outcome.value);
+  }
   let rowCount = 0;
   for (const segment of segments) rowCount += segment instanceof ActiveSegment ? segment.rowCount : segment.layout.rowCount;
-  return { segments: segments.map((segment, index) => descriptors[index] ?? (segment as SealedSegment).describe()), rowCount };
+  return { segments: descriptors, rowCount };
 }
