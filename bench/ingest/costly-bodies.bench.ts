@@ -21,6 +21,7 @@ import { availableParallelism } from "node:os";
 import { resolve } from "node:path";
 import { isDeepStrictEqual } from "node:util";
 import { costlyBodies, manyNewKeysBody } from "../fixtures/costly-bodies.js";
+import { keepAliveAgent, post } from "../runner/http-client.js";
 import { startEventide } from "../runner/server.js";
 import { ChunkBuilder } from "../../src/storage/chunk-codec.js";
 import { type IngestParser, validateBody } from "../../src/ingest/event-validation.js";
@@ -55,14 +56,24 @@ for (const costly of costlyBodies) {
   if (!same) process.exitCode = 1;
 }
 
-/** Requests a 404 every 5 ms until stopped; returns each wait in ms. */
+/**
+ * The bench's client: a keep-alive agent each for the probe and the bodies,
+ * which drop sockets idle for half the server's idle timeout (bench/runner/http-client.ts):
+ * building three bodies can take longer than that timeout on a loaded machine.
+ */
+const probeAgent = keepAliveAgent(1);
+const bodyAgent = keepAliveAgent(1);
+/** On a machine busy enough, one 20 MiB body takes minutes: the client waits rather than failing the run. */
+const answerTimeoutMs = 600_000;
+
+/** Requests a 404 every 5 ms until stopped (a missing route: safe to send twice); returns each wait in ms. */
 function probe(url: string): { stop: () => Promise<number[]> } {
   const waits: number[] = [];
   let running = true;
   const loop = (async () => {
     while (running) {
       const startedMs = performance.now();
-      await (await fetch(`${url}/not-a-route`)).arrayBuffer();
+      await post(probeAgent, `${url}/not-a-route`, "", { idempotent: true });
       waits.push(performance.now() - startedMs);
       await new Promise((resolve) => setTimeout(resolve, 5));
     }
@@ -83,8 +94,8 @@ function median(values: number[]): number {
 
 // dist/bench/ingest → the repository root, whose dist/src/main.js the suite's helper starts on a fresh data directory.
 const server = await startEventide({ repositoryRoot: resolve(import.meta.dirname, "..", "..", ".."), workers: undefined, keepData: false });
-// The first request of this process sets up its HTTP client (a few hundred ms): not the server's doing.
-await (await fetch(`${server.ingestUrl}/not-a-route`)).arrayBuffer();
+// The first request of this process sets up its HTTP client: not the server's doing.
+await post(probeAgent, `${server.ingestUrl}/not-a-route`, "", { idempotent: true });
 console.log(`\nend to end: each body posted ${runs} times to a fresh server (${availableParallelism()} cores); a probe requests a 404 every 5 ms meanwhile`);
 console.log(`${"body".padEnd(78)} ${"answer p50".padStart(10)} ${"worst".padStart(8)} ${"worst/in-thread".padStart(15)} ${"probe p50".padStart(9)} ${"worst".padStart(7)}  answer`);
 const endToEnd: Array<{ name: string; body: (run: number) => string; answer: unknown }> = [
@@ -96,11 +107,13 @@ for (const { name, body, answer } of endToEnd) {
   let right = true;
   // Built before the probe starts: building takes this process up to half a second, which the probe would count.
   const bodies = Array.from({ length: runs }, (_, run) => Buffer.from(body(run), "utf8"));
+  // One turn of the event loop first, so a connection the server closed while the bodies were built is seen closed, not reused.
+  await new Promise((resolve) => setTimeout(resolve, 0));
   const prober = probe(server.ingestUrl);
   for (const bytes of bodies) {
     const startedMs = performance.now();
-    const response = await fetch(`${server.ingestUrl}/ingest/batch`, { method: "POST", headers: { "content-type": "application/json" }, body: bytes });
-    const answered = (await response.json()) as unknown;
+    const response = await post(bodyAgent, `${server.ingestUrl}/ingest/batch`, bytes, { timeoutMs: answerTimeoutMs });
+    const answered = JSON.parse(response.text) as unknown;
     answeredMs.push(performance.now() - startedMs);
     if (!isDeepStrictEqual(answered, answer)) right = false;
   }
@@ -113,5 +126,7 @@ for (const { name, body, answer } of endToEnd) {
   );
   if (!right) process.exitCode = 1;
 }
+probeAgent.destroy();
+bodyAgent.destroy();
 await server.stop();
 server.cleanup();
