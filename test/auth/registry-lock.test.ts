@@ -103,8 +103,8 @@ describe("registry lock", () => {
     expect((error as RegistryError).code).toBe("registry_locked");
     expect((error as RegistryError).message).toContain(registryLockPath(dataDir));
     expect((error as RegistryError).message).toContain(String(process.ppid));
+    // It waited its whole wait (a lower bound: load only lengthens it); how long past it is the machine's, not asserted.
     expect(Date.now() - startedMs).toBeGreaterThanOrEqual(300);
-    expect(Date.now() - startedMs).toBeLessThan(3_000);
     // Someone else's lock is left alone.
     expect(existsSync(registryLockPath(dataDir))).toBe(true);
   });

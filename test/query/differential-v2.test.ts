@@ -29,7 +29,7 @@ import {
   addDays,
 } from "../reference/reference-v2.js";
 import { edgeTimestamps, localDateOf, zoneTransitions } from "../reference/zone-transitions.js";
-import { ingestInRandomOrder, queryKindAt, randomStepNames, runConcurrently, truncate } from "../helpers/differential.js";
+import { ingestInRandomOrder, randomDaysAroundData, randomQueries, randomStepNames, runDifferentialSeed, truncate } from "../helpers/differential.js";
 import { type GeneratedDataset, type GeneratedEvent, Random, generateDataset, numericFilterValues, seedsFromEnvironment, toStoredEvents } from "../helpers/random.js";
 import { type ServerHandle, post, removeDataDir, startServer } from "../helpers/server.js";
 import { clickhouseBinary, clickhousePerSuite, skipNotice, storeUrl } from "../helpers/clickhouse.js";
@@ -123,12 +123,8 @@ function randomDateRange(random: Random, dataset: GeneratedDataset): { dateFrom:
       fromMs = day(random.integer(-2, dataset.dayCount));
       toMs = fromMs + random.integer(1, 6) * dayMs;
       break;
-    default: {
-      const one = day(random.integer(-3, dataset.dayCount + 2));
-      const other = day(random.integer(-3, dataset.dayCount + 2));
-      fromMs = Math.min(one, other);
-      toMs = Math.max(one, other);
-    }
+    default:
+      ({ fromMs, toMs } = randomDaysAroundData(random, dataset));
   }
   return { dateFrom: formatDay(fromMs), dateTo: formatDay(toMs) };
 }
@@ -237,19 +233,6 @@ function randomRetention(random: Random, dataset: SeasonDataset): RetentionQuery
   return body;
 }
 
-function randomQueries(random: Random, dataset: SeasonDataset, count: number): GeneratedQuery[] {
-  const queries: GeneratedQuery[] = [];
-  let trendOrdinal = 0;
-  for (let index = 0; index < count; index++) {
-    const kind = queryKindAt(index);
-    if (kind === "trend") queries.push({ kind, body: randomTrend(random, dataset, trendOrdinal++) });
-    else if (kind === "funnel") queries.push({ kind, body: randomFunnel(random, dataset) });
-    else queries.push({ kind, body: randomRetention(random, dataset) });
-  }
-  return queries;
-}
-
-
 // ---------------------------------------------------------------------------
 // Comparison
 
@@ -295,27 +278,6 @@ function valueAt(value: unknown, path: string): unknown {
     current = (current as Record<string, unknown>)[name ?? index];
   }
   return current;
-}
-
-interface Mismatch {
-  ordinal: number;
-  query: GeneratedQuery;
-  detail: string;
-}
-
-function mismatchReport(seed: number, variant: Variant, mismatches: readonly Mismatch[], queryCount: number, notes: readonly string[]): string {
-  const kinds = new Map<string, number>();
-  for (const mismatch of mismatches) kinds.set(mismatch.query.kind, (kinds.get(mismatch.query.kind) ?? 0) + 1);
-  const shown = mismatches
-    .slice(0, mismatchesPrintedMax)
-    .map((mismatch) => `query #${mismatch.ordinal}: POST /api/v1/query/${mismatch.query.kind} ${JSON.stringify(mismatch.query.body)}\n  ${mismatch.detail}`);
-  return [
-    `seed ${seed} (${variant}): ${mismatches.length} of ${queryCount} answers differ from the v2 reference (${[...kinds].map(([kind, count]) => `${kind} ${count}`).join(", ")}); replay with EVENTIDE_TEST_SEEDS=${seed}`,
-    ...shown,
-    mismatches.length > shown.length ? `… and ${mismatches.length - shown.length} more` : "",
-    ...notes.slice(0, notesPrintedMax),
-    notes.length > notesPrintedMax ? `… and ${notes.length - notesPrintedMax} more listing or restart problems` : "",
-  ].join("\n\n");
 }
 
 /** Compares one answer with the reference's; undefined when they agree. */
@@ -410,46 +372,39 @@ function differentialSeeds(store: StoreEnvironment): void {
       const random = new Random(seed);
       const dataset = datasetInDstSeason(random);
       const events = toStoredEvents(dataset.events);
-      const queries = randomQueries(random, dataset, queriesPerSeed);
+      const queries: GeneratedQuery[] = randomQueries(queriesPerSeed, {
+        trend: (ordinal) => randomTrend(random, dataset, ordinal),
+        funnel: () => randomFunnel(random, dataset),
+        retention: () => randomRetention(random, dataset),
+      });
       // JSON carries no -0 and no undefined fields: the reference's answer travels the same way.
       const expected = queries.map((query) => JSON.parse(JSON.stringify(referenceAnswerV2(events, query))) as unknown);
-      const mismatches: Mismatch[] = [];
       const notes: string[] = [];
       const coverage = coverageOf(queries, expected);
       for (const [name, minimum] of Object.entries(coverageMinimum)) {
         if (coverage[name] < minimum) notes.push(`the generated queries lost substance: ${name} ${coverage[name]} < ${minimum} (${JSON.stringify(coverage)})`);
       }
-
-      let server = await startServer(serverOptions);
-      const dataDir = server.dataDir;
-      const credentials = { apiKey: server.apiKey, token: server.token, workspaceId: server.workspaceId };
-      try {
-        await ingestInRandomOrder(server, random, dataset, false);
-        if (store !== undefined) await everyEventVisible(server, events.length);
-        const ask = async (ordinal: number): Promise<void> => {
-          const query = queries[ordinal];
-          const response = await post(`${server.queryUrl}/api/v1/query/${query.kind}`, query.body, { token: server.token });
-          const detail = compare(query, expected[ordinal], response.status, response.body, response.text);
-          if (detail !== undefined) mismatches.push({ ordinal, query, detail });
-        };
-        const ordinals = queries.map((_, ordinal) => ordinal);
-        const half = variant === "restart" ? Math.floor(ordinals.length / 2) : ordinals.length;
-        await runConcurrently(ordinals.slice(0, half), queriesInFlightMax, ask);
-        if (variant === "restart") {
-          const exitCode = await server.stop();
-          if (exitCode !== 0) notes.push(`SIGTERM exit code was ${exitCode}, not 0`);
-          server = await startServer({ ...serverOptions, dataDir, credentials });
-          await runConcurrently(ordinals.slice(half), queriesInFlightMax, ask);
-        }
-        notes.push(...(await checkListings(server, events, dataset.eventNames)));
-        if (mismatches.length > 0 || notes.length > 0) {
-          mismatches.sort((left, right) => left.ordinal - right.ordinal);
-          throw new Error(mismatchReport(seed, variant, mismatches, queries.length, notes));
-        }
-      } finally {
-        await server.stop();
-        removeDataDir(dataDir);
-      }
+      await runDifferentialSeed({
+        title: `seed ${seed} (${variant})`,
+        replay: `EVENTIDE_TEST_SEEDS=${seed}`,
+        referenceName: "the v2 reference",
+        queries,
+        serverOptions,
+        queriesInFlightMax,
+        restart: variant === "restart" ? "halfway" : "none",
+        notes,
+        mismatchesPrintedMax,
+        notesPrintedMax,
+        ingest: async (server) => {
+          await ingestInRandomOrder(server, random, dataset, false);
+          if (store !== undefined) await everyEventVisible(server, events.length);
+        },
+        judge: (ordinal, _phase, response) => {
+          const detail = compare(queries[ordinal], expected[ordinal], response.status, response.body, response.text);
+          return detail === undefined ? [] : [detail];
+        },
+        afterQueries: (server) => checkListings(server, events, dataset.eventNames),
+      });
     });
   }
 }

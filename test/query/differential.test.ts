@@ -24,9 +24,8 @@ import {
   referenceRetention,
   referenceTrend,
 } from "../reference/reference.js";
-import { ingestInRandomOrder, queryKindAt, randomStepNames, runConcurrently, truncate } from "../helpers/differential.js";
+import { ingestInRandomOrder, randomDaysAroundData, randomQueries, randomStepNames, runDifferentialSeed, truncate } from "../helpers/differential.js";
 import { type GeneratedDataset, Random, generateDataset, numericFilterValues, seedsFromEnvironment, toStoredEvents } from "../helpers/random.js";
-import { post, removeDataDir, startServer } from "../helpers/server.js";
 
 const seeds = seedsFromEnvironment("EVENTIDE_TEST_SEEDS", [20_240_101, 7_654_321]);
 /** Three seeds × 180 = 540 queries per run, plus the replay after the restart. */
@@ -96,13 +95,8 @@ function randomDateRange(random: Random, dataset: GeneratedDataset): { dateFrom:
       fromMs = day(random.integer(8, 12), last);
       toMs = fromMs + random.integer(0, 5) * dayMs;
       break;
-    default: {
-      // anywhere in and around the data
-      const one = day(random.integer(-3, dataset.dayCount + 2));
-      const other = day(random.integer(-3, dataset.dayCount + 2));
-      fromMs = Math.min(one, other);
-      toMs = Math.max(one, other);
-    }
+    default: // anywhere in and around the data
+      ({ fromMs, toMs } = randomDaysAroundData(random, dataset));
   }
   return { dateFrom: formatDay(fromMs), dateTo: formatDay(toMs) };
 }
@@ -159,18 +153,6 @@ function randomRetention(random: Random, dataset: GeneratedDataset): RetentionQu
   return body;
 }
 
-function randomQueries(random: Random, dataset: GeneratedDataset, count: number): GeneratedQuery[] {
-  const queries: GeneratedQuery[] = [];
-  let trendOrdinal = 0;
-  for (let index = 0; index < count; index++) {
-    const kind = queryKindAt(index);
-    if (kind === "trend") queries.push({ kind, body: randomTrend(random, dataset, trendOrdinal++) });
-    else if (kind === "funnel") queries.push({ kind, body: randomFunnel(random, dataset) });
-    else queries.push({ kind, body: randomRetention(random, dataset) });
-  }
-  return queries;
-}
-
 function referenceAnswer(events: readonly StoredEvent[], query: GeneratedQuery): unknown {
   switch (query.kind) {
     case "trend":
@@ -206,27 +188,6 @@ function describeDifference(expected: unknown, got: unknown): string {
   return `expected: ${truncate(JSON.stringify(expected))}\n  got: ${truncate(JSON.stringify(got))}`;
 }
 
-interface Mismatch {
-  ordinal: number;
-  query: GeneratedQuery;
-  detail: string;
-}
-
-function mismatchReport(seed: number, variant: Variant, mismatches: readonly Mismatch[], queryCount: number, notes: readonly string[]): string {
-  const shown = mismatches.slice(0, mismatchesPrintedMax).map(
-    (mismatch) =>
-      `seed ${seed}, query #${mismatch.ordinal}: POST /api/v1/query/${mismatch.query.kind} ${JSON.stringify(mismatch.query.body)}\n  ${mismatch.detail}`,
-  );
-  const kinds = new Map<string, number>();
-  for (const mismatch of mismatches) kinds.set(mismatch.query.kind, (kinds.get(mismatch.query.kind) ?? 0) + 1);
-  return [
-    `seed ${seed}: ${mismatches.length} of ${queryCount} answers differ from the reference (${[...kinds].map(([kind, count]) => `${kind} ${count}`).join(", ")}); replay with EVENTIDE_TEST_VARIANT=${variant} EVENTIDE_TEST_SEEDS=${seed}`,
-    ...notes,
-    ...shown,
-    mismatches.length > shown.length ? `… and ${mismatches.length - shown.length} more` : "",
-  ].join("\n\n");
-}
-
 // ---------------------------------------------------------------------------
 
 describe("the query engine answers exactly as the reference on seeded random data", () => {
@@ -243,59 +204,37 @@ describe("the query engine answers exactly as the reference on seeded random dat
       const random = new Random(seed);
       const dataset = generateDataset(random, { uuids: duplicates });
       const events = toStoredEvents(dataset.events);
-      const queries = randomQueries(random, dataset, queriesPerSeed);
+      const queries: GeneratedQuery[] = randomQueries(queriesPerSeed, {
+        trend: (ordinal) => randomTrend(random, dataset, ordinal),
+        funnel: () => randomFunnel(random, dataset),
+        retention: () => randomRetention(random, dataset),
+      });
       const expected = new Map<number, unknown>();
       const answers = new Map<number, unknown>();
-      const mismatches: Mismatch[] = [];
-      const notes: string[] = [];
-
-      let server = await startServer(serverOptions);
-      const dataDir = server.dataDir;
-      const credentials = { apiKey: server.apiKey, token: server.token, workspaceId: server.workspaceId };
-      try {
-        try {
-          await ingestInRandomOrder(server, random, dataset, duplicates);
-        } catch (error) {
-          throw new Error(`seed ${seed} (${variant}): ingest failed: ${(error as Error).message}\nstderr:\n${server.stderr().slice(-2000)}`);
-        }
-
-        const ask = async (ordinal: number, phase: "first" | "after restart"): Promise<void> => {
-          const query = queries[ordinal];
-          const response = await post(`${server.queryUrl}/api/v1/query/${query.kind}`, query.body, { token: server.token });
-          if (!expected.has(ordinal)) expected.set(ordinal, referenceAnswer(events, query));
+      await runDifferentialSeed({
+        title: `seed ${seed} (${variant})`,
+        replay: `EVENTIDE_TEST_VARIANT=${variant} EVENTIDE_TEST_SEEDS=${seed}`,
+        referenceName: "the reference",
+        queries,
+        serverOptions,
+        queriesInFlightMax,
+        restart: restart ? "halfway, replaying" : "none",
+        mismatchesPrintedMax,
+        notesPrintedMax: mismatchesPrintedMax,
+        ingest: (server) => ingestInRandomOrder(server, random, dataset, duplicates),
+        judge: (ordinal, phase, response) => {
+          if (!expected.has(ordinal)) expected.set(ordinal, referenceAnswer(events, queries[ordinal]));
           const want = expected.get(ordinal);
-          if (response.status !== 200) {
-            mismatches.push({ ordinal, query, detail: `${phase}: expected 200 ${truncate(JSON.stringify(want), 1500)}\n  got: ${response.status} ${truncate(response.text, 1500)}` });
-            return;
-          }
+          if (response.status !== 200) return [`${phase}: expected 200 ${truncate(JSON.stringify(want), 1500)}\n  got: ${response.status} ${truncate(response.text, 1500)}`];
+          const details: string[] = [];
           if (phase === "after restart" && answers.has(ordinal) && !isDeepStrictEqual(answers.get(ordinal), response.body)) {
-            mismatches.push({ ordinal, query, detail: `changed across the restart:\n  ${describeDifference(answers.get(ordinal), response.body)}` });
+            details.push(`changed across the restart:\n  ${describeDifference(answers.get(ordinal), response.body)}`);
           }
           answers.set(ordinal, response.body);
-          if (!isDeepStrictEqual(response.body, want)) {
-            mismatches.push({ ordinal, query, detail: `${phase}: ${describeDifference(want, response.body)}` });
-          }
-        };
-
-        const ordinals = queries.map((_, ordinal) => ordinal);
-        const half = restart ? Math.floor(ordinals.length / 2) : ordinals.length;
-        await runConcurrently(ordinals.slice(0, half), queriesInFlightMax, (ordinal) => ask(ordinal, "first"));
-        if (restart) {
-          const exitCode = await server.stop();
-          if (exitCode !== 0) notes.push(`seed ${seed}: SIGTERM exit code was ${exitCode}, not 0; stderr:\n${server.stderr().slice(-2000)}`);
-          server = await startServer({ ...serverOptions, dataDir, credentials });
-          // The first half again, on the restarted server, then the rest.
-          await runConcurrently(ordinals.slice(0, half), queriesInFlightMax, (ordinal) => ask(ordinal, "after restart"));
-          await runConcurrently(ordinals.slice(half), queriesInFlightMax, (ordinal) => ask(ordinal, "first"));
-        }
-        if (mismatches.length > 0 || notes.length > 0) {
-          mismatches.sort((left, right) => left.ordinal - right.ordinal);
-          throw new Error(mismatchReport(seed, variant, mismatches, queries.length, notes));
-        }
-      } finally {
-        await server.stop();
-        removeDataDir(dataDir);
-      }
+          if (!isDeepStrictEqual(response.body, want)) details.push(`${phase}: ${describeDifference(want, response.body)}`);
+          return details;
+        },
+      });
     });
   }
 });

@@ -543,7 +543,8 @@ describe("the reference runs funnels as SPEC §4 says", () => {
     }
   });
 
-  it("stays fast on a user with many candidates for every step", () => {
+  // An exponential search over candidates would not end here: the test's timeout catches it, no timed assertion.
+  it("answers a user with many candidates for every step", () => {
     const events: StoredEvent[] = [];
     const startMs = Date.parse("2024-01-01T00:00:00Z");
     for (let index = 0; index < 3000; index++) {
@@ -555,9 +556,7 @@ describe("the reference runs funnels as SPEC §4 says", () => {
         properties: undefined,
       });
     }
-    const began = performance.now();
     const answer = referenceFunnel(events, { steps: ["a", "b", "a", "c", "b", "never"], ...range, conversionWindow: 86_400 });
-    expect(performance.now() - began).toBeLessThan(5_000);
     expect(counts(answer)).toEqual([3, 3, 3, 3, 3, 0]);
   });
 });

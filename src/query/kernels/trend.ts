@@ -166,12 +166,12 @@ export function trendPartial(segments: readonly SegmentView[], plan: TrendPlan, 
     } else if (!hourly) {
       const mark = markBase + bucket;
       counts[bucket] += ranged
-        ? countNewUsersInRange(segment.userIds, shardRows.start, shardRows.end, userLo, mark)
-        : countNewUsersInSelection(segment.userIds, selection, selectedCount, userLo, mark);
+        ? countNewUsers(segment.userIds, undefined, shardRows.start, shardRows.end, userLo, mark)
+        : countNewUsers(segment.userIds, selection, 0, selectedCount, userLo, mark);
     } else {
       const mark = markBase + bucket / 24;
-      if (ranged) countNewUserHoursInRange(counts, bucket, segment.userIds, segment.timeOffsetMs, shardRows.start, shardRows.end, userLo, mark);
-      else countNewUserHoursInSelection(counts, bucket, segment.userIds, segment.timeOffsetMs, selection, selectedCount, userLo, mark);
+      if (ranged) countNewUserHours(counts, bucket, segment.userIds, segment.timeOffsetMs, undefined, shardRows.start, shardRows.end, userLo, mark);
+      else countNewUserHours(counts, bucket, segment.userIds, segment.timeOffsetMs, selection, 0, selectedCount, userLo, mark);
     }
   }
   return counts;
@@ -519,31 +519,17 @@ function countHoursInSelection(
   addHourLanes(counts, dayBucket);
 }
 
-/** Users of the rows not yet marked with `mark`; sealed rows come grouped by user, so repeats are skipped cheaply. */
-function countNewUsersInRange(userIds: Uint32Array, start: number, end: number, userLo: number, mark: number): number {
+/**
+ * Users not yet marked with `mark`, of rows [from, to) or, with a selection, of
+ * the rows it lists at [from, to); sealed rows come grouped by user, so repeats
+ * are skipped cheaply.
+ */
+function countNewUsers(userIds: Uint32Array, selection: Uint32Array | undefined, from: number, to: number, userLo: number, mark: number): number {
   let marks = userMarks.values;
   let newCount = 0;
   let previousUser = -1;
-  for (let row = start; row < end; row++) {
-    const user = userIds[row];
-    if (user === previousUser) continue;
-    previousUser = user;
-    const slot = user - userLo;
-    if (slot >= marks.length) marks = userMarks.grow(slot + 1);
-    if (marks[slot] !== mark) {
-      marks[slot] = mark;
-      newCount++;
-    }
-  }
-  return newCount;
-}
-
-function countNewUsersInSelection(userIds: Uint32Array, selection: Uint32Array, selectedCount: number, userLo: number, mark: number): number {
-  let marks = userMarks.values;
-  let newCount = 0;
-  let previousUser = -1;
-  for (let index = 0; index < selectedCount; index++) {
-    const user = userIds[selection[index]];
+  for (let index = from; index < to; index++) {
+    const user = userIds[selection === undefined ? index : selection[index]];
     if (user === previousUser) continue;
     previousUser = user;
     const slot = user - userLo;
@@ -557,53 +543,26 @@ function countNewUsersInSelection(userIds: Uint32Array, selection: Uint32Array, 
 }
 
 /**
- * Distinct (user, hour) pairs of one day. The mark says which day a user's hour
- * mask belongs to; a stale mark means an empty mask. Works in any row order,
- * so active segments and several segments of one day need no sorting.
+ * Distinct (user, hour) pairs of one day, over rows [from, to) or, with a
+ * selection, over the rows it lists at [from, to). The mark says which day a
+ * user's hour mask belongs to; a stale mark means an empty mask. Works in any
+ * row order, so active segments and several segments of one day need no sorting.
  */
-function countNewUserHoursInRange(
+function countNewUserHours(
   counts: Float64Array,
   dayBucket: number,
   userIds: Uint32Array,
   timeOffsetMs: Uint32Array,
-  start: number,
-  end: number,
+  selection: Uint32Array | undefined,
+  from: number,
+  to: number,
   userLo: number,
   mark: number,
 ): void {
   let marks = userMarks.values;
   let masks = userHourMasks.values;
-  for (let row = start; row < end; row++) {
-    const slot = userIds[row] - userLo;
-    if (slot >= marks.length) marks = userMarks.grow(slot + 1);
-    if (slot >= masks.length) masks = userHourMasks.grow(slot + 1);
-    const hour = (timeOffsetMs[row] / hourMs) | 0;
-    const bit = 1 << hour;
-    if (marks[slot] !== mark) {
-      marks[slot] = mark;
-      masks[slot] = bit;
-      counts[dayBucket + hour]++;
-    } else if ((masks[slot] & bit) === 0) {
-      masks[slot] |= bit;
-      counts[dayBucket + hour]++;
-    }
-  }
-}
-
-function countNewUserHoursInSelection(
-  counts: Float64Array,
-  dayBucket: number,
-  userIds: Uint32Array,
-  timeOffsetMs: Uint32Array,
-  selection: Uint32Array,
-  selectedCount: number,
-  userLo: number,
-  mark: number,
-): void {
-  let marks = userMarks.values;
-  let masks = userHourMasks.values;
-  for (let index = 0; index < selectedCount; index++) {
-    const row = selection[index];
+  for (let index = from; index < to; index++) {
+    const row = selection === undefined ? index : selection[index];
     const slot = userIds[row] - userLo;
     if (slot >= marks.length) marks = userMarks.grow(slot + 1);
     if (slot >= masks.length) masks = userHourMasks.grow(slot + 1);
