@@ -18,7 +18,7 @@ const binary = clickhouseBinary();
 if (binary === undefined) console.warn(skipNotice("ClickHouse funnel SQL tests"));
 
 const seed = seedsFromEnvironment("EVENTIDE_TEST_SEEDS", [7_301])[0];
-const queryCount = 240;
+const queryCount = 160;
 const names = ["a", "b", "c"];
 const startMs = Date.UTC(2024, 2, 30, 23, 59, 50);
 
@@ -28,17 +28,26 @@ function tiedEvents(random: Random): StoredEvent[] {
     for (let index = random.integer(2, 30); index > 0; index--) {
       // Instants a second apart around midnight UTC, and a few a day later.
       const timestampMs = startMs + random.integer(0, 14) * 1000 + (random.chance(0.1) ? 86_400_000 : 0);
-      const properties = random.chance(0.3) ? undefined : { plan: random.pick(["x", "y", "z"]) };
-      events.push({ event: random.pick(names), distinctId: `u${user}`, timestampMs, ...(properties === undefined ? {} : { properties }) });
+      const properties = random.chance(0.3) ? {} : { plan: random.pick(["x", "y", "z"]) };
+      events.push({ event: random.pick(names), distinctId: `u${user}`, timestampMs, properties });
     }
   }
   return events;
 }
 
+function shuffled<T>(random: Random, items: readonly T[]): T[] {
+  const copy = [...items];
+  for (let index = copy.length - 1; index > 0; index--) {
+    const other = random.integer(0, index);
+    [copy[index], copy[other]] = [copy[other], copy[index]];
+  }
+  return copy;
+}
+
 function randomFunnel(random: Random): FunnelQueryV2 {
   const order = random.pick(["ordered", "strict", "unordered"] as const);
   const stepCount = random.integer(1, order === "strict" ? 3 : 5);
-  const stepNames = order === "strict" ? [...names].sort(() => random.next() - 0.5).slice(0, stepCount) : Array.from({ length: stepCount }, () => random.pick(names));
+  const stepNames = order === "strict" ? shuffled(random, names).slice(0, stepCount) : Array.from({ length: stepCount }, () => random.pick(names));
   // A step name keeps one reference: with a filter on every step of that name, or none.
   const filtered = new Map(names.map((name) => [name, random.chance(0.3) ? [{ property: "plan", op: random.pick(["eq", "neq"] as const), value: "x" } as Filter] : undefined]));
   const steps: EventReference[] = stepNames.map((name) => (filtered.get(name) === undefined ? name : { event: name, filters: filtered.get(name) }));
@@ -53,7 +62,7 @@ function randomFunnel(random: Random): FunnelQueryV2 {
 describe.skipIf(binary === undefined)("the ClickHouse store's funnel SQL on tied timestamps", () => {
   const clickhouse = clickhousePerSuite();
 
-  it(`answers strict, unordered and repeated-step funnels as the reference, all in SQL (seed ${seed})`, { timeout: 180_000 }, async () => {
+  it(`answers strict, unordered and repeated-step funnels as the reference, all in SQL (seed ${seed})`, { timeout: 300_000 }, async () => {
     const random = new Random(seed);
     const events = tiedEvents(random);
     const queries = Array.from({ length: queryCount }, () => randomFunnel(random));
