@@ -41,8 +41,13 @@
  * |                                      | the user's groups that 18.16's arrays cannot fold                 |
  * | one name in steps with other filters | events may match several steps: a matching per timestamp          |
  * | strict with a repeated step          | as above, inside a group of equal timestamps                      |
+ * | ordered, more repeated steps than    | each repeated step reads two earlier steps' arrays, and 18.16     |
+ * | clickhouseFunnelRepeatedStepsMax     | expands aliases: the query's text doubles per such step           |
+ * | strict or unordered, more steps than | the text grows with the cube of the steps: ClickHouse analyses    |
+ * | clickhouseFunnelSqlStepsMax          | it for seconds, and refuses a strict one of 20 as too big         |
  * | gt/gte/lt/lte, too many texts        | as trend-sql.ts                                                   |
  */
+import { limits } from "../config/limits.js";
 import { timesToConvert, type FunnelChainsAnswer, type StepCounts } from "../query/kernels/funnel-chains.js";
 import { rankSeries, valueOf } from "../query/kernels/series.js";
 import type { FunnelRequest } from "../query/schemas.js";
@@ -53,7 +58,7 @@ import type { ComparisonTexts } from "./sql-parts.js";
 const noTime = "toInt64(9000000000000000000)";
 
 /** Which SQL answers a funnel, or why the kernel path does. */
-export type FunnelRoute = { kind: "sql"; classOfStep: number[] } | { kind: "kernel"; reason: "exclusions" | "overlapping steps" };
+export type FunnelRoute = { kind: "sql"; classOfStep: number[] } | { kind: "kernel"; reason: "exclusions" | "overlapping steps" | "too many repeated steps" | "too many steps" };
 
 /**
  * Steps' classes (class i: the i-th distinct reference among the steps) and
@@ -71,7 +76,10 @@ export function funnelRoute(request: FunnelRequest): FunnelRoute {
     if (index < 0) index = classes.push({ event: step.event, filters }) - 1;
     classOfStep.push(index);
   }
-  if (request.order === "strict" && classes.length < request.steps.length) return { kind: "kernel", reason: "overlapping steps" };
+  const repeatedSteps = request.steps.length - classes.length;
+  if (request.order === "strict" && repeatedSteps > 0) return { kind: "kernel", reason: "overlapping steps" };
+  if (request.order === "ordered" && repeatedSteps > limits.clickhouseFunnelRepeatedStepsMax) return { kind: "kernel", reason: "too many repeated steps" };
+  if (request.order !== "ordered" && request.steps.length > limits.clickhouseFunnelSqlStepsMax) return { kind: "kernel", reason: "too many steps" };
   return { kind: "sql", classOfStep };
 }
 
@@ -157,12 +165,18 @@ function orderedSql(shape: FunnelShape): string {
   const entryClass = `class_${shape.classOfStep[0]}`;
   const entry = `${shape.classes[shape.classOfStep[0]]} AND time_ms < ${shape.toMsExclusive}`;
   const { perUser: entryValues, candidates } = candidateValues(shape.breakdown, entry, "first_ms");
+  const repeated = stepCount - shape.classes.length;
   // index_k: per entry, the index in step k's class of the event the chain takes; times_k its time.
   const columns = [`arrayFilter(i -> ${entryClass}[i] < ${shape.toMsExclusive}, arrayEnumerate(${entryClass})) AS index_1`, `arrayMap(i -> ${entryClass}[i], index_1) AS times_1`];
   for (let step = 2; step <= stepCount; step++) {
     const own = `class_${shape.classOfStep[step - 1]}`;
     const after = `arrayFirstIndex(t -> t >= previous, ${own})`;
     const same = previousOfClass(shape, step - 1);
+    // Distinct steps take times directly (a shorter SQL: 18.16 writes the chain of aliases out at every use).
+    if (repeated === 0) {
+      columns.push(`arrayMap(previous -> arrayFirst(t -> t >= previous, ${own}), times_${step - 1}) AS times_${step}`);
+      continue;
+    }
     columns.push(
       same === undefined
         ? `arrayMap(previous -> ${after}, times_${step - 1}) AS index_${step}`
@@ -251,7 +265,8 @@ function strictSql(shape: FunnelShape): string {
   const converts: string[] = [];
   for (let step = 2; step <= stepCount; step++) {
     // Bit o: the o-th group from the entry holds step `step` within the window (past the last group a mask reads 0).
-    const present = Array.from({ length: stepCount }, (_, offset) => `if(bitAnd(group_masks[i + ${offset}], ${2 ** (step - 1)}) != 0 AND group_times[i + ${offset}] - group_times[i] <= ${windowMs}, ${2 ** offset}, 0)`);
+    // Step `step` sits at most step - 1 groups after the entry.
+    const present = Array.from({ length: step }, (_, offset) => `if(bitAnd(group_masks[i + ${offset}], ${2 ** (step - 1)}) != 0 AND group_times[i + ${offset}] - group_times[i] <= ${windowMs}, ${2 ** offset}, 0)`);
     columns.push(`arrayMap((before, i) -> bitAnd(bitOr(before, bitShiftLeft(before, 1)), toUInt32(${present.join(" + ")})), chains_${step - 1}, entry_groups) AS chains_${step}`);
     if (!shape.timeToConvert) continue;
     const lowest = `arrayFirst(shift -> bitAnd(chains, bitShiftLeft(toUInt32(1), shift)) != 0, range(${stepCount}))`;
