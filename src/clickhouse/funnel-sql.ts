@@ -32,6 +32,10 @@
  *   step j+1 within the window. The shortest time to convert is the lowest
  *   bit's group.
  *
+ * Cost per user: ordered and unordered scan a class's times once per entry
+ * (entries × events, as the ordered SQL always did); strict reads at most
+ * steps² group masks per entry.
+ *
  * Kept on the kernel path (funnel-chains.ts over selected rows), by
  * funnelSqlPlan returning undefined:
  *

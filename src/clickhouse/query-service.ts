@@ -17,7 +17,7 @@
  * | retention | everything, breakdowns included                       | as the trend                                                |
  * | funnel    | ordered, strict, unordered; breakdowns, zones,         | exclusions; one name in steps with different filters;       |
  * |           | filters, timeToConvert; a repeated step (same filters) | strict with a repeated step; a comparison filter as the     |
- * |           | except with strict                                     | trend's (funnel-sql.ts says why)                            |
+ * |           | except with strict                                     | trend's; many steps (limits.ts); funnel-sql.ts says why     |
  *
  * eventide_clickhouse_queries_total counts the queries by path.
  */
