@@ -71,6 +71,14 @@ export const walGroupSeconds = new client.Histogram({
   registers: [registry],
 });
 
+/** Which path answered a query in ClickHouse mode, so tests and operators see how many fall back to selecting rows. */
+export const clickhouseQueries = new client.Counter({
+  name: "eventide_clickhouse_queries_total",
+  help: "Queries the ClickHouse store answered, by kind, funnel shape (order; steps distinct or repeated; exclusions none or some; empty for trends and retention) and path (sql: aggregated in ClickHouse; rows: rows selected and answered by the kernels)",
+  labelNames: ["query", "order", "steps", "exclusions", "path"] as const,
+  registers: [registry],
+});
+
 export const retentionCacheLookups = new client.Counter({
   name: "eventide_retention_cache_lookups_total",
   help: "Retention answers looked up in the 60 s cache, by result (hit or miss)",

@@ -87,12 +87,34 @@ async function visibilityDelays(server: ServerHandle): Promise<number[]> {
   return delays;
 }
 
+/**
+ * A funnel and its twin with the same answer from the kernel path (rows
+ * selected) in ClickHouse mode: an exclusion of an event never ingested, or,
+ * for unordered (no exclusions), the last step given a filter every event passes
+ * while an earlier step names the same event without it.
+ */
+function funnelTwins(name: string, body: { steps: string[]; order?: string; [field: string]: unknown }): Array<{ name: string; kind: string; body: object }> {
+  const last = body.steps.length - 1;
+  const twin =
+    body.order === "unordered"
+      ? { ...body, steps: body.steps.map((step, index) => (index === last ? { event: step, filters: [{ property: "never_set", op: "is_not_set" }] } : step)) }
+      : { ...body, exclusions: [{ event: "never_ingested", fromStep: 1, toStep: 2 }] };
+  return [
+    { name, kind: "funnel", body },
+    { name: `${name} (kernel twin)`, kind: "funnel", body: twin },
+  ];
+}
+
 const queries: Array<{ name: string; kind: string; body: object }> = [
   { name: "trend total by day, 30 days", kind: "trend", body: { event: "view", dateFrom: "2024-01-01", dateTo: "2024-01-30" } },
   { name: "trend unique by hour, filter", kind: "trend", body: { event: "view", dateFrom: "2024-01-01", dateTo: "2024-01-07", groupBy: "hour", math: "unique", filters: [{ property: "plan", op: "eq", value: "pro" }] } },
   { name: "trend sum, breakdown, Berlin", kind: "trend", body: { event: "purchase", dateFrom: "2024-01-01", dateTo: "2024-01-30", math: "sum", mathProperty: "price", breakdown: "path", timezone: "Europe/Berlin" } },
   { name: "funnel 3 steps, 30 days", kind: "funnel", body: { steps: ["view", "click", "purchase"], dateFrom: "2024-01-01", dateTo: "2024-01-30" } },
   { name: "funnel strict + time to convert", kind: "funnel", body: { steps: ["view", "click"], dateFrom: "2024-01-01", dateTo: "2024-01-10", order: "strict", timeToConvert: true } },
+  // Each SQL funnel beside its twin with an exclusion no event matches: the same answer from the kernel path (rows selected).
+  ...funnelTwins("funnel strict, 4 steps + time to convert", { steps: ["view", "click", "signup", "purchase"], dateFrom: "2024-01-01", dateTo: "2024-01-30", order: "strict", timeToConvert: true }),
+  ...funnelTwins("funnel unordered, repeated step, breakdown", { steps: ["view", "click", "view"], dateFrom: "2024-01-01", dateTo: "2024-01-30", order: "unordered", breakdown: "plan" }),
+  ...funnelTwins("funnel ordered, repeated step + time to convert", { steps: ["view", "click", "view", "purchase"], dateFrom: "2024-01-01", dateTo: "2024-01-30", timeToConvert: true }),
   { name: "retention weekly, 30 days", kind: "retention", body: { cohortEvent: "signup", retentionEvent: "view", dateFrom: "2024-01-01", dateTo: "2024-01-30", windowDays: 7 } },
 ];
 

@@ -15,12 +15,16 @@
  * | trend     | every math, breakdowns, zones, filters               | a slot table over the slots limit; a gt/gte/lt/lte filter   |
  * |           |                                                       | on a property of too many numeric texts                     |
  * | retention | everything, breakdowns included                       | as the trend                                                |
- * | funnel    | ordered with distinct step names, breakdowns,         | strict, unordered, exclusions, a repeated step name, a      |
- * |           | timeToConvert                                         | comparison filter as the trend's                            |
+ * | funnel    | ordered, strict, unordered; breakdowns, zones,         | exclusions; one name in steps with different filters;       |
+ * |           | filters, timeToConvert; a repeated step (same filters) | strict with a repeated step; a comparison filter as the     |
+ * |           | except with strict                                     | trend's; many steps (limits.ts); funnel-sql.ts says why     |
+ *
+ * eventide_clickhouse_queries_total counts the queries by path.
  */
 import { limits } from "../config/limits.js";
 import type { ServiceReply } from "../errors.js";
 import { log } from "../log.js";
+import { clickhouseQueries } from "../metrics.js";
 import { zonedRange, zonedRetentionBoundaries, zonedTrendBoundaries } from "../query/buckets.js";
 import { compileFilter, numericPattern, type FilterOp } from "../query/filters.js";
 import type { EventRows } from "../query/kernels/event-rows.js";
@@ -28,7 +32,7 @@ import { funnelChains } from "../query/kernels/funnel-chains.js";
 import { retentionCohorts } from "../query/kernels/retention-cohorts.js";
 import { trendSeries } from "../query/kernels/trend-series.js";
 import { funnelChainsPlanOf, funnelRowsBody, retentionRowsBody, trendRowsBody } from "../query/query-service.js";
-import { parseQueryBody, tooManyBuckets, type EventReference, type PropertyFilter, type QueryKind, type QueryParseResult } from "../query/schemas.js";
+import { parseQueryBody, tooManyBuckets, type EventReference, type FunnelRequest, type PropertyFilter, type QueryKind, type QueryParseResult } from "../query/schemas.js";
 import { zoneClock } from "../query/time-zone.js";
 import type { WorkerPool } from "../workers/pool.js";
 import type { ClickHouseSettings } from "../config/config.js";
@@ -40,6 +44,12 @@ import { retentionBySql, retentionSqlPlan } from "./retention-sql.js";
 import { eventsTable } from "./schema.js";
 import { comparisonTexts, type ComparisonTexts } from "./sql-parts.js";
 import { trendBySql, trendSqlPlan } from "./trend-sql.js";
+
+function countPath(query: QueryKind, funnel: FunnelRequest | undefined, bySql: boolean): void {
+  const steps = funnel === undefined ? "" : new Set(funnel.steps.map((step) => step.event)).size < funnel.steps.length ? "repeated" : "distinct";
+  const exclusions = funnel === undefined ? "" : funnel.exclusions.length > 0 ? "some" : "none";
+  clickhouseQueries.inc({ query, order: funnel?.order ?? "", steps, exclusions, path: bySql ? "sql" : "rows" });
+}
 
 /** Bodies up to this size are parsed on the main thread, as QueryService does. */
 const inlineParseBytesMax = 16 * 1024;
@@ -103,6 +113,7 @@ export class ClickHouseQueryService {
           const { startsMs, labels } = boundaries;
           const comparisons = await this.comparisons(workspaceId, startsMs[0], startsMs[startsMs.length - 1], [...request.eventFilters, ...request.filters]);
           const plan = trendSqlPlan(this.table, workspaceId, request, startsMs, comparisons);
+          countPath("trend", undefined, plan !== undefined);
           if (plan !== undefined) return { ok: true, body: trendRowsBody(request, labels, await trendBySql((sql) => this.client.rows(sql), request, plan)) };
           const rows = await this.gather(workspaceId, {
             fromMs: startsMs[0],
@@ -120,6 +131,7 @@ export class ClickHouseQueryService {
           const filters = [...request.steps.flatMap((step) => step.filters), ...request.filters];
           const comparisons = funnelTranslates(request) ? await this.comparisons(workspaceId, fromMs, Math.max(fromMs, toMsExclusive + request.conversionWindow * 1000), filters) : new Map();
           const sql = funnelSqlPlan(this.table, workspaceId, request, fromMs, toMsExclusive, comparisons);
+          countPath("funnel", request, sql !== undefined);
           if (sql !== undefined) return { ok: true, body: funnelRowsBody(request, await funnelBySql((text) => this.client.rows(text), request, sql)) };
           const withShared = (reference: EventReference) => ({ event: reference.event, filters: [...reference.filters, ...request.filters] });
           const rows = await this.gather(workspaceId, {
@@ -138,6 +150,7 @@ export class ClickHouseQueryService {
           const filters = [...request.cohortEvent.filters, ...request.retentionEvent.filters, ...request.filters];
           const comparisons = await this.comparisons(workspaceId, startsMs[0], startsMs[startsMs.length - 1], filters);
           const plan = retentionSqlPlan(this.table, workspaceId, request, startsMs, comparisons);
+          countPath("retention", undefined, plan !== undefined);
           if (plan !== undefined) return { ok: true, body: retentionRowsBody(labels, await retentionBySql((sql) => this.client.rows(sql), request, plan)) };
           const withShared = (reference: EventReference) => ({ event: reference.event, filters: [...reference.filters, ...request.filters] });
           const rows = await this.gather(workspaceId, {

@@ -69,11 +69,18 @@ describe.skipIf(binary === undefined)("the ClickHouse store", () => {
         const value = hostile[(index + 1) % hostile.length];
         const trend = { event: { event: name, filters: [{ property: name, op: "neq" as const, value }] }, ...range, breakdown: name, filters: [{ property: name, op: "contains" as const, value: value.slice(0, 3) }] };
         const funnel = { steps: [name, { event: "plain", filters: [{ property: name, op: "eq" as const, value }] }], ...range, breakdown: name };
+        // Each order's own SQL: strict reads the breakdown per group of equal times, unordered and ordered take a repeated step.
+        const strict = { ...funnel, order: "strict" as const, timeToConvert: true };
+        const unordered = { ...funnel, steps: [funnel.steps[1], name, name], order: "unordered" as const, timeToConvert: true };
+        const repeated = { ...funnel, steps: [name, funnel.steps[1], name], filters: [{ property: name, op: "not_contains" as const, value }] };
         const retention = { cohortEvent: name, retentionEvent: { event: "plain", filters: [{ property: name, op: "is_set" as const }] }, ...range, windowDays: 1 };
         const sum = { event: "plain", ...range, math: "sum" as const, mathProperty: "n", breakdown: name };
         for (const [kind, body, want] of [
           ["trend", trend, referenceTrendV2(events, trend)],
           ["funnel", funnel, referenceFunnelV2(events, funnel)],
+          ["funnel", strict, referenceFunnelV2(events, strict)],
+          ["funnel", unordered, referenceFunnelV2(events, unordered)],
+          ["funnel", repeated, referenceFunnelV2(events, repeated)],
           ["retention", retention, referenceRetentionV2(events, retention)],
           ["trend", sum, referenceTrendV2(events, sum)],
         ] as const) {
@@ -82,6 +89,10 @@ describe.skipIf(binary === undefined)("the ClickHouse store", () => {
         }
       }
       expect(problems, problems.join("\n")).toEqual([]);
+      // Every funnel above took the SQL: none fell back to selecting rows.
+      const metrics = (await post(`${server.queryUrl}/metrics`, undefined, { method: "GET", raw: true })).text.split("\n").filter((line) => line.startsWith("eventide_clickhouse_queries_total{query=\"funnel\""));
+      expect(metrics.filter((line) => line.includes('path="rows"'))).toEqual([]);
+      for (const order of ["ordered", "strict", "unordered"]) expect(metrics.some((line) => line.includes(`order="${order}"`) && line.includes('path="sql"')), order).toBe(true);
       const listing = await post(`${server.queryUrl}/api/v1/properties?event=${encodeURIComponent(hostile[2])}`, undefined, { token: server.token, method: "GET" });
       expect(listing.body.data.map((entry: { property: string }) => entry.property).sort()).toEqual([hostile[2], "n"].sort());
       expect((await clickhouse.sql("EXISTS TABLE hostile.events FORMAT TSV")).trim()).toBe("1");

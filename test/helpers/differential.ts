@@ -139,6 +139,8 @@ export interface DifferentialSeed<Query extends GeneratedQuery> {
   ingest(server: ServerHandle): Promise<void>;
   /** What is wrong with one answer (nothing: an empty list). */
   judge(ordinal: number, phase: AnswerPhase, response: JsonResponse): readonly string[];
+  /** Read what the server counted before the restart wipes it (its metrics, say). */
+  beforeRestart?(server: ServerHandle): Promise<void>;
   /** Problems found once every query has been answered (listings, say). */
   afterQueries?(server: ServerHandle): Promise<readonly string[]>;
 }
@@ -175,6 +177,7 @@ export async function runDifferentialSeed<Query extends GeneratedQuery>(run: Dif
     const half = run.restart === "none" ? ordinals.length : Math.floor(ordinals.length / 2);
     await runConcurrently(ordinals.slice(0, half), run.queriesInFlightMax, (ordinal) => ask(ordinal, "first"));
     if (run.restart !== "none") {
+      if (run.beforeRestart !== undefined) await run.beforeRestart(server);
       const exitCode = await server.stop();
       if (exitCode !== 0) notes.push(`SIGTERM exit code was ${exitCode}, not 0; stderr:\n${server.stderr().slice(-2000)}`);
       server = await startServer({ ...run.serverOptions, dataDir, credentials });

@@ -12,7 +12,7 @@
  * with EVENTIDE_TEST_SEEDS=<seed>), and the first differing queries with the
  * path of the first difference and both answers.
  */
-import { describe, expect, it } from "vitest";
+import { afterAll, describe, expect, it } from "vitest";
 import { type Filter, type StoredEvent, dayMs, filterOperators, formatDay } from "../reference/reference.js";
 import {
   type EventReference,
@@ -359,6 +359,46 @@ async function everyEventVisible(server: ServerHandle, count: number): Promise<v
   }
 }
 
+/**
+ * The path the ClickHouse store must take for each funnel, by the labels of
+ * eventide_clickhouse_queries_total: SQL unless the funnel has exclusions,
+ * two steps of one name with different filters, or (strict) a repeated step.
+ */
+function expectedFunnelPaths(queries: readonly GeneratedQuery[]): Map<string, number> {
+  const expected = new Map<string, number>();
+  for (const query of queries) {
+    if (query.kind !== "funnel") continue;
+    const steps = query.body.steps.map((step) => (typeof step === "string" ? { event: step, filters: "[]" } : { event: step.event, filters: JSON.stringify(step.filters ?? []) }));
+    const names = new Set(steps.map((step) => step.event));
+    const overlapping = steps.some((step) => steps.some((other) => other.event === step.event && other.filters !== step.filters));
+    const order = query.body.order ?? "ordered";
+    const exclusions = (query.body.exclusions ?? []).length > 0;
+    const bySql = !exclusions && !overlapping && !(order === "strict" && names.size < steps.length);
+    const key = pathKey(order, names.size < steps.length ? "repeated" : "distinct", exclusions ? "some" : "none", bySql ? "sql" : "rows");
+    expected.set(key, (expected.get(key) ?? 0) + 1);
+  }
+  return expected;
+}
+
+function pathKey(order: string, steps: string, exclusions: string, path: string): string {
+  return `order=${order} steps=${steps} exclusions=${exclusions} path=${path}`;
+}
+
+/** The funnels the server counted in eventide_clickhouse_queries_total, by labels, added into `into`. */
+async function countedFunnelPaths(server: ServerHandle, into: Map<string, number>): Promise<void> {
+  const answer = await getJson(`${server.queryUrl}/metrics`, server.token);
+  for (const line of answer.text.split("\n")) {
+    if (!line.startsWith("eventide_clickhouse_queries_total{")) continue;
+    const labels = Object.fromEntries([...line.matchAll(/(\w+)="([^"]*)"/g)].map(([, name, value]) => [name, value]));
+    if (labels.query !== "funnel") continue;
+    const key = pathKey(labels.order, labels.steps, labels.exclusions, labels.path);
+    into.set(key, (into.get(key) ?? 0) + Number(line.slice(line.lastIndexOf(" ") + 1)));
+  }
+}
+
+/** Funnel paths over every seed of the ClickHouse run, printed after it: which shapes the random queries sent to SQL. */
+const funnelPathsSeen = new Map<string, number>();
+
 function differentialSeeds(store: StoreEnvironment): void {
   for (const [seedIndex, seed] of seeds.entries()) {
     const variant = variants[seedIndex % variants.length];
@@ -384,6 +424,7 @@ function differentialSeeds(store: StoreEnvironment): void {
       for (const [name, minimum] of Object.entries(coverageMinimum)) {
         if (coverage[name] < minimum) notes.push(`the generated queries lost substance: ${name} ${coverage[name]} < ${minimum} (${JSON.stringify(coverage)})`);
       }
+      const funnelPaths = new Map<string, number>();
       await runDifferentialSeed({
         title: `seed ${seed} (${variant})`,
         replay: `EVENTIDE_TEST_SEEDS=${seed}`,
@@ -403,7 +444,20 @@ function differentialSeeds(store: StoreEnvironment): void {
           const detail = compare(queries[ordinal], expected[ordinal], response.status, response.body, response.text);
           return detail === undefined ? [] : [detail];
         },
-        afterQueries: (server) => checkListings(server, events, dataset.eventNames),
+        // The ClickHouse store counts funnels by the path that answered them; a restart starts the counts again.
+        beforeRestart: async (server) => {
+          if (store !== undefined) await countedFunnelPaths(server, funnelPaths);
+        },
+        afterQueries: async (server) => {
+          const found = [...(await checkListings(server, events, dataset.eventNames))];
+          if (store === undefined) return found;
+          await countedFunnelPaths(server, funnelPaths);
+          for (const [key, count] of funnelPaths) funnelPathsSeen.set(key, (funnelPathsSeen.get(key) ?? 0) + count);
+          const want = [...expectedFunnelPaths(queries)].sort();
+          const got = [...funnelPaths].sort();
+          if (JSON.stringify(got) !== JSON.stringify(want)) found.push(`funnels by path: expected ${JSON.stringify(want)}\n  got ${JSON.stringify(got)}`);
+          return found;
+        },
       });
     });
   }
@@ -421,6 +475,9 @@ describe.skipIf(clickhouseServer === undefined)("the ClickHouse store answers th
   // This suite checks answers: credentials read a few seconds late on a loaded machine must not turn one into a 503.
   const env = { EVENTIDE_CLICKHOUSE_FORWARD_DELAY_MS: "50", EVENTIDE_REGISTRY_STALE_MS_MAX: "30000" };
   differentialSeeds((seed) => ({ EVENTIDE_STORE: storeUrl(clickhouse, `differential_${seed}`), ...env }));
+  afterAll(() => {
+    if (funnelPathsSeen.size > 0) console.log(`ClickHouse funnels by path over the seeds:\n  ${[...funnelPathsSeen].sort().map(([key, count]) => `${key}: ${count}`).join("\n  ")}`);
+  });
 });
 
 describe("the v2 fields refuse what SPEC §7 refuses", () => {
