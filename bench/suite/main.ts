@@ -93,12 +93,14 @@ async function preflight(target: Target): Promise<void> {
   }
 }
 
-function writeDatedSuiteReport(results: SuiteResults, startedAt: Date, argv: readonly string[]): string {
+function writeDatedSuiteReport(results: SuiteResults, startedAt: Date, argv: readonly string[], scenarios: SuiteOptions["scenarios"]): string {
   // The shared header gives the title, the machine and the command: drop buildMarkdown's own title and machine line.
   const body = buildMarkdown(results, [])
     .replace(/^# .*\n+/, "")
     .replace(/^- \*\*Machine:\*\* .*\n/m, "");
-  return writeDatedReport({ repositoryRoot, bench: "suite", startedAt, machine: results.machine, command: `npm run bench -- ${argv.join(" ")}`.trimEnd(), body });
+  // npm run bench:clickhouse has a report of its own, so it does not replace the day's suite report.
+  const bench = scenarios.length === 1 && scenarios[0] === "clickhouse" ? "clickhouse" : "suite";
+  return writeDatedReport({ repositoryRoot, bench, startedAt, machine: results.machine, command: `npm run bench -- ${argv.join(" ")}`.trimEnd(), body });
 }
 
 function publicOptions(options: SuiteOptions): SuiteResults["options"] {
@@ -291,7 +293,7 @@ export async function runBenchSuite(argv: readonly string[], io: SuiteIo): Promi
   const reportPath = join(outDirectory, "report.md");
   writeFileSync(reportPath, buildMarkdown(results, charts));
   // Run from the checkout without --out, it is also the day's committable report: text only, the charts stay with the results.
-  const datedReport = inRepository(io) && options.out === undefined ? writeDatedSuiteReport(results, startedAt, argv) : null;
+  const datedReport = inRepository(io) && options.out === undefined ? writeDatedSuiteReport(results, startedAt, argv, parsed.scenarios) : null;
   io.write(terminalSummary(results));
 
   let comparison: ComparisonSummary | undefined;
