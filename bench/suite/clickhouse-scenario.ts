@@ -192,7 +192,7 @@ async function visibilityDelays(target: Target, samples: number, day: string, ev
   return delays;
 }
 
-/** Runs the scenario; a failure after ClickHouse has started is reported as the scenario's result, loudly, and the suite goes on. */
+/** Runs the scenario; a failure (ClickHouse not starting, a refused request, stalled forwarding) is its result, said loudly, and the suite goes on. */
 export async function runClickHouse(context: SuiteContext, binary: string): Promise<ClickHouseResult> {
   const { options, progress } = context;
   const dataset = context.dataset;
