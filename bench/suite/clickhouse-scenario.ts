@@ -24,7 +24,7 @@ import { eventsTable } from "../../src/clickhouse/schema.js";
 import { firstDifference } from "../query/query-request.js";
 import { clickhouseBinary, startClickHouse, storeUrl, type ClickHouseHandle } from "../runner/clickhouse-server.js";
 import { keepAliveAgent, post } from "../runner/http-client.js";
-import { processCpuMs } from "../runner/machine.js";
+import { CpuMeter, othersPercent, processCpuMs } from "../runner/machine.js";
 import { startEventide, type Target } from "../runner/server.js";
 import { formatCount, formatMs, summarizeSample } from "../runner/stats.js";
 import { loadDataset } from "./dataset-load.js";
@@ -50,10 +50,22 @@ export function clickhouseAvailability(): { binary: string } | { reason: string 
   return { binary };
 }
 
-function cpuPercent(startMs: number, pids: { eventide: number | undefined; clickhouse: number | undefined }, start: { eventide: number; clickhouse: number }): StoreCpu {
+function cpuPercent(startMs: number, pids: { eventide: number | undefined; clickhouse: number | undefined }, start: { eventide: number; clickhouse: number }, others: number): StoreCpu {
   const elapsedMs = performance.now() - startMs;
   const used = (pid: number | undefined, before: number) => (pid === undefined ? Number.NaN : ((processCpuMs(pid) - before) / elapsedMs) * 100);
-  return { eventidePercent: used(pids.eventide, start.eventide), clickhousePercent: used(pids.clickhouse, start.clickhouse) };
+  return { eventidePercent: used(pids.eventide, start.eventide), clickhousePercent: used(pids.clickhouse, start.clickhouse), othersPercent: others };
+}
+
+/** The rest of the machine's share over a meter's window, kept for the run's noise figures. */
+function recordOthers(context: SuiteContext, meter: CpuMeter): number {
+  const others = othersPercent(meter.read(), 0);
+  if (Number.isFinite(others)) context.othersSamples.push(others);
+  return others;
+}
+
+/** Every process of the comparison: both Eventides and ClickHouse (the suite itself is counted by the meter). */
+function ownPids(context: SuiteContext, target: Target, clickhouse: ClickHouseHandle): number[] {
+  return [context.target.pid, target.pid, clickhouse.pid()].filter((pid): pid is number => pid !== undefined);
 }
 
 async function storedRows(clickhouse: ClickHouseHandle): Promise<number> {
@@ -212,6 +224,7 @@ export async function runClickHouse(context: SuiteContext, binary: string): Prom
 
     const pids = { eventide: target.pid, clickhouse: clickhouse.pid() };
     const cpuStart = { eventide: pids.eventide === undefined ? 0 : processCpuMs(pids.eventide), clickhouse: pids.clickhouse === undefined ? 0 : processCpuMs(pids.clickhouse) };
+    const loadMeter = new CpuMeter(ownPids(context, target, clickhouse));
     progress.startStep("load dataset into Eventide on ClickHouse", dataset.eventCount / 150_000 + 1);
     const loadStartMs = performance.now();
     const load = await loadDataset(target, dataset, {
@@ -228,16 +241,19 @@ export async function runClickHouse(context: SuiteContext, binary: string): Prom
     progress.startStep("wait until ClickHouse holds every event", dataset.eventCount / 300_000 + 1);
     await waitForForwarding(context, clickhouse, load.events);
     const forwardedMs = performance.now();
-    const cpu = cpuPercent(loadStartMs, pids, cpuStart);
+    const cpu = cpuPercent(loadStartMs, pids, cpuStart, recordOthers(context, loadMeter));
     const forward = { seconds: (forwardedMs - loadStartMs) / 1000, eventsPerSecond: load.events / ((forwardedMs - loadStartMs) / 1000), lagAfterLastAckSeconds: (forwardedMs - lastAckMs) / 1000 };
     progress.endStep(
       `${formatCount(forward.eventsPerSecond)} events/s from the first request until ClickHouse held all ${formatCount(load.events)} (${forward.lagAfterLastAckSeconds.toFixed(1)} s after the last 200); ` +
-        `CPU: Eventide ${cpu.eventidePercent.toFixed(0)} %, ClickHouse ${cpu.clickhousePercent.toFixed(0)} %`,
+        `CPU: Eventide ${cpu.eventidePercent.toFixed(0)} %, ClickHouse ${cpu.clickhousePercent.toFixed(0)} %, others ${cpu.othersPercent.toFixed(0)} %`,
     );
     // ClickHouse merges the freshly inserted parts in the background: time queries once it is done, as the embedded store's restart seals its rows first.
     await waitUntilIdle(context, [pids.eventide, pids.clickhouse].filter((pid): pid is number => pid !== undefined), "wait for ClickHouse to merge its parts");
 
+    const queryMeter = new CpuMeter(ownPids(context, target, clickhouse));
     const queries = await runQueryTable(context, target);
+    const queryOthers = recordOthers(context, queryMeter);
+    progress.log(`  CPU while the queries ran: others ${queryOthers.toFixed(0)} % of a core`);
 
     const samples = options.clickhouse.visibilitySamples;
     progress.startStep(`visibility delay: ${samples} single events to each store`, samples * (1 + 0.3));

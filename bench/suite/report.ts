@@ -568,7 +568,8 @@ export function buildMarkdown(results: SuiteResults, charts: readonly Chart[], c
       `A private ClickHouse ${clickhouse.version} server and a second Eventide with \`EVENTIDE_STORE=clickhouse://…\`, on this machine beside the first. ` +
         `The dataset's ${formatCount(clickhouse.events)} rows were loaded into it with the loader that loaded the embedded store; ` +
         `"queryable" counts from the load's first request until ClickHouse held every row. ` +
-        `Over the load and the forwarding its Eventide used ${formatPercent(clickhouse.cpu.eventidePercent)} and ClickHouse ${formatPercent(clickhouse.cpu.clickhousePercent)} of a core.`,
+        `Over the load and the forwarding its Eventide used ${formatPercent(clickhouse.cpu.eventidePercent)} and ClickHouse ${formatPercent(clickhouse.cpu.clickhousePercent)} of a core` +
+        (clickhouse.cpu.othersPercent === undefined ? "." : `, other processes ${formatPercent(clickhouse.cpu.othersPercent)}.`),
       "",
     );
     push(formatMarkdownTable(["figure", "embedded store", "ClickHouse store", "ClickHouse ÷ embedded"], clickhouseStoreRows(clickhouse), [false, true, true, true]));

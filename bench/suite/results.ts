@@ -113,6 +113,8 @@ export interface ClickHouseQueryRun {
 export interface StoreCpu {
   eventidePercent: number;
   clickhousePercent: number;
+  /** The rest of the machine (other people's work): high values mean noisy figures. */
+  othersPercent: number;
 }
 
 /** The clickhouse scenario: measured; skipped (no binary) or failed, with the reason shown loudly. */

@@ -117,7 +117,7 @@ export function clickhouseResult(): ClickHouseResult {
     embeddedIngestEventsPerSecond: 153_846,
     ingest: { seconds: 8, eventsPerSecond: 125_000, retries: 0 },
     forward: { seconds: 10, eventsPerSecond: 100_000, lagAfterLastAckSeconds: 2 },
-    cpu: { eventidePercent: 140, clickhousePercent: 45 },
+    cpu: { eventidePercent: 140, clickhousePercent: 45, othersPercent: 12 },
     visibility: { samples: 10, clickhouseMs: latency(1200), embeddedMs: latency(2) },
     queries: [
       { query: "trend", runs: 60, embeddedMs: latency(4), clickhouseMs: latency(12), answersCompared: 61, answersDiffering: 0, cachedShareEstimate: 0 },

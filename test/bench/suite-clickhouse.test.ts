@@ -66,6 +66,9 @@ describe.skipIf(binary === undefined)("the clickhouse scenario in smoke mode", (
     expect(clickhouse.visibility.samples).toBe(3);
     expect(clickhouse.visibility.clickhouseMs.p95).toBeGreaterThanOrEqual(clickhouse.visibility.clickhouseMs.p50);
     expect(clickhouse.visibility.embeddedMs.p50).toBeGreaterThan(0);
+    // The rest of the machine was measured too, so the run's noise figures cover this scenario.
+    expect(Number.isFinite(clickhouse.cpu.othersPercent)).toBe(true);
+    expect(Number.isFinite(results.noise.othersCpuPercentMean)).toBe(true);
   });
 
   it("asks both stores the same queries and finds every answer identical", () => {
@@ -77,7 +80,8 @@ describe.skipIf(binary === undefined)("the clickhouse scenario in smoke mode", (
       expect(entry.clickhouseMs.p50).toBeGreaterThan(0);
       expect(entry.embeddedMs.p50).toBeGreaterThan(0);
     }
-    expect(results.warnings).toEqual([]);
+    // A busy machine may add the noise warning; nothing else may warn.
+    expect(results.warnings.filter((warning) => !warning.startsWith("other processes used"))).toEqual([]);
   });
 
   it("writes its figures to results.json, report.md and the terminal, and --compare matches them", async () => {
