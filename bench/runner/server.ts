@@ -121,6 +121,8 @@ export interface EventideStart {
   nice?: number;
   /** More node flags for the server (such as --cpu-prof), after the usual ones. */
   extraNodeFlags?: readonly string[];
+  /** More environment for the server (such as EVENTIDE_STORE), over this process's. */
+  environment?: Readonly<Record<string, string>>;
 }
 
 /** Starts Eventide on free ports over a fresh data directory under the system's temporary directory. */
@@ -132,6 +134,7 @@ export async function startEventide(options: EventideStart): Promise<Target> {
   const dataDirectory = join(workDirectory, "data");
   mkdirSync(dataDirectory);
   const environment: Record<string, string> = {
+    ...options.environment,
     EVENTIDE_QUERY_PORT: "0",
     EVENTIDE_INGEST_PORT: "0",
     EVENTIDE_HOST: "127.0.0.1",

@@ -9,7 +9,7 @@
  * Run as a script it talks on stdout; `runBenchSuite` takes its output sink
  * as a parameter, so a caller that keeps stdout for itself can pass stderr.
  *
- * Estimate: see ./options.ts — quick ≈ 2 min, full ≈ 25 min, smoke ≈ 15 s.
+ * Estimate: see ./options.ts — quick ≈ 2 min (+ ~45 s for the ClickHouse store), full ≈ 25 min, smoke ≈ 15 s (+ ~15 s).
  */
 import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from "node:fs";
 import { Agent } from "node:http";
@@ -23,9 +23,10 @@ import { directoryBytes, machineInfo, processMemoryBytes } from "../runner/machi
 import { parseSuiteOptions, SuiteUsageError, usageText, type SuiteOptions } from "./options.js";
 import { Progress } from "./progress.js";
 import { writeDatedReport } from "../runner/report-file.js";
-import { buildCharts, buildMarkdown, terminalSummary } from "./report.js";
-import { collectFigures, resultsFormat, type SuiteResults } from "./results.js";
+import { buildCharts, buildMarkdown, loudNotice, terminalSummary } from "./report.js";
+import { collectFigures, resultsFormat, type ClickHouseResult, type SuiteResults } from "./results.js";
 import { plannedSteps, prepareDataset, runDuckdb, runIngest, runMixed, runQueries, runSoak, type SuiteContext } from "./scenarios.js";
+import { clickhouseAvailability, runClickHouse } from "./clickhouse-scenario.js";
 import { formatDuration, mean } from "../runner/stats.js";
 import { externalTarget, killStartedServers, startEventide, type Target } from "../runner/server.js";
 
@@ -92,12 +93,14 @@ async function preflight(target: Target): Promise<void> {
   }
 }
 
-function writeDatedSuiteReport(results: SuiteResults, startedAt: Date, argv: readonly string[]): string {
+function writeDatedSuiteReport(results: SuiteResults, startedAt: Date, argv: readonly string[], scenarios: SuiteOptions["scenarios"]): string {
   // The shared header gives the title, the machine and the command: drop buildMarkdown's own title and machine line.
   const body = buildMarkdown(results, [])
     .replace(/^# .*\n+/, "")
     .replace(/^- \*\*Machine:\*\* .*\n/m, "");
-  return writeDatedReport({ repositoryRoot, bench: "suite", startedAt, machine: results.machine, command: `npm run bench -- ${argv.join(" ")}`.trimEnd(), body });
+  // npm run bench:clickhouse has a report of its own, so it does not replace the day's suite report.
+  const bench = scenarios.length === 1 && scenarios[0] === "clickhouse" ? "clickhouse" : "suite";
+  return writeDatedReport({ repositoryRoot, bench, startedAt, machine: results.machine, command: `npm run bench -- ${argv.join(" ")}`.trimEnd(), body });
 }
 
 function publicOptions(options: SuiteOptions): SuiteResults["options"] {
@@ -111,7 +114,7 @@ export async function runBenchSuite(argv: readonly string[], io: SuiteIo): Promi
     io.write(usageText);
     return { usage: "npm run bench -- [options]; see --help" };
   }
-  const options = parsed;
+  let options = parsed;
   if (options.compare.length === 2) {
     const [oldPath, newPath] = options.compare.map((path) => resolve(io.workingDirectory, path));
     const comparison = compareResults(readResultsFile(oldPath), readResultsFile(newPath), options.compareThresholdPercent);
@@ -120,6 +123,11 @@ export async function runBenchSuite(argv: readonly string[], io: SuiteIo): Promi
   }
   // Read the old file before a long run, so a typo fails at once.
   const oldResults = options.compare.length === 1 ? readResultsFile(resolve(io.workingDirectory, options.compare[0])) : null;
+
+  // Without a binary the ClickHouse scenario is left out of this run, and said so loudly at its start and in every output.
+  const availability = options.scenarios.includes("clickhouse") ? clickhouseAvailability() : null;
+  const clickhouseSkipped: ClickHouseResult | null = availability !== null && "reason" in availability ? { state: "skipped", reason: availability.reason } : null;
+  if (clickhouseSkipped !== null) options = { ...options, scenarios: options.scenarios.filter((scenario) => scenario !== "clickhouse") };
 
   const startedAt = new Date();
   const machine = machineInfo(repositoryRoot);
@@ -134,6 +142,7 @@ export async function runBenchSuite(argv: readonly string[], io: SuiteIo): Promi
     `bench suite, profile ${options.profile}: ${options.scenarios.join(", ")} — planned ~${formatDuration(plan.seconds)}\n` +
       `machine: ${machine.cpuModel}, ${machine.cores} cores, ${machine.memoryGiB} GiB, Node ${machine.node}, Eventide ${commit}; load average ${machine.loadAverageAtStart.join(" ")}`,
   );
+  if (clickhouseSkipped !== null) progress.log(loudNotice(`SKIPPED: the clickhouse scenario — ${clickhouseSkipped.reason}`));
 
   const interrupt = () => {
     killLoadGenerators();
@@ -171,7 +180,7 @@ export async function runBenchSuite(argv: readonly string[], io: SuiteIo): Promi
       workDirectory,
       target,
       progress,
-      warnings: [],
+      warnings: clickhouseSkipped === null ? [] : [`SKIPPED: the clickhouse scenario — ${clickhouseSkipped.reason}`],
       othersSamples: [],
       // An external server keeps the uuids of earlier runs: start the stamps somewhere new.
       uuidStamp: target.kind === "external" ? Math.floor(Math.random() * 0x10000) : 1,
@@ -193,6 +202,7 @@ export async function runBenchSuite(argv: readonly string[], io: SuiteIo): Promi
       ingest: [],
       queries: [],
       duckdb: null,
+      clickhouse: clickhouseSkipped,
       mixed: null,
       soak: null,
     };
@@ -200,6 +210,7 @@ export async function runBenchSuite(argv: readonly string[], io: SuiteIo): Promi
     await prepareDataset(context);
     if (has("queries")) await runQueries(context);
     if (has("duckdb")) await runDuckdb(context);
+    if (has("clickhouse") && availability !== null && "binary" in availability) context.clickhouse = await runClickHouse(context, availability.binary);
     // The dataset rows are no longer needed: let them go before the long steps.
     context.dataset = null;
     if (has("ingest-batch") || has("ingest-single") || has("ceiling")) await runIngest(context);
@@ -258,6 +269,7 @@ export async function runBenchSuite(argv: readonly string[], io: SuiteIo): Promi
     ingest: context.ingest,
     queries: context.queries,
     duckdb: context.duckdb,
+    clickhouse: context.clickhouse,
     mixed: context.mixed,
     soak: context.soak,
     server: serverSummary,
@@ -281,7 +293,7 @@ export async function runBenchSuite(argv: readonly string[], io: SuiteIo): Promi
   const reportPath = join(outDirectory, "report.md");
   writeFileSync(reportPath, buildMarkdown(results, charts));
   // Run from the checkout without --out, it is also the day's committable report: text only, the charts stay with the results.
-  const datedReport = inRepository(io) && options.out === undefined ? writeDatedSuiteReport(results, startedAt, argv) : null;
+  const datedReport = inRepository(io) && options.out === undefined ? writeDatedSuiteReport(results, startedAt, argv, parsed.scenarios) : null;
   io.write(terminalSummary(results));
 
   let comparison: ComparisonSummary | undefined;

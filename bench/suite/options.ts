@@ -5,11 +5,14 @@
  *
  * Estimate: the profiles are sized by their sums — quick ≈ 2 min (1 M events
  * loaded in ~7 s; 12 query steps and 8 ingest steps of 3 s; mixed 10 s; soak
- * 20 s), full ≈ 25 min with a 10-minute soak, smoke ≈ 15 s for CI.
+ * 20 s), full ≈ 25 min with a 10-minute soak, smoke ≈ 15 s for CI. The
+ * ClickHouse store adds its start (~4 s), the load and forwarding (~12 s for
+ * 1 M events), its query table (6 × 1.5 s) and ~1.2 s per visibility sample:
+ * ~45 s to quick, ~15 s to smoke.
  */
 import { parseArgs } from "node:util";
 
-export const scenarioNames = ["ingest-batch", "ingest-single", "ceiling", "queries", "duckdb", "mixed", "soak"] as const;
+export const scenarioNames = ["ingest-batch", "ingest-single", "ceiling", "queries", "duckdb", "clickhouse", "mixed", "soak"] as const;
 export type ScenarioName = (typeof scenarioNames)[number];
 
 export const queryKinds = ["trend", "trend-unique", "trend-filtered", "funnel-3", "funnel-5", "retention"] as const;
@@ -52,6 +55,8 @@ export interface SuiteOptions {
   mixed: { seconds: number; ingestRate: number | "auto"; batchEvents: number; concurrency: number; queryRate: number };
   soak: { seconds: number; ingestRate: number | "auto"; batchEvents: number; concurrency: number; queryRate: number; sampleSeconds: number };
   duckdbSecondsPerQuery: number;
+  /** The ClickHouse store beside the embedded one: time per query kind (both stores together), single events timed to visibility. */
+  clickhouse: { secondsPerQuery: number; visibilitySamples: number };
   drainSeconds: number;
   loadProcesses: number;
   /** Directory for results.json, report.md and charts; undefined: a fresh one chosen at run time. */
@@ -84,6 +89,7 @@ export const profiles: Record<ProfileName, ProfileDefaults> = {
     mixed: { seconds: 1.5, ingestRate: 2_000, batchEvents: 100, concurrency: 1, queryRate: 0 },
     soak: { seconds: 2, ingestRate: 2_000, batchEvents: 100, concurrency: 1, queryRate: 0, sampleSeconds: 0.5 },
     duckdbSecondsPerQuery: 0.25,
+    clickhouse: { secondsPerQuery: 0.25, visibilitySamples: 3 },
     drainSeconds: 2,
     loadProcesses: 1,
   },
@@ -102,6 +108,7 @@ export const profiles: Record<ProfileName, ProfileDefaults> = {
     mixed: { seconds: 10, ingestRate: "auto", batchEvents: 100, concurrency: 2, queryRate: 0 },
     soak: { seconds: 20, ingestRate: "auto", batchEvents: 100, concurrency: 1, queryRate: 0, sampleSeconds: 1 },
     duckdbSecondsPerQuery: 1.5,
+    clickhouse: { secondsPerQuery: 1.5, visibilitySamples: 10 },
     drainSeconds: 5,
     loadProcesses: 1,
   },
@@ -120,6 +127,7 @@ export const profiles: Record<ProfileName, ProfileDefaults> = {
     mixed: { seconds: 60, ingestRate: "auto", batchEvents: 100, concurrency: 4, queryRate: 0 },
     soak: { seconds: 600, ingestRate: "auto", batchEvents: 100, concurrency: 1, queryRate: 0, sampleSeconds: 5 },
     duckdbSecondsPerQuery: 10,
+    clickhouse: { secondsPerQuery: 10, visibilitySamples: 40 },
     drainSeconds: 10,
     loadProcesses: 1,
   },
@@ -144,11 +152,13 @@ Target
   --workers N             EVENTIDE_WORKERS of the server the suite starts
 
 What to run
-  --profile smoke|quick|full   defaults for everything below (default quick: ~2 min;
-                          full: ~25 min with a 10-minute soak; smoke: ~15 s)
+  --profile smoke|quick|full   defaults for everything below (default quick: ~2 min, ~3 with
+                          the ClickHouse store; full: ~25 min with a 10-minute soak; smoke: ~15 s)
   --scenarios LIST        of ${scenarioNames.join(", ")}
                           (ceiling and duckdb are the peers: a bare uWS JSON.parse server
-                          beside ingest, DuckDB on the same data beside queries)
+                          beside ingest, DuckDB on the same data beside queries;
+                          clickhouse is the ClickHouse store beside the embedded one, on
+                          when a clickhouse-server binary is found, skipped loudly if not)
   --skip LIST             scenarios to leave out
   --queries LIST          of ${queryKinds.join(", ")}
 
@@ -164,7 +174,7 @@ Load
   --load-processes N      generator processes per step (more if the generator saturates)
   --drain-seconds S       open loop: how long to wait for late answers before counting timeouts
 
-Dataset (queries, duckdb, mixed and soak query it)
+Dataset (queries, duckdb, clickhouse, mixed and soak query it)
   --events N --users N --days N --seed N --start-date YYYY-MM-DD
   --load auto|always|never    load the dataset into the target (auto: unless a count shows it is there)
   --no-restart            keep the self-started server running after the load (by default it is
@@ -174,6 +184,11 @@ Mixed and soak
   --mixed-seconds S  --mixed-ingest-rate EVENTS_PER_S|auto  --mixed-concurrency N  --mixed-query-rate Q|max
   --soak-seconds S   --soak-ingest-rate EVENTS_PER_S|auto   --soak-concurrency N   --sample-seconds S
   --duckdb-seconds S      time budget per query kind for the DuckDB peer
+
+ClickHouse store (a private clickhouse-server and a second Eventide on it; the binary is
+EVENTIDE_TEST_CLICKHOUSE_SERVER, else the first of /usr/bin, /usr/sbin, /usr/local/bin)
+  --clickhouse-seconds S  time budget per query kind, both stores asked in turn
+  --visibility-samples N  single events timed from their 200 until a trend query counts them
 
 Results
   --out DIR               where to write (default bench/results/suite/<time> in the repo, else ./eventide-bench/<time>)
@@ -257,6 +272,8 @@ export function parseSuiteOptions(argv: readonly string[]): SuiteOptions | { hel
         "soak-concurrency": { type: "string" },
         "sample-seconds": { type: "string" },
         "duckdb-seconds": { type: "string" },
+        "clickhouse-seconds": { type: "string" },
+        "visibility-samples": { type: "string" },
         out: { type: "string" },
         compare: { type: "string" },
         "compare-threshold": { type: "string" },
@@ -305,7 +322,7 @@ export function parseSuiteOptions(argv: readonly string[]): SuiteOptions | { hel
   // Keep the suite's own order whatever order they were given in.
   scenarios = scenarioNames.filter((scenario) => scenarios.includes(scenario));
   const queries = values.queries === undefined ? [...defaults.queries] : nameList("queries", values.queries, queryKinds);
-  if (queries.length === 0 && scenarios.some((scenario) => scenario === "queries" || scenario === "duckdb" || scenario === "mixed")) {
+  if (queries.length === 0 && scenarios.some((scenario) => scenario === "queries" || scenario === "duckdb" || scenario === "clickhouse" || scenario === "mixed")) {
     throw new SuiteUsageError("--queries is empty but a query scenario is selected");
   }
 
@@ -357,6 +374,10 @@ export function parseSuiteOptions(argv: readonly string[]): SuiteOptions | { hel
       sampleSeconds: pick(values["sample-seconds"], defaults.soak.sampleSeconds, (text) => positive("sample-seconds", text)),
     },
     duckdbSecondsPerQuery: pick(values["duckdb-seconds"], defaults.duckdbSecondsPerQuery, (text) => positive("duckdb-seconds", text)),
+    clickhouse: {
+      secondsPerQuery: pick(values["clickhouse-seconds"], defaults.clickhouse.secondsPerQuery, (text) => positive("clickhouse-seconds", text)),
+      visibilitySamples: pick(values["visibility-samples"], defaults.clickhouse.visibilitySamples, (text) => positive("visibility-samples", text, { integer: true })),
+    },
     drainSeconds: pick(values["drain-seconds"], defaults.drainSeconds, (text) => positive("drain-seconds", text, { allowZero: true })),
     loadProcesses: pick(values["load-processes"], defaults.loadProcesses, (text) => positive("load-processes", text, { integer: true })),
     out: values.out,

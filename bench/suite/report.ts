@@ -10,7 +10,7 @@
  */
 import { machineLine } from "../runner/machine.js";
 import { queryLabels } from "./queries.js";
-import { firstConcurrencyRun, type IngestRun, type MixedResult, type QueryRun, type StepCpu, type SuiteResults } from "./results.js";
+import { firstConcurrencyRun, type ClickHouseResult, type IngestRun, type MixedResult, type QueryRun, type StepCpu, type SuiteResults } from "./results.js";
 import { formatBytes, formatCount, formatDuration, formatMarkdownTable, formatMs, formatPercent, formatTextTable, numberOrNaN } from "../runner/stats.js";
 import { barChart, lineChart, svgDocument, type ChartPart, type LineSeries } from "./svg.js";
 
@@ -222,6 +222,33 @@ export function buildCharts(results: SuiteResults): Chart[] {
     });
   }
 
+  // The ClickHouse store beside the embedded one: the same requests, asked in turn.
+  const clickhouse = measuredClickHouse(results);
+  if (clickhouse !== null && clickhouse.queries.length > 0) {
+    charts.push({
+      file: "clickhouse.svg",
+      title: "Query latency: ClickHouse store beside the embedded store",
+      svg: svgDocument(
+        [
+          barChart({
+            title: "Query latency: ClickHouse store beside the embedded store",
+            subtitle: `p50, ms, log scale, lower is better · the same requests to both, one at a time, in turn · ClickHouse ${clickhouse.version} on this machine`,
+            categories: clickhouse.queries.map((run) => queryLabels[run.query]),
+            series: [
+              { name: "embedded p50", values: clickhouse.queries.map((run) => run.embeddedMs.p50) },
+              { name: "ClickHouse p50", values: clickhouse.queries.map((run) => run.clickhouseMs.p50) },
+            ],
+            valueLabel: "ms (log)",
+            scale: "log",
+            orientation: "horizontal",
+            valueFormat: msFormat,
+          }),
+        ],
+        "ClickHouse store beside the embedded store",
+      ),
+    });
+  }
+
   // Soak: throughput, latency and memory over time.
   if (results.soak !== null && results.soak.samples.length > 0) {
     const samples = results.soak.samples;
@@ -272,6 +299,65 @@ export function buildCharts(results: SuiteResults): Chart[] {
 // ---------------------------------------------------------------------------
 // Markdown.
 
+type MeasuredClickHouse = Extract<ClickHouseResult, { state: "measured" }>;
+
+/** The clickhouse scenario's figures when it ran (results files from before it existed have none). */
+function measuredClickHouse(results: SuiteResults): MeasuredClickHouse | null {
+  return results.clickhouse?.state === "measured" ? results.clickhouse : null;
+}
+
+function ratio(numerator: number, denominator: number): string {
+  return `${(numerator / denominator).toFixed(2)}×`;
+}
+
+function answersCell(run: MeasuredClickHouse["queries"][number]): string {
+  if (run.answersCompared === null) return "not compared";
+  return run.answersDiffering === 0 ? `${run.answersCompared} identical` : `${run.answersDiffering} of ${run.answersCompared} DIFFER: ${run.difference ?? "?"}`;
+}
+
+function clickhouseQueryRows(clickhouse: MeasuredClickHouse): string[][] {
+  return clickhouse.queries.map((run) => [
+    queryLabels[run.query] + (run.cachedShareEstimate > 0.01 ? ` (≈${formatPercent(run.cachedShareEstimate * 100)} of embedded answers may be cached)` : ""),
+    String(run.runs),
+    formatMs(run.embeddedMs.p50),
+    formatMs(run.embeddedMs.p95),
+    formatMs(run.clickhouseMs.p50),
+    formatMs(run.clickhouseMs.p95),
+    ratio(run.clickhouseMs.p50, run.embeddedMs.p50),
+    answersCell(run),
+  ]);
+}
+
+const clickhouseQueryHeader = ["query", "pairs", "embedded p50 ms", "p95 ms", "ClickHouse p50 ms", "p95 ms", "ClickHouse ÷ embedded", "answers"];
+
+function clickhouseStoreRows(clickhouse: MeasuredClickHouse): string[][] {
+  const embeddedLoad = clickhouse.embeddedIngestEventsPerSecond;
+  const visibility = clickhouse.visibility;
+  return [
+    [
+      "dataset load, events/s acknowledged (1 000-event batches, 4 in flight)",
+      embeddedLoad === null ? "–" : formatCount(embeddedLoad),
+      formatCount(clickhouse.ingest.eventsPerSecond),
+      embeddedLoad === null ? "–" : ratio(clickhouse.ingest.eventsPerSecond, embeddedLoad),
+    ],
+    ["events/s until every row is counted by queries", "as acknowledged", `${formatCount(clickhouse.forward.eventsPerSecond)} (${clickhouse.forward.lagAfterLastAckSeconds.toFixed(1)} s after the last 200)`, "–"],
+    [
+      `visibility delay, 200 → counted by a trend query (${visibility.samples} single events)`,
+      `p50 ${formatMs(visibility.embeddedMs.p50)} ms · p95 ${formatMs(visibility.embeddedMs.p95)} ms`,
+      `p50 ${formatMs(visibility.clickhouseMs.p50)} ms · p95 ${formatMs(visibility.clickhouseMs.p95)} ms`,
+      "–",
+    ],
+  ];
+}
+
+/** "0.84×–3.10×" over the query kinds (one kind: its ratio). */
+function ratioRange(clickhouse: MeasuredClickHouse): string {
+  const ratios = clickhouse.queries.map((run) => run.clickhouseMs.p50 / run.embeddedMs.p50).filter((value) => Number.isFinite(value));
+  if (ratios.length === 0) return "–";
+  const [low, high] = [Math.min(...ratios), Math.max(...ratios)];
+  return low === high ? `${low.toFixed(2)}×` : `${low.toFixed(2)}×–${high.toFixed(2)}×`;
+}
+
 function cpuCells(cpu: StepCpu): string[] {
   return [`${formatPercent(cpu.generatorPercent)}${cpu.generatorSaturated ? " ⚠" : ""}`, formatPercent(numberOrNaN(cpu.serverPercent)), formatPercent(cpu.othersPercent)];
 }
@@ -310,6 +396,28 @@ export function headlineRows(results: SuiteResults): string[][] {
       `p50 ${formatMs(run.latencyMs.p50)} ms · p99 ${formatMs(run.latencyMs.p99)} ms`,
       duckdb === undefined ? "–" : `DuckDB p50 ${formatMs(duckdb.latencyMs.p50)} ms (${(run.latencyMs.p50 / duckdb.latencyMs.p50).toFixed(2)}×)`,
     ]);
+  }
+  const clickhouse = measuredClickHouse(results);
+  if (clickhouse !== null) {
+    const embeddedLoad = clickhouse.embeddedIngestEventsPerSecond;
+    rows.push([
+      "ClickHouse store: dataset load",
+      `${formatCount(clickhouse.ingest.eventsPerSecond)} events/s`,
+      `queryable at ${formatCount(clickhouse.forward.eventsPerSecond)} events/s · visible after p50 ${formatMs(clickhouse.visibility.clickhouseMs.p50)} ms, p95 ${formatMs(clickhouse.visibility.clickhouseMs.p95)} ms`,
+      embeddedLoad === null ? "–" : `embedded ${formatCount(embeddedLoad)} events/s (${ratio(clickhouse.ingest.eventsPerSecond, embeddedLoad)})`,
+    ]);
+    if (clickhouse.queries.length > 0) {
+      const differing = clickhouse.queries.reduce((sum, run) => sum + run.answersDiffering, 0);
+      const compared = clickhouse.queries.every((run) => run.answersCompared !== null);
+      rows.push([
+        `ClickHouse store: ${clickhouse.queries.length} query kinds, in turn with the embedded store`,
+        compared ? (differing === 0 ? "answers identical" : `${differing} ANSWERS DIFFER`) : "answers not compared",
+        clickhouse.queries.map((run) => `${run.query} ${formatMs(run.clickhouseMs.p50)}`).join(" · ") + " ms p50",
+        `${ratioRange(clickhouse)} the embedded p50`,
+      ]);
+    }
+  } else if (results.clickhouse !== undefined && results.clickhouse !== null && results.clickhouse.state !== "measured") {
+    rows.push(["ClickHouse store", results.clickhouse.state.toUpperCase(), results.clickhouse.reason, "–"]);
   }
   if (results.mixed !== null) {
     const mixed = results.mixed;
@@ -453,6 +561,27 @@ export function buildMarkdown(results: SuiteResults, charts: readonly Chart[], c
     push("");
   }
 
+  const clickhouse = measuredClickHouse(results);
+  if (clickhouse !== null) {
+    push("## ClickHouse store", "");
+    push(
+      `A private ClickHouse ${clickhouse.version} server and a second Eventide with \`EVENTIDE_STORE=clickhouse://…\`, on this machine beside the first. ` +
+        `The dataset's ${formatCount(clickhouse.events)} rows were loaded into it with the loader that loaded the embedded store; ` +
+        `"queryable" counts from the load's first request until ClickHouse held every row. ` +
+        `Over the load and the forwarding its Eventide used ${formatPercent(clickhouse.cpu.eventidePercent)} and ClickHouse ${formatPercent(clickhouse.cpu.clickhousePercent)} of a core` +
+        (clickhouse.cpu.othersPercent === undefined ? "." : `, other processes ${formatPercent(clickhouse.cpu.othersPercent)}.`),
+      "",
+    );
+    push(formatMarkdownTable(["figure", "embedded store", "ClickHouse store", "ClickHouse ÷ embedded"], clickhouseStoreRows(clickhouse), [false, true, true, true]));
+    push("");
+    if (clickhouse.queries.length > 0) {
+      push("Each query kind asked of both stores in turn, one request at a time, the same requests in the same order (which store goes first alternates); every pair of answers compared.", "");
+      push(formatMarkdownTable(clickhouseQueryHeader, clickhouseQueryRows(clickhouse), [false, true, true, true, true, true, true, false]));
+    }
+    chartLink("clickhouse.svg");
+    push("");
+  }
+
   for (const [name, result] of [["Mixed", results.mixed], ["Soak", results.soak]] as const) {
     if (result === null) continue;
     push(`## ${name}`, "");
@@ -512,17 +641,36 @@ export const figureGlossary = [
     "Closed loop: from the moment the request was written. Open loop (a rate is given): from the moment it was *due*, so time spent waiting for a free connection while the server stalled counts (coordinated omission corrected); the service time from the actual send is in results.json.",
   "- **uWS ceiling** — a bare uWebSockets.js server that reads the body and JSON.parses it, nothing else: the most any Node ingest path can do on this machine. Eventide's share of it is what validation, the WAL and fsync cost.",
   "- **DuckDB** — the same seeded rows in an in-process DuckDB table sorted for the queries, asked the same questions one at a time; ratios above 1 mean Eventide is slower. Eventide's figure includes HTTP; DuckDB's does not.",
+  "- **ClickHouse store** — a second Eventide whose store is a private ClickHouse server, loaded with the same rows by the same loader. Its 200 means the events are in its local outbox; they are forwarded to ClickHouse in large blocks, so the **visibility delay** (a single event's 200 until a trend query counts it) is about EVENTIDE_CLICKHOUSE_FORWARD_DELAY_MS plus the INSERT, against milliseconds in the embedded store. Ratios above 1 mean the ClickHouse store is slower.",
   "- **mixed** — query latency while ingest holds a steady open-loop rate, beside the same query alone; the slowdown is what ingest costs queries.",
   "- **soak** — the mixed load for longer, sampled per interval: a falling throughput, a climbing p99 or an RSS slope that does not flatten means something accumulates.",
   "- **generator CPU** — the load generator's own CPU (percent of one core). ⚠ means it neared a full core or fell behind its open-loop schedule: the generator, not the server, may have set the pace (try `--load-processes 2`).",
   "- **server CPU / others** — the server's threads, and everything else on the machine (other people's jobs): a high *others* means a noisy figure.",
 ].join("\n");
 
+/** A notice that cannot be missed in a scrolling terminal. */
+export function loudNotice(text: string): string {
+  const rule = "!".repeat(78);
+  return `${rule}\n!! ${text}\n${rule}`;
+}
+
 /** The short summary for the terminal at the end of a run. */
 export function terminalSummary(results: SuiteResults): string {
   const rows = headlineRows(results);
   const parts = [`\n${machineLine(results.machine)}`];
   if (rows.length > 0) parts.push(formatTextTable(["what", "throughput", "latency", "beside its peer"], rows));
+  const clickhouse = measuredClickHouse(results);
+  if (clickhouse !== null) {
+    const storeRows = clickhouseStoreRows(clickhouse);
+    const queryRows = clickhouseQueryRows(clickhouse);
+    parts.push(
+      `ClickHouse store (ClickHouse ${clickhouse.version}) beside the embedded store, same ${formatCount(clickhouse.events)} rows:\n` +
+        formatTextTable(["figure", "embedded store", "ClickHouse store", "ClickHouse ÷ embedded"], storeRows) +
+        (queryRows.length === 0 ? "" : `\n\n${formatTextTable(clickhouseQueryHeader, queryRows)}`),
+    );
+  } else if (results.clickhouse !== undefined && results.clickhouse !== null && results.clickhouse.state !== "measured") {
+    parts.push(loudNotice(`${results.clickhouse.state.toUpperCase()}: the clickhouse scenario — ${results.clickhouse.reason}`));
+  }
   parts.push(`others used ${formatPercent(results.noise.othersCpuPercentMean)} of a core on average (max ${formatPercent(results.noise.othersCpuPercentMax)}) while steps ran`);
   if (results.warnings.length > 0) parts.push(`warnings:\n${results.warnings.map((warning) => `  - ${warning}`).join("\n")}`);
   return `${parts.join("\n\n")}\n`;

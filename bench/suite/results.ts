@@ -93,6 +93,50 @@ export interface DuckdbResult {
   runs: DuckdbRun[];
 }
 
+/** One query kind asked of both stores in turn, one at a time, the same requests in the same order. */
+export interface ClickHouseQueryRun {
+  query: QueryKind;
+  /** Timed requests per store (after one warm-up each). */
+  runs: number;
+  embeddedMs: LatencySummary;
+  clickhouseMs: LatencySummary;
+  /** Answers compared (every timed pair, and the warm-ups); null when the embedded store holds other data. */
+  answersCompared: number | null;
+  answersDiffering: number;
+  /** The first difference found, with the request it answered. */
+  difference?: string;
+  /** Estimated share of the embedded store's answers that may have come from the retention cache (ClickHouse's front end is fresh). */
+  cachedShareEstimate: number;
+}
+
+/** What a store-side process used over a window: percent of one core. */
+export interface StoreCpu {
+  eventidePercent: number;
+  clickhousePercent: number;
+  /** The rest of the machine (other people's work): high values mean noisy figures. */
+  othersPercent: number;
+}
+
+/** The clickhouse scenario: measured; skipped (no binary) or failed, with the reason shown loudly. */
+export type ClickHouseResult =
+  | { state: "skipped" | "failed"; reason: string }
+  | {
+      state: "measured";
+      /** SELECT version() of the private server. */
+      version: string;
+      events: number;
+      /** The same loader (1 000-event batches, 4 in flight) on the same rows; null when this run did not load the embedded store. */
+      embeddedIngestEventsPerSecond: number | null;
+      ingest: { seconds: number; eventsPerSecond: number; retries: number };
+      /** From the load's first request until ClickHouse held every row. */
+      forward: { seconds: number; eventsPerSecond: number; lagAfterLastAckSeconds: number };
+      /** Over the load and the forwarding: the ClickHouse store's Eventide and the ClickHouse server. */
+      cpu: StoreCpu;
+      /** ms from a single event's 200 until a trend query counts it. */
+      visibility: { samples: number; clickhouseMs: LatencySummary; embeddedMs: LatencySummary };
+      queries: ClickHouseQueryRun[];
+    };
+
 export interface MixedQueryKind {
   query: QueryKind;
   requests: number;
@@ -190,6 +234,8 @@ export interface SuiteResults {
   ingest: IngestRun[];
   queries: QueryRun[];
   duckdb: DuckdbResult | null;
+  /** Absent in files written before the scenario existed. */
+  clickhouse?: ClickHouseResult | null;
   mixed: MixedResult | null;
   soak: SoakResult | null;
   server: {
@@ -250,6 +296,21 @@ export function collectFigures(results: Omit<SuiteResults, "figures">): Figure[]
       add(`duckdb/${run.query}/p50_ms`, `DuckDB ${run.query} p50`, run.latencyMs.p50, "ms", "lower");
       const eventide = firstConcurrencyRun(results.queries, run.query);
       if (eventide !== undefined) add(`query/${run.query}/eventide_over_duckdb`, `${run.query} Eventide p50 ÷ DuckDB p50`, eventide.latencyMs.p50 / run.latencyMs.p50, "×", "lower");
+    }
+  }
+  const clickhouse = results.clickhouse;
+  if (clickhouse?.state === "measured") {
+    add("clickhouse/ingest/events_per_s", "ClickHouse store: dataset load events/s acknowledged (4 batches in flight)", clickhouse.ingest.eventsPerSecond, "events/s", "higher");
+    if (clickhouse.embeddedIngestEventsPerSecond !== null) {
+      add("clickhouse/ingest/over_embedded", "ClickHouse store: load events/s ÷ the embedded store's", clickhouse.ingest.eventsPerSecond / clickhouse.embeddedIngestEventsPerSecond, "×", "higher");
+    }
+    add("clickhouse/forward/events_per_s", "ClickHouse store: events/s until ClickHouse held them all", clickhouse.forward.eventsPerSecond, "events/s", "higher");
+    add("clickhouse/visibility/p50_ms", "ClickHouse store: visibility delay p50 (200 → counted)", clickhouse.visibility.clickhouseMs.p50, "ms", "lower");
+    add("clickhouse/visibility/p95_ms", "ClickHouse store: visibility delay p95 (200 → counted)", clickhouse.visibility.clickhouseMs.p95, "ms", "lower");
+    for (const run of clickhouse.queries) {
+      add(`clickhouse/${run.query}/p50_ms`, `ClickHouse store: ${run.query} p50`, run.clickhouseMs.p50, "ms", "lower");
+      add(`clickhouse/${run.query}/embedded_p50_ms`, `ClickHouse scenario: ${run.query} p50 on the embedded store (asked in turn)`, run.embeddedMs.p50, "ms", "lower");
+      add(`clickhouse/${run.query}/over_embedded`, `${run.query} ClickHouse p50 ÷ embedded p50`, run.clickhouseMs.p50 / run.embeddedMs.p50, "×", "lower");
     }
   }
   for (const [name, mixed] of [["mixed", results.mixed], ["soak", results.soak]] as const) {

@@ -24,9 +24,10 @@ import { CpuMeter, machineBusyCpuMs, othersPercent, processCpuMs, processMemoryB
 import type { QueryKind, SuiteOptions } from "./options.js";
 import type { Progress } from "./progress.js";
 import { CacheExposure, queryVariants, type QueryVariant } from "./queries.js";
-import type { DuckdbResult, DuckdbRun, IngestRun, LoadRunBase, MixedQueryKind, MixedResult, MixedSample, QueryRun, SoakResult, StepCpu, SuiteResults, TimelinePoint } from "./results.js";
+import type { ClickHouseResult, DuckdbResult, DuckdbRun, IngestRun, LoadRunBase, MixedQueryKind, MixedResult, MixedSample, QueryRun, SoakResult, StepCpu, SuiteResults, TimelinePoint } from "./results.js";
 import { formatCount, formatMs, mean, summarizeHistogram, summarizeSample } from "../runner/stats.js";
 import { startCeiling, type CeilingServer, type Target } from "../runner/server.js";
+import { limits } from "../../src/config/limits.js";
 
 export interface SuiteContext {
   options: SuiteOptions;
@@ -48,15 +49,16 @@ export interface SuiteContext {
   ingest: IngestRun[];
   queries: QueryRun[];
   duckdb: DuckdbResult | null;
+  clickhouse: ClickHouseResult | null;
   mixed: MixedResult | null;
   soak: SoakResult | null;
 }
 
-function sleep(milliseconds: number): Promise<void> {
+export function sleep(milliseconds: number): Promise<void> {
   return new Promise((resolveSleep) => setTimeout(resolveSleep, milliseconds));
 }
 
-function warn(context: SuiteContext, text: string): void {
+export function warn(context: SuiteContext, text: string): void {
   context.warnings.push(text);
   context.progress.log(`  ! ${text}`);
 }
@@ -243,7 +245,7 @@ function cpuSummary(cpu: StepCpu): string {
 // Dataset.
 
 function datasetNeeded(options: SuiteOptions): boolean {
-  return options.scenarios.some((scenario) => scenario === "queries" || scenario === "duckdb" || scenario === "mixed" || scenario === "soak");
+  return options.scenarios.some((scenario) => scenario === "queries" || scenario === "duckdb" || scenario === "clickhouse" || scenario === "mixed" || scenario === "soak");
 }
 
 export async function prepareDataset(context: SuiteContext): Promise<void> {
@@ -310,17 +312,22 @@ async function waitForQuietServer(context: SuiteContext): Promise<void> {
     await sleep(2000);
     return;
   }
-  context.progress.startStep("wait for the server to settle", 2);
+  await waitUntilIdle(context, [pid], "wait for the server to settle");
+}
+
+/** A step that waits (up to 60 s) until the processes together use under a fifth of a core over half a second. */
+export async function waitUntilIdle(context: SuiteContext, pids: readonly number[], label: string): Promise<void> {
+  context.progress.startStep(label, 2);
   const startMs = performance.now();
-  let lastCpuMs = processCpuMs(pid);
+  const cpuMs = () => pids.reduce((sum, pid) => sum + processCpuMs(pid), 0);
+  let lastCpuMs = cpuMs();
   while (performance.now() - startMs < 60_000) {
     await sleep(500);
-    const cpuMs = processCpuMs(pid);
-    const busyPercent = ((cpuMs - lastCpuMs) / 500) * 100;
-    lastCpuMs = cpuMs;
-    // Under a fifth of a core over half a second: settled.
+    const nowCpuMs = cpuMs();
+    const busyPercent = ((nowCpuMs - lastCpuMs) / 500) * 100;
+    lastCpuMs = nowCpuMs;
     if (!(busyPercent > 20)) break;
-    context.progress.status(`server still busy (${busyPercent.toFixed(0)} % CPU)`);
+    context.progress.status(`still busy (${busyPercent.toFixed(0)} % CPU)`);
   }
   context.progress.endStep(`settled after ${((performance.now() - startMs) / 1000).toFixed(1)} s`);
 }
@@ -821,6 +828,13 @@ export function plannedSteps(options: SuiteOptions): { steps: number; seconds: n
     const count = connections.length * options.ingestRates.length * (has(scenario) ? servers : 1);
     steps += count;
     seconds += count * (step + 0.2);
+  }
+  if (has("clickhouse")) {
+    // Start ClickHouse and its Eventide, load, wait for the forwarding, settle, one step per query kind, visibility, stop.
+    const { events } = options.dataset;
+    const visibilitySeconds = options.clickhouse.visibilitySamples * (limits.clickhouseForwardDelayMs / 1000 + 0.3);
+    steps += 7 + options.queries.length;
+    seconds += 3 + 1 + (events / 150_000 + 1) + (events / 300_000 + 1) + 2 + options.queries.length * (options.clickhouse.secondsPerQuery + 0.5) + visibilitySeconds + 2;
   }
   if (has("mixed")) {
     steps += 1;

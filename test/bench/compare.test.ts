@@ -72,6 +72,30 @@ describe("comparing two results files", () => {
     expect(comparison.oldLabel).toContain("2026-01-02 03:04 (01234567)");
   });
 
+  it("compares the ClickHouse store's figures, and lists them apart against a run from before the scenario existed", () => {
+    const before = sampleResults();
+    const after = sampleResults((partial) => {
+      const clickhouse = partial.clickhouse!;
+      if (clickhouse.state !== "measured") throw new Error("the fixture measures ClickHouse");
+      partial.clickhouse = { ...clickhouse, visibility: { ...clickhouse.visibility, clickhouseMs: { ...clickhouse.visibility.clickhouseMs, p50: 600 } } };
+    });
+    const comparison = compareResults(before, after, 5);
+    const changed = comparison.changes.filter((change) => change.verdict !== "noise").map((change) => [change.key, change.verdict, change.changePercent]);
+    expect(changed).toEqual([["clickhouse/visibility/p50_ms", "better", -50]]);
+    expect(comparison.changes.map((change) => change.key)).toEqual(expect.arrayContaining(["clickhouse/ingest/over_embedded", "clickhouse/trend/over_embedded", "clickhouse/forward/events_per_s"]));
+    expect(formatComparisonText(comparison)).toMatch(/ClickHouse store: visibility delay p50 \(200 → counted\)\s+1200 ms\s+600 ms\s+-50\.0 %\s+better/);
+
+    const fromBefore = sampleResults((partial) => {
+      delete partial.clickhouse;
+    });
+    writeFileSync(join(directory, "from-before.json"), JSON.stringify(fromBefore));
+    const across = compareResults(readResultsFile(join(directory, "from-before.json")), after, 5);
+    expect(across.onlyOld).toEqual([]);
+    expect(across.onlyNew.map((figure) => figure.key).every((key) => key.startsWith("clickhouse/"))).toBe(true);
+    expect(across.onlyNew).toHaveLength(after.figures.filter((figure) => figure.key.startsWith("clickhouse/")).length);
+    expect(across.changes).toHaveLength(fromBefore.figures.length);
+  });
+
   it("refuses a file that is not a results file, saying why", () => {
     writeFileSync(join(directory, "other.json"), JSON.stringify({ benchmark: "ingest" }));
     writeFileSync(join(directory, "broken.json"), "{");

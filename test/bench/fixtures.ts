@@ -7,7 +7,7 @@
  * only the five predefined entities (or numeric ones).
  */
 import { summarizeSample } from "../../bench/runner/stats.js";
-import { collectFigures, resultsFormat, type IngestRun, type MixedResult, type QueryRun, type StepCpu, type SuiteResults, type TimelinePoint } from "../../bench/suite/results.js";
+import { collectFigures, resultsFormat, type ClickHouseResult, type IngestRun, type MixedResult, type QueryRun, type StepCpu, type SuiteResults, type TimelinePoint } from "../../bench/suite/results.js";
 import { parseSuiteOptions, type SuiteOptions } from "../../bench/suite/options.js";
 
 const cpu: StepCpu = { generatorPercent: 35, generatorPerProcessPercent: [35], generatorSaturated: false, serverPercent: 150, driverPercent: 1, othersPercent: 12 };
@@ -108,6 +108,34 @@ function mixed(seconds: number): MixedResult {
   };
 }
 
+/** The clickhouse scenario as a run of three query kinds records it. */
+export function clickhouseResult(): ClickHouseResult {
+  return {
+    state: "measured",
+    version: "18.16.1",
+    events: 1_000_000,
+    embeddedIngestEventsPerSecond: 153_846,
+    ingest: { seconds: 8, eventsPerSecond: 125_000, retries: 0 },
+    forward: { seconds: 10, eventsPerSecond: 100_000, lagAfterLastAckSeconds: 2 },
+    cpu: { eventidePercent: 140, clickhousePercent: 45, othersPercent: 12 },
+    visibility: { samples: 10, clickhouseMs: latency(1200), embeddedMs: latency(2) },
+    queries: [
+      { query: "trend", runs: 60, embeddedMs: latency(4), clickhouseMs: latency(12), answersCompared: 61, answersDiffering: 0, cachedShareEstimate: 0 },
+      { query: "funnel-5", runs: 8, embeddedMs: latency(80), clickhouseMs: latency(60), answersCompared: 9, answersDiffering: 0, cachedShareEstimate: 0 },
+      {
+        query: "retention",
+        runs: 20,
+        embeddedMs: latency(9),
+        clickhouseMs: latency(45),
+        answersCompared: 21,
+        answersDiffering: 1,
+        difference: "$.cohorts[3].retained[2]: 7 ≠ 8 (request {})",
+        cachedShareEstimate: 0,
+      },
+    ],
+  };
+}
+
 /** A complete results object; `tweak` edits it before figures are collected. */
 export function sampleResults(tweak: (results: Omit<SuiteResults, "figures">) => void = () => undefined): SuiteResults {
   const options = parseSuiteOptions(["--profile", "quick"]) as SuiteOptions;
@@ -150,6 +178,7 @@ export function sampleResults(tweak: (results: Omit<SuiteResults, "figures">) =>
         { query: "retention", runs: 12, latencyMs: latency(120), answersMatch: false, difference: "$.cohorts[0].total" },
       ],
     },
+    clickhouse: clickhouseResult(),
     mixed: mixed(10),
     soak: {
       ...soakBase,

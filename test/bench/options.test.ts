@@ -15,17 +15,19 @@ describe("suite options", () => {
     const options = parse();
     expect(options.profile).toBe("quick");
     expect(options.external).toBeNull();
-    expect(options.scenarios).toEqual(["ingest-batch", "ingest-single", "ceiling", "queries", "duckdb", "mixed", "soak"]);
+    expect(options.scenarios).toEqual(["ingest-batch", "ingest-single", "ceiling", "queries", "duckdb", "clickhouse", "mixed", "soak"]);
     expect(options.batchConnections).toEqual(profiles.quick.batchConnections);
     expect(options.ingestRates).toEqual([0]);
   });
 
-  it("plan about two minutes for quick, a 10-minute soak in full, seconds for smoke", () => {
-    expect(plannedSteps(parse()).seconds).toBeGreaterThan(60);
-    expect(plannedSteps(parse()).seconds).toBeLessThan(180);
+  it("plan about two minutes for quick (under a minute more with the ClickHouse store), a 10-minute soak in full, seconds for smoke", () => {
+    expect(plannedSteps(parse("--skip", "clickhouse")).seconds).toBeGreaterThan(60);
+    expect(plannedSteps(parse("--skip", "clickhouse")).seconds).toBeLessThan(180);
+    expect(plannedSteps(parse()).seconds - plannedSteps(parse("--skip", "clickhouse")).seconds).toBeLessThan(60);
     expect(parse("--profile", "full").soak.seconds).toBe(600);
     expect(plannedSteps(parse("--profile", "full")).seconds).toBeGreaterThan(15 * 60);
-    expect(plannedSteps(parse("--profile", "smoke")).seconds).toBeLessThan(40);
+    expect(plannedSteps(parse("--profile", "smoke", "--skip", "clickhouse")).seconds).toBeLessThan(40);
+    expect(plannedSteps(parse("--profile", "smoke")).seconds - plannedSteps(parse("--profile", "smoke", "--skip", "clickhouse")).seconds).toBeLessThan(20);
   });
 
   it("take lists, rates (max = closed loop) and scenario selections", () => {
@@ -37,8 +39,21 @@ describe("suite options", () => {
     expect(options.scenarios).toEqual(["queries", "soak"]);
     expect(options.queries).toEqual(["trend", "retention"]);
     expect(options.soak.seconds).toBe(90);
-    expect(parse("--skip", "soak,ceiling").scenarios).toEqual(["ingest-batch", "ingest-single", "queries", "duckdb", "mixed"]);
+    expect(parse("--skip", "soak,ceiling").scenarios).toEqual(["ingest-batch", "ingest-single", "queries", "duckdb", "clickhouse", "mixed"]);
     expect(parse("--events", "2_000_000").dataset.events).toBe(2_000_000);
+  });
+
+  it("take the ClickHouse store's query time and visibility samples, and plan its steps", () => {
+    const options = parse("--scenarios", "clickhouse", "--clickhouse-seconds", "4", "--visibility-samples", "25", "--queries", "trend,retention");
+    expect(options.scenarios).toEqual(["clickhouse"]);
+    expect(options.clickhouse).toEqual({ secondsPerQuery: 4, visibilitySamples: 25 });
+    expect(parse("--profile", "smoke").clickhouse).toEqual(profiles.smoke.clickhouse);
+    // The dataset's 3 steps and, for the scenario, 7 plus one per query kind.
+    expect(plannedSteps({ ...options, restartAfterLoad: false }).steps).toBe(3 + 7 + 2);
+    expect(plannedSteps(options).seconds).toBeGreaterThan(25 * (1 + 0.3) + 2 * 4);
+    expect(() => parseSuiteOptions(["--visibility-samples", "2.5"])).toThrow(/--visibility-samples/);
+    expect(() => parseSuiteOptions(["--clickhouse-seconds", "0"])).toThrow(/--clickhouse-seconds/);
+    expect(() => parseSuiteOptions(["--scenarios", "clickhouse", "--queries", ""])).toThrow(/--queries is empty/);
   });
 
   it("take a running server only with all four of its URLs and credentials", () => {

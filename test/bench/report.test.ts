@@ -101,7 +101,7 @@ describe("the charts of a run", () => {
 
   it("cover throughput over time, latency percentiles per scenario, query latency per kind, ingest beside its ceiling and the soak", () => {
     expect([...byFile.keys()].sort()).toEqual(
-      ["ingest-vs-ceiling.svg", "latency-percentiles.svg", "query-concurrency.svg", "query-latency.svg", "soak.svg", "throughput-over-time.svg"].sort(),
+      ["clickhouse.svg", "ingest-vs-ceiling.svg", "latency-percentiles.svg", "query-concurrency.svg", "query-latency.svg", "soak.svg", "throughput-over-time.svg"].sort(),
     );
   });
 
@@ -138,6 +138,7 @@ describe("the charts of a run", () => {
       sampleResults((partial) => {
         partial.queries = [];
         partial.duckdb = null;
+        partial.clickhouse = null;
         partial.mixed = null;
         partial.soak = null;
       }),
@@ -148,6 +149,7 @@ describe("the charts of a run", () => {
         partial.ingest = [];
         partial.queries = [];
         partial.duckdb = null;
+        partial.clickhouse = null;
         partial.mixed = null;
         partial.soak = null;
       }),
@@ -176,7 +178,7 @@ describe("the Markdown report", () => {
   });
 
   it("has a section per scenario and a glossary", () => {
-    for (const heading of ["## Headline", "## Ingest", "## Queries", "## Mixed", "## Soak", "## Server", "## What the figures mean"]) expect(markdown).toContain(heading);
+    for (const heading of ["## Headline", "## Ingest", "## Queries", "## ClickHouse store", "## Mixed", "## Soak", "## Server", "## What the figures mean"]) expect(markdown).toContain(heading);
     expect(markdown).toContain("DIFFER at $.cohorts[0].total");
     expect(markdown).toMatch(/\| batch ×1000 c=16 \| eventide \| 140 k \|/);
   });
@@ -206,6 +208,9 @@ describe("the figures of a run", () => {
     expect(keys).toContain("query/trend/eventide_over_duckdb");
     expect(keys).toContain("mixed/retention/p99_ms");
     expect(keys).toContain("soak/rss_growth_mib_per_min");
+    for (const key of ["clickhouse/ingest/events_per_s", "clickhouse/ingest/over_embedded", "clickhouse/forward/events_per_s", "clickhouse/visibility/p50_ms", "clickhouse/visibility/p95_ms", "clickhouse/retention/over_embedded"]) {
+      expect(keys).toContain(key);
+    }
   });
 
   it("name open-loop runs by their rate, so they never match a closed-loop run", () => {
@@ -215,5 +220,60 @@ describe("the figures of a run", () => {
       }),
     );
     expect(figures.map((figure) => figure.key)).toContain("ingest-batch/eventide/c4/r50000/events_per_s");
+  });
+});
+
+describe("the ClickHouse store in a run's outputs", () => {
+  const results = sampleResults();
+  const markdown = buildMarkdown(results, buildCharts(results));
+  const section = markdown.split("## ClickHouse store")[1].split("\n## ")[0];
+
+  it("puts its load, queryable rate and visibility delay beside the embedded store's", () => {
+    expect(section).toContain("ClickHouse 18.16.1");
+    expect(section).toMatch(/\| dataset load, events\/s acknowledged[^|]* \| 154 k \| 125 k \| 0\.81× \|/);
+    expect(section).toMatch(/\| events\/s until every row is counted by queries \| as acknowledged \| 100 k \(2\.0 s after the last 200\) \|/);
+    expect(section).toMatch(/visibility delay[^|]*\| p50 2\.00 ms · p95 5\.00 ms \| p50 1200 ms · p95 3000 ms \|/);
+    expect(section).toContain("its Eventide used 140 % and ClickHouse 45 % of a core, other processes 12 %.");
+  });
+
+  it("tables each query kind on both stores with the ratio and whether the answers were identical", () => {
+    expect(section).toMatch(/\| trend \(total, by day\) \| 60 \| 4\.00 \| 10\.0 \| 12\.0 \| 30\.0 \| 3\.00× \| 61 identical \|/);
+    expect(section).toMatch(/\| funnel, 5 steps[^|]* \| 8 \| 80\.0 \| 200 \| 60\.0 \| 150 \| 0\.75× \|/);
+    expect(section).toContain("1 of 21 DIFFER: $.cohorts[3].retained[2]: 7 ≠ 8");
+    expect(section).toContain("](charts/clickhouse.svg)");
+    const chart = parseXml(buildCharts(results).find((entry) => entry.file === "clickhouse.svg")!.svg);
+    // 3 kinds × 2 stores.
+    expect(findAll(chart, (element) => element.attributes.class === "bar")).toHaveLength(6);
+  });
+
+  it("heads the report and the terminal summary with the same figures", () => {
+    const rows = headlineRows(results);
+    const load = rows.find((row) => row[0] === "ClickHouse store: dataset load")!;
+    expect(load.slice(1)).toEqual(["125 k events/s", "queryable at 100 k events/s · visible after p50 1200 ms, p95 3000 ms", "embedded 154 k events/s (0.81×)"]);
+    const queries = rows.find((row) => row[0].startsWith("ClickHouse store: 3 query kinds"))!;
+    expect(queries[1]).toBe("1 ANSWERS DIFFER");
+    expect(queries[3]).toBe("0.75×–5.00× the embedded p50");
+    const terminal = terminalSummary(results);
+    expect(terminal).toContain("ClickHouse store (ClickHouse 18.16.1) beside the embedded store, same 1 M rows:");
+    expect(terminal).toMatch(/trend \(total, by day\)\s+60\s+4\.00\s+10\.0\s+12\.0\s+30\.0\s+3\.00×\s+61 identical/);
+  });
+
+  it("says loudly, everywhere, that the scenario was skipped and why", () => {
+    const skipped = sampleResults((partial) => {
+      partial.clickhouse = { state: "skipped", reason: "no clickhouse-server binary in /usr/bin" };
+    });
+    expect(terminalSummary(skipped)).toMatch(/!{78}\n!! SKIPPED: the clickhouse scenario — no clickhouse-server binary in \/usr\/bin\n!{78}/);
+    expect(headlineRows(skipped)).toContainEqual(["ClickHouse store", "SKIPPED", "no clickhouse-server binary in /usr/bin", "–"]);
+    expect(buildMarkdown(skipped, [])).not.toContain("## ClickHouse store");
+    expect(collectFigures(skipped).filter((figure) => figure.key.startsWith("clickhouse/"))).toEqual([]);
+  });
+
+  it("leaves it out of a results file written before the scenario existed", () => {
+    const old = sampleResults((partial) => {
+      delete partial.clickhouse;
+    });
+    expect(buildCharts(old).map((chart) => chart.file)).not.toContain("clickhouse.svg");
+    expect(buildMarkdown(old, [])).not.toContain("## ClickHouse store");
+    expect(terminalSummary(old)).not.toContain("ClickHouse");
   });
 });
