@@ -25,8 +25,8 @@ import { limits } from "../config/limits.js";
 const gzip = promisify(gzipCallback);
 const dayMs = 86_400_000;
 
-/** A batch without an answer for this long (retries included) stops the import: the server is gone or refuses to take it. */
-const deliveryWindowMs = 600_000;
+/** A batch without an answer for this long (retries included) stops the import: as long as a server's restart may take (startPrivateServer waits as long). */
+const deliveryWindowMs = 120_000;
 /** One request unanswered this long is abandoned and sent again. */
 const requestTimeoutMs = 60_000;
 const retryDelayBaseMs = 100;

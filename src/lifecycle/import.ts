@@ -197,7 +197,7 @@ function addEvent(source: Buffer, start: number, end: number, lineNumber: number
   }
   // `{"uuid":"…",` and the line's members after its `{`; no comma before an empty object's `}`.
   const separator = scanner.memberCount > 0 ? 1 : 0;
-  const eventBytes = end - start + uuidMemberBytes + separator;
+  const eventBytes = uuidMemberBytes + separator + (end - start - 1);
   if (eventBytes > sender.eventBytesMax) return recordError(summary, { line: lineNumber, code: "payload_too_large", message: lineTooLong(sender.eventBytesMax) });
   const offset = sender.reserve(eventBytes, lineNumber, day);
   const target = sender.bytes;
