@@ -216,8 +216,8 @@ export const limits = Object.freeze({
   registryPollIntervalMs: 250,
   /** A registry that cannot be read for this long may hide revocations: credentials are then refused with 503 until it reads again. */
   registryStaleMsMax: integerFromEnvironment("EVENTIDE_REGISTRY_STALE_MS_MAX", 2_000),
-  /** `eventide import`: 1 000-event batches posted at once; enough to keep the server's workers and its group commit busy while answers travel. */
-  importRequestsInFlightMax: integerFromEnvironment("EVENTIDE_IMPORT_REQUESTS_IN_FLIGHT_MAX", 8),
+  /** `eventide import`: batches posted at once, as many as the ingest bench's batch load uses; each holds its body (~250 KiB for 1 000 exported events). */
+  importRequestsInFlightMax: integerFromEnvironment("EVENTIDE_IMPORT_REQUESTS_IN_FLIGHT_MAX", 16),
   /** A key's or token's label (`--label`): a note for lists, typed on command lines. */
   credentialLabelLengthMax: integerFromEnvironment("EVENTIDE_CREDENTIAL_LABEL_LENGTH_MAX", 100),
   shutdownTimeoutMs: 9_000,
