@@ -3,9 +3,12 @@
  * time to delete one user from a store of --events (default 10 M) sealed
  * events, and export → import throughput over --round-trip-events (default
  * 1 M), with every compared answer equal after the round trip. Peers measured
- * in the same run: the load of the same events through /ingest/batch (import
- * goes through it too), and the server's restart (a clean stop seals every
- * row, then a start reads every segment back).
+ * in the same run: for the import, the same events (the exported file's lines,
+ * uuids included) sent through /ingest/batch in full 1 000-event batches over
+ * --ingest-connections (default 16) connections into a fresh server, paired
+ * with an import into another fresh server, --pairs (default 3) times, the
+ * order alternating; for a deletion, the server's restart (a clean stop seals
+ * every row, then a start reads every segment back).
  *
  * Estimate, 10 M events over 30 days (~330 k per day, one sealed segment per
  * day after the restart): a deletion first checkpoints (nothing active: a WAL
@@ -19,7 +22,7 @@
  * it cannot beat ingest's ~250 k events/s on 2 cores.
  */
 import { execFile } from "node:child_process";
-import { mkdtempSync, rmSync, statSync } from "node:fs";
+import { mkdtempSync, readFileSync, rmSync, statSync } from "node:fs";
 import { loadavg, tmpdir } from "node:os";
 import { join, resolve } from "node:path";
 import { parseArgs } from "node:util";
@@ -27,7 +30,8 @@ import { parseArgs } from "node:util";
 import { generateDataset, distinctIdOf, type Dataset } from "../fixtures/dataset.js";
 import { machineInfo, machineLine } from "../runner/machine.js";
 import { startEventide, type Target } from "../runner/server.js";
-import { formatCount } from "../runner/stats.js";
+import { keepAliveAgent, post } from "../runner/http-client.js";
+import { formatCount, median } from "../runner/stats.js";
 import { loadDataset } from "../suite/dataset-load.js";
 
 const repositoryRoot = resolve(import.meta.dirname, "..", "..", "..");
@@ -124,26 +128,113 @@ async function answers(target: Target): Promise<string[]> {
   return results;
 }
 
-async function roundTripFigures(eventCount: number, userCount: number, dayCount: number): Promise<void> {
+/** The exported file's lines, cut into batches of 1 000 as the import cuts them (the file's events fit the caps). */
+function fileBatches(file: string): Buffer[][] {
+  const text = readFileSync(file);
+  const batches: Buffer[][] = [];
+  let batch: Buffer[] = [];
+  for (let start = 0; start < text.length; ) {
+    let end = text.indexOf(10, start);
+    if (end < 0) end = text.length;
+    if (end > start) batch.push(text.subarray(start, end));
+    start = end + 1;
+    if (batch.length === 1000) {
+      batches.push(batch);
+      batch = [];
+    }
+  }
+  if (batch.length > 0) batches.push(batch);
+  return batches;
+}
+
+/**
+ * The import's peer: the same events (the file's lines, uuids included) through /ingest/batch into a fresh
+ * server, in full 1 000-event batches over `connections` keep-alive connections, as the ingest bench loads;
+ * bodies are built before the clock starts, so the figure is the server's alone. Events per second.
+ */
+async function ingestFile(target: Target, batches: Buffer[][], connections: number): Promise<number> {
+  const head = Buffer.from(`{"apiKey":${JSON.stringify(target.apiKey)},"events":[`);
+  const comma = Buffer.from(",");
+  const tail = Buffer.from("]}");
+  const bodies = batches.map((lines) => Buffer.concat([head, ...lines.flatMap((line, index) => (index === 0 ? [line] : [comma, line])), tail]));
+  const events = batches.reduce((sum, lines) => sum + lines.length, 0);
+  const agent = keepAliveAgent(connections);
+  let next = 0;
+  const startMs = performance.now();
+  const worker = async () => {
+    for (let index = next++; index < bodies.length; index = next++) {
+      for (;;) {
+        const answer = await post(agent, `${target.ingestUrl}/ingest/batch`, bodies[index]);
+        if (answer.status === 503) {
+          await new Promise((resolveWait) => setTimeout(resolveWait, 100));
+          continue;
+        }
+        if (answer.status !== 200 || JSON.parse(answer.text).accepted !== batches[index].length) throw new Error(`ingest peer: batch ${index} answered ${answer.status}: ${answer.text.slice(0, 300)}`);
+        break;
+      }
+    }
+  };
+  try {
+    await Promise.all(Array.from({ length: connections }, worker));
+  } finally {
+    agent.destroy();
+  }
+  return events / ((performance.now() - startMs) / 1000);
+}
+
+/** `eventide import` of the file into a fresh running server; events per second of the command's whole run (its start included). */
+async function importFile(target: Target, file: string): Promise<number> {
+  const startMs = performance.now();
+  const imported = await eventide(["import", file, "--data-dir", target.dataDirectory!, "--ingest-url", target.ingestUrl], target.dataDirectory!);
+  const seconds = (performance.now() - startMs) / 1000;
+  if (imported.refused !== 0) throw new Error(`import refused ${imported.refused} lines: ${JSON.stringify(imported.errors)}`);
+  return imported.accepted / seconds;
+}
+
+async function roundTripFigures(eventCount: number, userCount: number, dayCount: number, pairs: number, connections: number): Promise<void> {
   say(`\n=== export → import of ${formatCount(eventCount)} events (load ${loadavg()[0].toFixed(1)})`);
   const dataset = generateDataset({ eventCount, userCount, dayCount, seed: 11, startDate: "2024-01-01", batchEvents: 1000 });
   const source = await startEventide({ repositoryRoot, keepData: false });
   const work = mkdtempSync(join(tmpdir(), "eventide-bench-lifecycle-"));
   try {
-    const ingestRate = await loadInto(source, dataset);
-    say(`ingest (the peer): ${formatCount(ingestRate)} events/s`);
+    const loadRate = await loadInto(source, dataset);
+    say(`load of the generated events (no uuids, 4 connections): ${formatCount(loadRate)} events/s`);
     const expected = await answers(source);
     const file = join(work, "events.ndjson");
     const exportStartMs = performance.now();
     const exported = await eventide(["export", "--output", file], source.dataDirectory!);
     const exportSeconds = (performance.now() - exportStartMs) / 1000;
     say(`export: ${formatCount(exported.exported)} events in ${exportSeconds.toFixed(1)} s, ${formatCount(exported.exported / exportSeconds)} events/s, ${(statSync(file).size / 2 ** 20).toFixed(0)} MiB`);
+
+    // Pairs on fresh servers, the order alternating so that a drift in the machine's load favours neither.
+    const batches = fileBatches(file);
+    const ratios: number[] = [];
+    const ingestRates: number[] = [];
+    const importRates: number[] = [];
+    for (let pair = 0; pair < pairs; pair++) {
+      const rates = { ingest: 0, import: 0 };
+      for (const peer of pair % 2 === 0 ? (["ingest", "import"] as const) : (["import", "ingest"] as const)) {
+        const server = await startEventide({ repositoryRoot, keepData: false });
+        try {
+          rates[peer] = peer === "ingest" ? await ingestFile(server, batches, connections) : await importFile(server, file);
+        } finally {
+          await server.stop();
+          server.cleanup();
+        }
+      }
+      ratios.push(rates.import / rates.ingest);
+      ingestRates.push(rates.ingest);
+      importRates.push(rates.import);
+      say(`pair ${pair + 1}: ingest ${formatCount(rates.ingest)} events/s (${connections} connections), import ${formatCount(rates.import)} events/s, import/ingest ${(rates.import / rates.ingest).toFixed(2)} (load ${loadavg()[0].toFixed(1)})`);
+    }
+    say(`median of ${pairs} pairs: ingest ${formatCount(median(ingestRates))} events/s, import ${formatCount(median(importRates))} events/s, import/ingest ${median(ratios).toFixed(2)}`);
+
     const target = join(work, "target");
     const created = await eventide(["init", "--data-dir", target], target);
     const importStartMs = performance.now();
     const imported = await eventide(["import", file, "--data-dir", target], target);
     const importSeconds = (performance.now() - importStartMs) / 1000;
-    say(`import (private server, start and stop included): ${formatCount(imported.accepted)} events in ${importSeconds.toFixed(1)} s, ${formatCount(imported.accepted / importSeconds)} events/s, ${((imported.accepted / importSeconds / ingestRate) * 100).toFixed(0)} % of ingest`);
+    say(`import with a private server (its start and its sealing stop included): ${formatCount(imported.accepted)} events in ${importSeconds.toFixed(1)} s, ${formatCount(imported.accepted / importSeconds)} events/s, ${((imported.accepted / importSeconds / median(ingestRates)) * 100).toFixed(0)} % of the ingest median`);
     const copy = await startEventideOn(target, created);
     try {
       const got = await answers(copy);
@@ -198,13 +289,15 @@ async function main(): Promise<void> {
       days: { type: "string", default: "30" },
       only: { type: "string" },
       store: { type: "string" },
+      pairs: { type: "string", default: "3" },
+      "ingest-connections": { type: "string", default: "16" },
     },
   });
   say(machineLine(machineInfo(repositoryRoot)));
   const users = Number(values.users);
   const days = Number(values.days);
   if (values.only !== "round-trip") await deletionFigures(Number(values.events), users, days, values.store);
-  if (values.only !== "delete") await roundTripFigures(Number(values["round-trip-events"]), Math.min(users, Number(values["round-trip-events"]) / 10), days);
+  if (values.only !== "delete") await roundTripFigures(Number(values["round-trip-events"]), Math.min(users, Number(values["round-trip-events"]) / 10), days, Number(values.pairs), Number(values["ingest-connections"]));
 }
 
 await main();

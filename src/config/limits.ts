@@ -223,6 +223,8 @@ export const limits = Object.freeze({
   registryPollIntervalMs: 250,
   /** A registry that cannot be read for this long may hide revocations: credentials are then refused with 503 until it reads again. */
   registryStaleMsMax: integerFromEnvironment("EVENTIDE_REGISTRY_STALE_MS_MAX", 2_000),
+  /** `eventide import`: batches posted at once, as many as the ingest bench's batch load uses; each holds its body (~250 KiB for 1 000 exported events). */
+  importRequestsInFlightMax: integerFromEnvironment("EVENTIDE_IMPORT_REQUESTS_IN_FLIGHT_MAX", 16),
   /** A key's or token's label (`--label`): a note for lists, typed on command lines. */
   credentialLabelLengthMax: integerFromEnvironment("EVENTIDE_CREDENTIAL_LABEL_LENGTH_MAX", 100),
   shutdownTimeoutMs: 9_000,
@@ -305,6 +307,8 @@ export const tuning = Object.freeze({
   propertiesTrackedMembersMax: 4096,
   /** Keys grouped by one hash table at a time: a table for this many fits in the CPU's caches. */
   keyTablePartitionMembersTarget: 4096,
+  /** `eventide import` reads its file in pieces of this size (a longer line grows the buffer up to one batch body). */
+  importReadBytes: 1024 * 1024,
   /** An event with more properties is left to the JSON.parse path: the fast scan's duplicate table (64 KiB) stays in cache. */
   scannedEventPropertiesMax: 4096,
   /** Ingest bodies (and gathered single events) of at least this many bytes are read into reused slabs; smaller ones reuse the heap's pages anyway. */

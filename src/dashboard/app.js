@@ -58,6 +58,8 @@ function Dashboard({ token, caps, signOut }) {
   const [outcomes, setOutcomes] = useState({});
   const [live, setLive] = useState(initial.current.live);
   const [transport, setTransport] = useState("connecting");
+  // The event list was read at sign-in; a test event sent since shows the workspace is no longer empty.
+  const [testEventSent, setTestEventSent] = useState(false);
   const sequence = useRef({});
 
   const show = useCallback((runView, query, body, answer) => {
@@ -162,11 +164,11 @@ function Dashboard({ token, caps, signOut }) {
       <nav>${views.map((name) => html`<button type="button" class=${name === view ? "tab active" : "tab"} data-testid=${`tab-${name}`} onClick=${() => switchView(name)}>${titles[name]}</button>`)}</nav>
       <span class="spacer"></span>
       <${LiveToggle} live=${live} setLive=${toggleLive} updatedAt=${outcome?.updatedAt} transport=${transport} />
-      <${TestEventButton} token=${token} onSent=${() => lastQuery && run(view, lastQuery, { silent: true })} />
+      <${TestEventButton} token=${token} onSent=${() => (setTestEventSent(true), lastQuery && run(view, lastQuery, { silent: true }))} />
       <button type="button" class="link" data-testid="sign-out" onClick=${() => signOut()}>Sign out</button>
     </header>
     ${!caps.v2 && html`<p class="notice" data-testid="v1-notice">This server answers query API v1: dates are UTC; time zones, breakdowns, property maths, funnel order and exclusions, and the event and property lists are not available.</p>`}
-    ${caps.events && caps.events.length === 0 && html`<p class="notice">This workspace has no events yet: send one with the curl line below, or the “Send test event” button.</p>`}
+    ${caps.events && caps.events.length === 0 && !testEventSent && html`<p class="notice" data-testid="no-events-notice">This workspace has no events yet: send one with the curl line below, or the “Send test event” button.</p>`}
     <main>
       <form class="query" noValidate onSubmit=${submit} data-testid=${`${view}-form`}>
         <${Form} query=${drafts[view]} set=${set} caps=${caps} token=${token} error=${outcome?.error} />

@@ -1,48 +1,53 @@
 /**
  * `eventide import FILE`: NDJSON events (the export format) into a workspace,
- * through the ingest API with the Node client (`eventide/client`), the one
- * that retries with the same uuids and cuts batches at the server's caps.
- * Going through a server, rather than writing the store from here, keeps every
- * ingest rule (validation, limits, cardinality caps, uuid dedupe, durability)
- * in one place and is as fast as ingest itself; the store has one writer, the
+ * through /ingest/batch. Going through a server, rather than writing the store
+ * from here, keeps every ingest rule (validation, limits, cardinality caps,
+ * uuid dedupe, durability) in one place; the store has one writer, the
  * server. With no server on the data directory, the import starts one of its
  * own for its duration.
+ *
+ * To go as fast as ingest, a line's bytes go into the batch body as they are
+ * (import-batches.ts): parsing and re-serializing every line cost the import
+ * more CPU than the server spent storing it, on the same cores. The server
+ * validates each event and names a refused one by its index, which the import
+ * maps back to its line.
  *
  * It ingests with a temporary API key of the workspace (labelled, revoked at
  * the end), so no secret has to be passed. Events with a uuid are stored once
  * however often the file is imported (within the uuid horizon, SPEC §2 and
  * EVENTIDE_UUID_HORIZON_DAYS); export gives every event one. An event without
- * one gets a uuid from the client, so a retry within this import never
- * doubles it, though importing the file again does.
+ * one gets a uuid from the import before it is first sent, so a retry within
+ * this import never doubles it, though importing the file again does.
  */
-import { createReadStream, existsSync } from "node:fs";
+import { existsSync } from "node:fs";
+import { open } from "node:fs/promises";
 import { resolve } from "node:path";
-import { createInterface } from "node:readline";
+import { randomUUID } from "node:crypto";
 import { setTimeout as sleep } from "node:timers/promises";
 
 import { createApiKeyWithId, revokeApiKey } from "../auth/registry.js";
 import type { CliContext } from "../cli.js";
 import { CliCommandError } from "../cli/command-errors.js";
-import { EventideClient, type CaptureInput, type DeliveryReport } from "../client/index.js";
-import { limits } from "../config/limits.js";
+import { limits, tuning } from "../config/limits.js";
 import { workspaceOption } from "./export.js";
+import { BatchSender, reserializedLine, type LineError } from "./import-batches.js";
+import { LineScanner, type LineDay } from "./ndjson-line.js";
 import { reachServer } from "./server-process.js";
 
-/** Batches sent at once: enough to keep the server's workers busy while one batch travels. */
-const batchesInFlightMax = 4;
-/** Events read ahead of their acknowledgement: a few batches per request slot, so reading never waits on one answer. */
-const eventsReadAheadMax = 4 * batchesInFlightMax * limits.batchEventsMax;
 /** A new key reaches a running server within a second (SPEC §0); waiting longer means it looks at another data directory. */
 const keyAcceptanceWaitMs = 10_000;
-/** Errors listed in the summary line; the rest are counted. */
+/** Errors listed in the summary line (those of the first lines); the rest are counted. */
 const errorsReportedMax = 20;
+const newline = 0x0a;
+/** `{"uuid":"` + a uuid + `"`, put before the members of a line without one. */
+const uuidMemberBytes = 9 + 36 + 1;
 
 interface ImportSummary {
   workspaceId: string;
   lines: number;
   accepted: number;
   refused: number;
-  errors: Array<{ line: number; code: string; message: string }>;
+  errors: LineError[];
 }
 
 async function postBatch(ingestUrl: string, body: string): Promise<{ status: number }> {
@@ -57,6 +62,21 @@ function isLoopback(url: string): boolean {
   return hostname === "localhost" || hostname === "[::1]" || hostname.startsWith("127.");
 }
 
+function isBlank(byte: number): boolean {
+  return byte === 0x20 || byte === 0x09 || byte === 0x0d;
+}
+
+function dayOf(lineDay: LineDay): number {
+  switch (lineDay.kind) {
+    case "day":
+      return lineDay.day;
+    case "receipt":
+      return BatchSender.receiptDay();
+    case "none":
+      return Number.NaN;
+  }
+}
+
 export async function importCommand(fileArgument: string, { io, dataDir, options }: CliContext): Promise<ImportSummary> {
   const file = resolve(io.workingDirectory, fileArgument);
   if (!existsSync(file)) throw new CliCommandError(`no file ${file}`);
@@ -66,70 +86,134 @@ export async function importCommand(fileArgument: string, { io, dataDir, options
 
   const key = await createApiKeyWithId(dataDir, workspace.workspaceId, { label: "eventide import (temporary)" });
   const summary: ImportSummary = { workspaceId: workspace.workspaceId, lines: 0, accepted: 0, refused: 0, errors: [] };
-  let client: EventideClient | undefined;
+  let sender: BatchSender | undefined;
   try {
     await awaitKeyAccepted(ingestUrl, key.apiKey);
-    client = new EventideClient({
-      apiKey: key.apiKey,
-      host: ingestUrl,
-      // The server's caps, read from the same settings, so that no batch is refused for its size.
-      batchEventsMax: limits.batchEventsMax,
-      batchBytesMax: limits.batchBodyBytesMax,
-      batchDaysMax: limits.batchDaysMax,
-      queueEventsMax: Math.max(eventsReadAheadMax, limits.batchEventsMax),
-      requestsInFlightMax: batchesInFlightMax,
-      gzip: !isLoopback(ingestUrl),
-    });
-    const lineOf = new Map<CaptureInput, number>();
-    let failure: string | undefined;
-    client.on("delivery", (report: DeliveryReport) => {
-      summary.accepted += report.accepted.length;
-      for (const event of report.accepted) lineOf.delete(event.input);
-      for (const event of report.refused) {
-        const line = lineOf.get(event.input) ?? 0;
-        lineOf.delete(event.input);
-        // A refusal of the whole request (a revoked key, a server that never answered) would refuse every later batch too.
-        if (event.status !== 200) failure ??= `${event.code}: ${event.message} (line ${line})`;
-        recordError(summary, line, event.code, event.message);
-      }
-    });
-    const lines = createInterface({ input: createReadStream(file, { encoding: "utf8" }), crlfDelay: Number.POSITIVE_INFINITY });
-    let lineNumber = 0;
-    for await (const line of lines) {
-      lineNumber++;
-      if (failure) break;
-      if (line.trim() === "") continue;
-      summary.lines++;
-      let event: unknown;
-      try {
-        event = JSON.parse(line);
-      } catch {
-        recordError(summary, lineNumber, "invalid_json", "not a JSON line");
-        continue;
-      }
-      if (typeof event !== "object" || event === null || Array.isArray(event)) {
-        recordError(summary, lineNumber, "invalid_json", "not a JSON object");
-        continue;
-      }
-      // The fields as the file has them: the server validates them, and refuses a line's event alone.
-      const { event: name, distinctId, properties, timestamp, uuid } = event as Record<string, any>;
-      const input: CaptureInput = { event: name, distinctId, properties, timestamp, uuid };
-      lineOf.set(input, lineNumber);
-      await client.capture(input);
-    }
-    await client.flush();
-    if (failure) throw new CliCommandError(`import stopped: ${failure} (${summary.accepted} events accepted before; importing the file again is safe for events with a uuid)`);
+    sender = new BatchSender(
+      ingestUrl,
+      key.apiKey,
+      { requestsInFlightMax: limits.importRequestsInFlightMax, gzip: !isLoopback(ingestUrl) },
+      { accepted: (count) => (summary.accepted += count), refused: (error) => recordError(summary, error) },
+    );
+    await readLines(file, sender, summary);
+    await sender.finish();
+    if (sender.failure) throw new CliCommandError(`import stopped: ${sender.failure} (${summary.accepted} events accepted before; importing the file again is safe for events with a uuid)`);
     return summary;
   } finally {
-    await client?.shutdown();
     await revokeApiKey(dataDir, key.id).catch(() => undefined);
     if (server) await server.stop();
   }
 }
 
-function recordError(summary: ImportSummary, line: number, code: string, message: string): void {
+/**
+ * Reads the file in large pieces and hands each line's bytes to the sender:
+ * as they are when the line is one object with a uuid, with a uuid put first
+ * when it has none (so that a re-send within this import never doubles it),
+ * re-serialized from JSON.parse when its outline is unclear. Memory stays
+ * within the read buffer (grown only for a line longer than it, up to the
+ * largest event a batch carries) and the batches in flight.
+ */
+async function readLines(file: string, sender: BatchSender, summary: ImportSummary): Promise<void> {
+  const scanner = new LineScanner();
+  const lineBytesMax = sender.eventBytesMax;
+  const handle = await open(file, "r");
+  try {
+    let buffer = Buffer.allocUnsafe(Math.min(tuning.importReadBytes, lineBytesMax + 1));
+    let filled = 0;
+    let lineNumber = 0;
+    /** Inside a line over the cap, already reported: its bytes are dropped until its end. */
+    let skipping = false;
+    let atEnd = false;
+    while (!atEnd && sender.failure === undefined) {
+      const { bytesRead } = await handle.read(buffer, filled, buffer.length - filled, null);
+      atEnd = bytesRead === 0;
+      filled += bytesRead;
+      let start = 0;
+      for (;;) {
+        let end = buffer.indexOf(newline, start);
+        if (end < 0 || end >= filled) {
+          if (!atEnd || start === filled) break;
+          end = filled;
+        }
+        if (skipping) skipping = false;
+        else {
+          lineNumber++;
+          if (sender.backlogged) await sender.room();
+          addLine(buffer, start, end, lineNumber, sender, scanner, summary);
+        }
+        start = Math.min(end + 1, filled);
+        if (start === filled) break;
+      }
+      if (atEnd) break;
+      buffer.copyWithin(0, start, filled);
+      filled -= start;
+      if (filled < buffer.length) continue;
+      if (buffer.length <= lineBytesMax) {
+        const grown = Buffer.allocUnsafe(Math.min(buffer.length * 2, lineBytesMax + 1));
+        buffer.copy(grown, 0, 0, filled);
+        buffer = grown;
+        continue;
+      }
+      if (!skipping) {
+        lineNumber++;
+        summary.lines++;
+        recordError(summary, { line: lineNumber, code: "payload_too_large", message: lineTooLong(lineBytesMax) });
+        skipping = true;
+      }
+      filled = 0;
+    }
+  } finally {
+    await handle.close();
+  }
+}
+
+function lineTooLong(lineBytesMax: number): string {
+  return `the line is over ${lineBytesMax} bytes, the most one batch body carries (EVENTIDE_BATCH_BODY_BYTES_MAX)`;
+}
+
+function addLine(buffer: Buffer, start: number, end: number, lineNumber: number, sender: BatchSender, scanner: LineScanner, summary: ImportSummary): void {
+  while (start < end && isBlank(buffer[start])) start++;
+  while (end > start && isBlank(buffer[end - 1])) end--;
+  if (start === end) return;
+  summary.lines++;
+  if (!scanner.scan(buffer, start, end)) {
+    const result = reserializedLine(buffer.toString("utf8", start, end));
+    if ("error" in result) return recordError(summary, { line: lineNumber, ...result.error });
+    const json = Buffer.from(result.json);
+    // Re-serialized, the line's outline is plain: its day is read as any other line's.
+    scanner.scan(json, 0, json.length);
+    return addEvent(json, 0, json.length, lineNumber, sender, scanner, summary);
+  }
+  addEvent(buffer, start, end, lineNumber, sender, scanner, summary);
+}
+
+function addEvent(source: Buffer, start: number, end: number, lineNumber: number, sender: BatchSender, scanner: LineScanner, summary: ImportSummary): void {
+  const day = dayOf(scanner.day(source));
+  if (scanner.uuidFound) {
+    if (end - start > sender.eventBytesMax) return recordError(summary, { line: lineNumber, code: "payload_too_large", message: lineTooLong(sender.eventBytesMax) });
+    const offset = sender.reserve(end - start, lineNumber, day);
+    source.copy(sender.bytes, offset, start, end);
+    return;
+  }
+  // `{"uuid":"…",` and the line's members after its `{`; no comma before an empty object's `}`.
+  const separator = scanner.memberCount > 0 ? 1 : 0;
+  const eventBytes = uuidMemberBytes + separator + (end - start - 1);
+  if (eventBytes > sender.eventBytesMax) return recordError(summary, { line: lineNumber, code: "payload_too_large", message: lineTooLong(sender.eventBytesMax) });
+  const offset = sender.reserve(eventBytes, lineNumber, day);
+  const target = sender.bytes;
+  let at = offset + target.write(`{"uuid":"${randomUUID()}"`, offset, "latin1");
+  if (separator > 0) target[at++] = 0x2c;
+  source.copy(target, at, start + 1, end);
+}
+
+/** Answers come back out of order: the errors kept are those of the first lines. */
+function recordError(summary: ImportSummary, error: LineError): void {
   summary.refused++;
-  if (summary.errors.length < errorsReportedMax) summary.errors.push({ line, code, message });
+  const errors = summary.errors;
+  if (errors.length === errorsReportedMax && errors[errors.length - 1].line < error.line) return;
+  errors.push(error);
+  errors.sort((left, right) => left.line - right.line);
+  if (errors.length > errorsReportedMax) errors.pop();
 }
 
 /** An empty batch answers 200 once the server knows the key. */

@@ -290,6 +290,30 @@ suite("dashboard in headless Chromium", () => {
     expect(await page.getByTestId("test-event-status").textContent()).toMatch(/^test_event arrived at \d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d{3} UTC; 1 today$/);
   });
 
+  it("hides the no-events notice of an empty workspace once its first test event arrives", async (test) => {
+    if (!hasQueryV2) {
+      console.warn("*** SKIPPED: the no-events notice needs the workspace's event list (query API v2, SPEC §7), which this server lacks ***");
+      test.skip();
+    }
+    const empty = await startServer();
+    // Another port, another origin: its own sign-in, not the token the main page saved.
+    const other = await context.newPage();
+    try {
+      await other.goto(`${empty.queryUrl}/`);
+      await other.getByTestId("token").fill(empty.token);
+      await other.getByTestId("sign-in").click();
+      await other.getByTestId("no-events-notice").waitFor();
+      await other.getByTestId("test-event").click();
+      await other.getByTestId("test-event-status").filter({ hasText: /arrived|failed/ }).waitFor();
+      expect(await other.getByTestId("test-event-status").textContent()).toMatch(/^test_event arrived/);
+      await other.getByTestId("no-events-notice").waitFor({ state: "detached", timeout: 10_000 });
+    } finally {
+      await other.close();
+      await empty.stop();
+      rmSync(empty.dataDir, { recursive: true, force: true });
+    }
+  });
+
   it("picks events from the workspace's list, breaks a trend down and sets a time zone (SPEC §7)", async (test) => {
     if (!hasQueryV2) {
       console.warn("*** SKIPPED: event picker, breakdown and time zone need query API v2 (SPEC §7), which this server lacks ***");

@@ -79,10 +79,11 @@ export type Fault =
 
 /**
  * An HTTP proxy to `targetUrl`: each POST to /ingest/batch gets the fault
- * `faultFor(index)` (index counts those POSTs from 0); every other request is
+ * `faultFor(index, contentLength)` (index counts those POSTs from 0; NaN
+ * without the header); every other request is
  * forwarded as is. Its own answers carry the CORS headers the server sends.
  */
-export async function startFaultProxy(targetUrl: string, faultFor: (index: number) => Fault): Promise<Proxy & { batchRequests(): number }> {
+export async function startFaultProxy(targetUrl: string, faultFor: (index: number, contentLength: number) => Fault): Promise<Proxy & { batchRequests(): number }> {
   let batchIndex = 0;
   const refuse = (response: ServerResponse) => {
     response.writeHead(503, {
@@ -95,7 +96,7 @@ export async function startFaultProxy(targetUrl: string, faultFor: (index: numbe
   };
   const server = createHttpServer((request: IncomingMessage, response: ServerResponse) => {
     const isBatch = request.method === "POST" && request.url?.startsWith("/ingest/batch") === true;
-    const fault: Fault = isBatch ? faultFor(batchIndex++) : "forward";
+    const fault: Fault = isBatch ? faultFor(batchIndex++, Number(request.headers["content-length"] ?? Number.NaN)) : "forward";
     const chunks: Buffer[] = [];
     request.on("data", (chunk: Buffer) => chunks.push(chunk));
     request.on("end", () => {
