@@ -5,8 +5,11 @@
  * boundaries: segments are per UTC day, so a day splits into a few parts at
  * the local boundaries inside it, and each part lies in one bucket. Parts are
  * visited in time order (every segment of a day for its first part, then for
- * its second…), so the rows of one bucket are visited consecutively, in any
- * row order within it (sealed or active segments, several segments a day).
+ * its second…), so each user's rows are visited in bucket order, in any row
+ * order within a bucket (sealed or active segments, several segments a day).
+ * A day held by one sealed segment and one event is read in one pass: its
+ * rows are sorted by (user, time), which keeps that order too. The kernels
+ * rely on that order alone.
  *
  * A row reaches the visitor with its reference mask (bit i: reference i's
  * event and filters hold), its breakdown value as a task-wide id (0 "not
@@ -85,7 +88,15 @@ export function planColumnScan(segments: readonly SegmentView[], gather: GatherP
 
 /** Visits every row of the scan, bucket after bucket. */
 export function runColumnScan(scan: ColumnScan, visit: RowVisit): void {
-  for (const day of scan.days) for (const part of day.parts) for (const segment of day.segments) scanPart(segment, part, scan.userLo, scan.userHi, visit);
+  for (const day of scan.days) {
+    const only = day.segments[0];
+    if (day.segments.length === 1 && only.segment.eventRowStart !== undefined && only.events.length === 1) {
+      // One sealed segment, one event: each user's rows come in time order, so one pass keeps every user's buckets in order.
+      scanSortedDay(only, day.parts, scan.userLo, visit);
+      continue;
+    }
+    for (const part of day.parts) for (const segment of day.segments) scanPart(segment, part, scan.userLo, scan.userHi, visit);
+  }
 }
 
 /** The parts of the UTC day starting at dayStartMs that lie in a bucket, in time order. */
@@ -171,5 +182,24 @@ function scanPart(scan: SegmentScan, part: DayPart, userLo: number, userHi: numb
       if (mask === 0) continue;
       visit(user - userLo, mask, valueIds === undefined ? 0 : globalIds[valueIds[row]], mathIds === undefined ? NaN : numbers[mathIds[row]], bucket, dayStartMs + offset);
     }
+  }
+}
+
+function scanSortedDay(scan: SegmentScan, parts: readonly DayPart[], userLo: number, visit: RowVisit): void {
+  const { segment, valueIds, globalIds, mathIds, numbers } = scan;
+  const { userIds, timeOffsetMs, dayStartMs } = segment;
+  const { start, end, references, filtered } = scan.events[0];
+  const constantMask = filtered ? 0 : (1 << references[0].bit) >>> 0;
+  const firstMs = parts[0].lowMs;
+  const lastMs = parts[parts.length - 1].highMs;
+  for (let row = start; row < end; row++) {
+    const offset = timeOffsetMs[row];
+    if (offset < firstMs || offset >= lastMs) continue;
+    let part = 0;
+    while (offset >= parts[part].highMs) part++;
+    if (offset < parts[part].lowMs) continue;
+    const mask = filtered ? maskOf(references, row) : constantMask;
+    if (mask === 0) continue;
+    visit(userIds[row] - userLo, mask, valueIds === undefined ? 0 : globalIds[valueIds[row]], mathIds === undefined ? NaN : numbers[mathIds[row]], parts[part].bucket, dayStartMs + offset);
   }
 }

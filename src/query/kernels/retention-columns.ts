@@ -2,10 +2,10 @@
  * Retention of SPEC §7 straight from the segments' columns (the fast path of
  * retention-cohorts.ts, which stays the reference shape): one scan in period
  * order (column-scan.ts) keeps per user its cohort row's time, period and
- * value, and a bit set of the later periods it returned in. Periods are
- * visited in order, so when a retention row of period q is read, a cohort
- * period before q is final (the cohort row is the user's first), and a
- * return needs nothing but that. The counts and the breakdown's ranking then
+ * value, and a bit set of the later periods it returned in. Each user's rows
+ * are visited in period order, so when a retention row of period q is read,
+ * a cohort period before q is final (the cohort row is the user's first),
+ * and a return needs nothing but that. The counts and the breakdown's ranking then
  * come from one pass over the users.
  *
  * Covered: at most `periodWordsMax` × 32 periods, days cut into at most a few

@@ -1,9 +1,9 @@
 /**
  * Trend of SPEC §7 straight from the segments' columns, without gathering
  * rows (the fast path of trend-series.ts, which stays the reference shape).
- The scan (column-scan.ts) visits the rows of one
- * bucket consecutively, so a per-user mark "counted in bucket b" needs no
- * clearing, in any row order (sealed or active segments).
+ The scan (column-scan.ts) visits each user's rows
+ * in bucket order, so a per-user mark "counted in bucket b" needs no
+ * clearing, in any row order within a bucket (sealed or active segments).
  *
  * A breakdown value is a task-wide id read through a per-segment table (text
  * id → value id). Per (value, bucket) the kernel keeps its cells directly;
@@ -60,31 +60,45 @@ export function trendColumns(segments: readonly SegmentView[], gather: GatherPla
   const bucketValues = new Uint32Array(distinct && breakdown ? slots * words : 0);
   const rangeValues = new Uint32Array(distinct && breakdown ? slots * words : 0);
 
-  scanAll((slot, _mask, value, number, bucket) => {
+  // One visitor per shape, chosen once: the row loop does not branch on the query.
+  const countNumbers: RowVisit = (_slot, _mask, value, number, bucket) => {
     const cell = value * bucketCount + bucket;
-    if (breakdown && !distinct) weights[value]++;
-    if (numeric) {
-      if (Number.isNaN(number)) return;
-      events[bucket]++;
-      sums[bucket] += number;
-      if (better(number, extremes[bucket])) extremes[bucket] = number;
-      if (breakdown) {
-        valueEvents[cell]++;
-        valueSums[cell] += number;
-        if (better(number, valueExtremes[cell])) valueExtremes[cell] = number;
-      }
-      return;
-    }
+    if (breakdown) weights[value]++;
+    if (Number.isNaN(number)) return;
     events[bucket]++;
-    if (breakdown) valueEvents[cell]++;
-    if (!distinct) return;
+    sums[bucket] += number;
+    if (better(number, extremes[bucket])) extremes[bucket] = number;
+    if (breakdown) {
+      valueEvents[cell]++;
+      valueSums[cell] += number;
+      if (better(number, valueExtremes[cell])) valueExtremes[cell] = number;
+    }
+  };
+  const countEvents: RowVisit = (_slot, _mask, value, _number, bucket) => {
+    events[bucket]++;
+    if (breakdown) {
+      weights[value]++;
+      valueEvents[value * bucketCount + bucket]++;
+    }
+  };
+  const countUsers: RowVisit = (slot, _mask, _value, _number, bucket) => {
+    events[bucket]++;
+    if (marks[slot] !== bucket) {
+      marks[slot] = bucket;
+      all[bucket]++;
+    }
+  };
+  const rankByUsers = math === "unique";
+  const countValueUsers: RowVisit = (slot, _mask, value, _number, bucket) => {
+    const cell = value * bucketCount + bucket;
+    events[bucket]++;
+    valueEvents[cell]++;
     const base = slot * words;
     if (marks[slot] !== bucket) {
       marks[slot] = bucket;
       all[bucket]++;
-      if (breakdown) for (let word = 0; word < words; word++) bucketValues[base + word] = 0;
+      for (let word = 0; word < words; word++) bucketValues[base + word] = 0;
     }
-    if (!breakdown) return;
     const word = base + (value >>> 5);
     const bit = 1 << (value & 31);
     if ((bucketValues[word] & bit) === 0) {
@@ -93,9 +107,10 @@ export function trendColumns(segments: readonly SegmentView[], gather: GatherPla
     }
     if ((rangeValues[word] & bit) === 0) {
       rangeValues[word] |= bit;
-      if (math === "unique") weights[value]++;
+      if (rankByUsers) weights[value]++;
     }
-  });
+  };
+  scanAll(numeric ? countNumbers : !distinct ? countEvents : breakdown ? countValueUsers : countUsers);
   if (math === "avg_per_user" && breakdown) {
     // Ranked by events, like every math but unique.
     for (let value = 0; value < valueCount; value++) for (let bucket = 0; bucket < bucketCount; bucket++) weights[value] += valueEvents[value * bucketCount + bucket];
