@@ -7,11 +7,14 @@ import { funnelPartial } from "./kernels/funnel.js";
 import { funnelChains } from "./kernels/funnel-chains.js";
 import { retentionCohorts } from "./kernels/retention-cohorts.js";
 import { trendSeries } from "./kernels/trend-series.js";
+import { trendColumns } from "./kernels/trend-columns.js";
+import { retentionColumns } from "./kernels/retention-columns.js";
 import { workspaceListing } from "./kernels/workspace-listing.js";
 import { retentionPartial } from "./kernels/retention.js";
 import { trendPartial } from "./kernels/trend.js";
 import type { QueryTask, QueryTaskResult, RowsAnswer, RowsAnswerPlan } from "./query-protocol.js";
-import type { EventRows } from "./kernels/event-rows.js";
+import type { EventRows, GatherPlan } from "./kernels/event-rows.js";
+import type { SegmentView } from "./segment-view.js";
 import { segmentViews } from "./segment-views.js";
 
 export function runQueryTask(task: QueryTask): QueryTaskResult {
@@ -30,13 +33,30 @@ export function runQueryTask(task: QueryTask): QueryTaskResult {
       values.set(partial.weeks, partial.totals.length);
       return { kind: "query", values };
     }
-    case "rows":
+    case "rows": {
+      const fast = answerColumns(segments, query.gather, query.answer, task.userLo, task.userHi);
+      if (fast !== undefined) return { kind: "query", values: new Float64Array(0), rows: fast };
       return { kind: "query", values: new Float64Array(0), rows: answerRows(gatherEventRows(segments, query.gather, task.userLo, task.userHi), query.answer) };
+    }
     case "listing":
       return { kind: "query", values: workspaceListing(segments, query.plan) };
     default:
       return assertNever(query);
   }
+}
+
+/** The column fast paths of SPEC §7 queries; undefined when the plan's shape is not one they cover. */
+function answerColumns(segments: readonly SegmentView[], gather: GatherPlan, plan: RowsAnswerPlan, userLo: number, userHi: number): RowsAnswer | undefined {
+  if (plan.kind === "trend") {
+    const answer = trendColumns(segments, gather, plan.plan, userLo, userHi);
+    return answer === undefined ? undefined : { kind: "trend", answer };
+  }
+  if (plan.kind === "retention") {
+    const answer = retentionColumns(segments, gather, plan.plan, userLo, userHi);
+    return answer === undefined ? undefined : { kind: "retention", answer };
+  }
+  // Funnels order each user's events: the gathered rows serve them.
+  return undefined;
 }
 
 function answerRows(rows: EventRows, plan: RowsAnswerPlan): RowsAnswer {

@@ -54,7 +54,7 @@ const compiledFiltersBytesMax = 16 * 1024 * 1024;
 const sealedFilters = new CompiledFilterCache(compiledFiltersBytesMax);
 
 /** A reference as one segment sees it: undefined tables when no row can match. */
-interface SegmentReference {
+export interface SegmentReference {
   bit: number;
   passes: Uint8Array[];
   valueIds: ValueIdColumn[];
@@ -106,7 +106,7 @@ class RowBuilder {
   }
 }
 
-function segmentReferences(segment: SegmentView, references: readonly ReferencePlan[]): Map<number, SegmentReference[]> {
+export function segmentReferences(segment: SegmentView, references: readonly ReferencePlan[]): Map<number, SegmentReference[]> {
   const byEvent = new Map<number, SegmentReference[]>();
   for (let bit = 0; bit < references.length; bit++) {
     const reference = references[bit];
@@ -141,7 +141,7 @@ function segmentReferences(segment: SegmentView, references: readonly ReferenceP
   return byEvent;
 }
 
-function maskOf(references: readonly SegmentReference[] | undefined, row: number): number {
+export function maskOf(references: readonly SegmentReference[] | undefined, row: number): number {
   if (references === undefined) return 0;
   let mask = 0;
   for (const reference of references) {

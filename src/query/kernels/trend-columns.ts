@@ -1,0 +1,188 @@
+/**
+ * Trend of SPEC §7 straight from the segments' columns, without gathering
+ * rows (the fast path of trend-series.ts, which stays the reference shape).
+ The scan (column-scan.ts) visits each user's rows
+ * in bucket order, so a per-user mark "counted in bucket b" needs no
+ * clearing, in any row order within a bucket (sealed or active segments).
+ *
+ * A breakdown value is a task-wide id read through a per-segment table (text
+ * id → value id). Per (value, bucket) the kernel keeps its cells directly;
+ * `unique` keeps per user a bit set of the values seen in the current bucket
+ * and one of the values seen over the range (the rank). The "other" series
+ * of `unique` and `avg_per_user` counts users across the left-out values, so
+ * it takes a second scan once the ranking is known; the other maths add up
+ * the left-out values' cells.
+ *
+ * Covered: any math, day/week/month buckets in any zone (days cut into at
+ * most a few parts, column-scan.ts), at most `valueWordsMax` × 32 breakdown
+ * values. Anything else answers undefined and runs through the
+ * gathered rows (event-rows.ts, trend-series.ts).
+ */
+import type { SegmentView } from "../segment-view.js";
+import { planColumnScan, runColumnScan, type RowVisit } from "./column-scan.js";
+import type { GatherPlan } from "./event-rows.js";
+import { rankSeries, valueOf } from "./series.js";
+import type { BucketValues, TrendSeriesAnswer, TrendSeriesPlan } from "./trend-series.js";
+
+/** Per-user value bit sets of this many 32-bit words at most (128 values): `unique` keeps two arrays of users × words. */
+const valueWordsMax = 4;
+
+export function trendColumns(segments: readonly SegmentView[], gather: GatherPlan, plan: TrendSeriesPlan, userLo: number, userHi: number): TrendSeriesAnswer | undefined {
+  const bucketCount = plan.startsMs.length - 1;
+  const scan = planColumnScan(segments, gather, plan.startsMs, userLo, userHi);
+  if (scan === undefined) return undefined;
+  const valueTexts = scan.valueTexts;
+  const breakdown = plan.breakdownLimit !== undefined;
+  const valueCount = valueTexts.length;
+  const words = breakdown ? (valueCount + 31) >>> 5 : 1;
+  if (words > valueWordsMax) return undefined;
+  const scanAll = (visit: RowVisit) => runColumnScan(scan, visit);
+
+  const slots = userHi - userLo;
+  const cells = (breakdown ? valueCount : 0) * bucketCount;
+  const all = new Float64Array(bucketCount);
+  const valueCells = new Float64Array(cells);
+  const weights = new Float64Array(breakdown ? valueCount : 0);
+  const math = plan.math;
+  const distinct = math === "unique" || math === "avg_per_user";
+  const numeric = math === "sum" || math === "avg" || math === "min" || math === "max";
+
+  // Event counts (total, avg_per_user's numerator) or, for the numeric maths, counted numbers.
+  const events = new Float64Array(bucketCount);
+  const valueEvents = new Float64Array(cells);
+  const sums = new Float64Array(numeric ? bucketCount : 0);
+  const valueSums = new Float64Array(numeric ? cells : 0);
+  const extremes = new Float64Array(numeric ? bucketCount : 0).fill(math === "min" ? Infinity : -Infinity);
+  const valueExtremes = new Float64Array(numeric ? cells : 0).fill(math === "min" ? Infinity : -Infinity);
+  const better = math === "min" ? (left: number, right: number) => left < right : (left: number, right: number) => left > right;
+
+  const marks = new Int32Array(distinct ? slots : 0).fill(-1);
+  const bucketValues = new Uint32Array(distinct && breakdown ? slots * words : 0);
+  const rangeValues = new Uint32Array(distinct && breakdown ? slots * words : 0);
+
+  // One visitor per shape, chosen once: the row loop does not branch on the query.
+  const countNumbers: RowVisit = (_slot, _mask, value, number, bucket) => {
+    const cell = value * bucketCount + bucket;
+    if (breakdown) weights[value]++;
+    if (Number.isNaN(number)) return;
+    events[bucket]++;
+    sums[bucket] += number;
+    if (better(number, extremes[bucket])) extremes[bucket] = number;
+    if (breakdown) {
+      valueEvents[cell]++;
+      valueSums[cell] += number;
+      if (better(number, valueExtremes[cell])) valueExtremes[cell] = number;
+    }
+  };
+  const countEvents: RowVisit = (_slot, _mask, value, _number, bucket) => {
+    events[bucket]++;
+    if (breakdown) {
+      weights[value]++;
+      valueEvents[value * bucketCount + bucket]++;
+    }
+  };
+  const countUsers: RowVisit = (slot, _mask, _value, _number, bucket) => {
+    events[bucket]++;
+    if (marks[slot] !== bucket) {
+      marks[slot] = bucket;
+      all[bucket]++;
+    }
+  };
+  const rankByUsers = math === "unique";
+  const countValueUsers: RowVisit = (slot, _mask, value, _number, bucket) => {
+    const cell = value * bucketCount + bucket;
+    events[bucket]++;
+    valueEvents[cell]++;
+    const base = slot * words;
+    if (marks[slot] !== bucket) {
+      marks[slot] = bucket;
+      all[bucket]++;
+      for (let word = 0; word < words; word++) bucketValues[base + word] = 0;
+    }
+    const word = base + (value >>> 5);
+    const bit = 1 << (value & 31);
+    if ((bucketValues[word] & bit) === 0) {
+      bucketValues[word] |= bit;
+      valueCells[cell]++;
+    }
+    if ((rangeValues[word] & bit) === 0) {
+      rangeValues[word] |= bit;
+      if (rankByUsers) weights[value]++;
+    }
+  };
+  scanAll(numeric ? countNumbers : !distinct ? countEvents : breakdown ? countValueUsers : countUsers);
+  if (math === "avg_per_user" && breakdown) {
+    // Ranked by events, like every math but unique.
+    for (let value = 0; value < valueCount; value++) for (let bucket = 0; bucket < bucketCount; bucket++) weights[value] += valueEvents[value * bucketCount + bucket];
+  }
+
+  const finish = (users: ArrayLike<number>, counted: ArrayLike<number>, sumsOf: ArrayLike<number>, extremesOf: ArrayLike<number>, at: number): BucketValues => {
+    const values: BucketValues = new Array(bucketCount);
+    for (let bucket = 0; bucket < bucketCount; bucket++) {
+      const cell = at + bucket;
+      switch (math) {
+        case "total":
+          values[bucket] = counted[cell];
+          break;
+        case "unique":
+          values[bucket] = users[cell];
+          break;
+        case "avg_per_user":
+          values[bucket] = users[cell] === 0 ? 0 : counted[cell] / users[cell];
+          break;
+        case "sum":
+          values[bucket] = sumsOf[cell];
+          break;
+        case "avg":
+          values[bucket] = counted[cell] === 0 ? null : sumsOf[cell] / counted[cell];
+          break;
+        case "min":
+        case "max":
+          values[bucket] = counted[cell] === 0 ? null : extremesOf[cell];
+          break;
+      }
+    }
+    return values;
+  };
+  const values = finish(all, events, sums, extremes, 0);
+  if (!breakdown) return { values, series: undefined, other: undefined };
+
+  const present = new Uint8Array(valueCount);
+  for (let value = 0; value < valueCount; value++) present[value] = weights[value] > 0 ? 1 : 0;
+  const ranked = rankSeries(weights, present, valueTexts, plan.breakdownLimit!);
+  const series = ranked.listed.map((value) => ({
+    value: valueOf(valueTexts, value),
+    values: finish(valueCells, valueEvents, valueSums, valueExtremes, value * bucketCount),
+    weight: weights[value],
+  }));
+  if (!ranked.hasOther) return { values, series, other: undefined };
+
+  // "other": every left-out value together.
+  const otherUsers = new Float64Array(bucketCount);
+  const otherEvents = new Float64Array(bucketCount);
+  const otherSums = new Float64Array(bucketCount);
+  const otherExtremes = new Float64Array(bucketCount).fill(math === "min" ? Infinity : -Infinity);
+  const left = (value: number) => present[value] === 1 && ranked.groupOfValue[value] === ranked.otherGroup;
+  for (let value = 0; value < valueCount; value++) {
+    if (!left(value)) continue;
+    for (let bucket = 0; bucket < bucketCount; bucket++) {
+      const cell = value * bucketCount + bucket;
+      otherEvents[bucket] += valueEvents[cell];
+      if (numeric) {
+        otherSums[bucket] += valueSums[cell];
+        if (better(valueExtremes[cell], otherExtremes[bucket])) otherExtremes[bucket] = valueExtremes[cell];
+      }
+    }
+  }
+  if (distinct) {
+    // A user with two left-out values counts once: a second scan, marks reused with buckets shifted past the first scan's.
+    const isOther = new Uint8Array(valueCount);
+    for (let value = 0; value < valueCount; value++) isOther[value] = left(value) ? 1 : 0;
+    scanAll((slot, _mask, value, _number, bucket) => {
+      if (isOther[value] === 0 || marks[slot] === bucketCount + bucket) return;
+      marks[slot] = bucketCount + bucket;
+      otherUsers[bucket]++;
+    });
+  }
+  return { values, series, other: finish(otherUsers, otherEvents, otherSums, otherExtremes, 0) };
+}
