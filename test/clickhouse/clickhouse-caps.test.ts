@@ -3,10 +3,11 @@
  * ClickHouse mode as in the embedded store (test/http/cardinality-caps.test.ts):
  * an event bringing a new name or key past its cap is refused on its own with
  * `invalid_request` naming the field and the setting, the rest of the batch is
- * stored; after a restart the names and keys already in ClickHouse still count.
+ * stored; after a restart the names and keys already in ClickHouse, or still
+ * in the outbox waiting for ClickHouse, still count.
  */
 import { describe, expect, it } from "vitest";
-import { clickhouseBinary, clickhousePerSuite, skipNotice, storeUrl } from "../helpers/clickhouse.js";
+import { clickhouseBinary, clickhousePerSuite, skipNotice, startClickHouse, storeUrl } from "../helpers/clickhouse.js";
 import { expectOk, ingestBatch } from "../helpers/http.js";
 import { makeDataDir, removeDataDir, startServer } from "../helpers/server.js";
 
@@ -83,6 +84,38 @@ describe.skipIf(binary === undefined)("the cardinality caps over the ClickHouse 
       expect(await storedOnce("caps", namesMax + 1 + 2 + 1)).toEqual(["n0×2", "n1×3", "n2×1", "n3×1", "n4×2"]);
     } finally {
       await server.stop();
+      removeDataDir(dataDir);
+    }
+  });
+
+  it("still counts, after a restart, the names and keys acknowledged while ClickHouse was down and not yet forwarded", { timeout: 180_000 }, async () => {
+    const dataDir = makeDataDir();
+    const down = await startClickHouse();
+    const env = { EVENTIDE_STORE: storeUrl(down, "outboxed"), EVENTIDE_WORKSPACE_EVENT_NAMES_MAX: String(namesMax), EVENTIDE_WORKSPACE_PROPERTY_KEYS_MAX: String(keysMax) };
+    let server = await startServer({ dataDir, env, startTimeoutMs: 90_000 });
+    const credentials = { apiKey: server.apiKey, token: server.token, workspaceId: server.workspaceId };
+    try {
+      await down.kill();
+      const events = Array.from({ length: namesMax }, (_, index) => ({ event: `n${index}`, distinctId: "u", timestamp, properties: { [`k${index % keysMax}`]: 1 } }));
+      expect(expectOk(await ingestBatch(server, server.apiKey, events))).toEqual({ ok: true, accepted: namesMax });
+      await server.stop();
+      // ClickHouse is back, but holds none of those rows when Eventide starts: they are in its outbox only.
+      await down.restart();
+      server = await startServer({ dataDir, env, credentials, startTimeoutMs: 90_000 });
+      const afterRestart = expectOk(
+        await ingestBatch(server, server.apiKey, [
+          { event: "late", distinctId: "a", timestamp },
+          { event: "n0", distinctId: "b", timestamp, properties: { k9: "new" } },
+          { event: "n0", distinctId: "c", timestamp, properties: { k1: "known" } },
+        ]),
+      );
+      expect(afterRestart.accepted).toBe(1);
+      expect(afterRestart.errors.map((error: BatchError) => error.index)).toEqual([0, 1]);
+      expect(afterRestart.errors[0].message).toMatch(/^event: "late" .*EVENTIDE_WORKSPACE_EVENT_NAMES_MAX/);
+      expect(afterRestart.errors[1].message).toMatch(/^properties: "k9" .*EVENTIDE_WORKSPACE_PROPERTY_KEYS_MAX/);
+    } finally {
+      await server.stop();
+      await down.stop();
       removeDataDir(dataDir);
     }
   });
