@@ -17,6 +17,12 @@
  * EVENTIDE_UUID_HORIZON_DAYS (read back from ClickHouse at start) and drops
  * repeats before the outbox, as the embedded store does; two front ends do
  * not share that memory.
+ *
+ * Cardinality caps (EVENTIDE_WORKSPACE_EVENT_NAMES_MAX, …_PROPERTY_KEYS_MAX):
+ * refused as in the embedded store (storage/cardinality.ts), against the
+ * names and keys each front end knows: those in ClickHouse at its start, in
+ * its outbox, and committed through it since. Front ends do not share them:
+ * one learns another's names at its next start.
  */
 import { randomBytes } from "node:crypto";
 import { existsSync, readFileSync, unlinkSync } from "node:fs";
@@ -24,6 +30,7 @@ import { join } from "node:path";
 import type { ClickHouseSettings } from "../config/config.js";
 import { limits } from "../config/limits.js";
 import { log } from "../log.js";
+import { CardinalityReservations, TextSet } from "../storage/cardinality.js";
 import { decodeChunk, filterChunk, type DecodedChunk } from "../storage/chunk-codec.js";
 import type { CommitResult } from "../storage/commit.js";
 import { makeDirectoryDurably, publishFileAtomically } from "../storage/files.js";
@@ -47,6 +54,13 @@ interface ForwardState {
   sequence: number;
   index: number;
   underway: { sequence: number; from: number; to: number } | undefined;
+}
+
+/** A workspace's event names and property keys as the caps count them. */
+interface WorkspaceTexts {
+  names: TextSet;
+  keys: TextSet;
+  reservations: CardinalityReservations;
 }
 
 const stateFileName = "forwarded.json";
@@ -110,6 +124,7 @@ export class ClickHouseOutbox {
   /** Records made durable in the current file so far: the next one's index. */
   private appendedInFile = 0;
   private readonly claims = new Map<string, { claimedAtMs: number; durable: Promise<void> | undefined }>();
+  private readonly texts = new Map<string, WorkspaceTexts>();
   private forwarding: Promise<void> | undefined;
   private timer: NodeJS.Timeout | undefined;
   private closed = false;
@@ -155,14 +170,17 @@ export class ClickHouseOutbox {
       const scan = scanWalFile(path);
       if (scan.validBytes < scan.fileBytes) truncateWalFile(path, scan.validBytes);
       scan.records.forEach((record, index) => {
-        const rowCount = decodeChunk(record.payload).rowCount;
+        const chunk = decodeChunk(record.payload);
+        const rowCount = chunk.rowCount;
         outbox.claimUuidsOf(record.workspaceId, record.payload, Date.now());
         if (sequence === state.sequence && index < state.index) return;
+        outbox.learnTexts(outbox.textsOf(record.workspaceId), chunk);
         outbox.queue.push({ sequence, index, workspaceId: record.workspaceId, payload: record.payload, rowCount, durableAtMs: 0 });
         outbox.queuedRows += rowCount;
       });
     }
     await outbox.readUuidsBack();
+    await outbox.readTextsBack();
     return outbox;
   }
 
@@ -190,11 +208,29 @@ export class ClickHouseOutbox {
     return new Promise((resolve) => this.waiters.push(resolve));
   }
 
-  /** Drops uuid repeats, then makes the chunk durable in the outbox; resolves when it is (SPEC §2: then the 200). */
+  /** Drops rows past a cardinality cap and uuid repeats, then makes the chunk durable in the outbox; resolves when it is (SPEC §2: then the 200). */
   async commit(workspaceId: string, chunkBuffer: ArrayBuffer): Promise<CommitResult> {
     if (this.closed) throw new Error("the ClickHouse outbox is closed");
     let bytes = new Uint8Array(chunkBuffer);
     let chunk = decodeChunk(bytes);
+    const texts = this.textsOf(workspaceId);
+    // Before the uuids are claimed: a refused row's uuid stays free for a retry.
+    const admission = texts.reservations.admit(texts.names, texts.keys, chunk);
+    if (admission.keep) {
+      bytes = new Uint8Array(filterChunk(chunk, admission.keep));
+      chunk = decodeChunk(bytes);
+    }
+    try {
+      const storedCount = await this.commitAdmitted(workspaceId, bytes, chunk);
+      if (storedCount > 0) this.learnTexts(texts, chunk);
+      return { storedCount, refusals: admission.refusals };
+    } finally {
+      admission.release();
+    }
+  }
+
+  /** Drops uuid repeats, then makes the chunk durable in the outbox; resolves to the rows written. */
+  private async commitAdmitted(workspaceId: string, bytes: Uint8Array, chunk: DecodedChunk): Promise<number> {
     const nowMs = Date.now();
     const claimed: string[] = [];
     const claimedHere = new Set<string>();
@@ -223,7 +259,7 @@ export class ClickHouseOutbox {
     }
     if (chunk.rowCount === 0) {
       await Promise.all(awaited);
-      return { storedCount: 0, refusals: [] };
+      return 0;
     }
     const rowCount = chunk.rowCount;
     const payload = bytes;
@@ -241,7 +277,34 @@ export class ClickHouseOutbox {
     for (const key of claimed) this.claims.set(key, { claimedAtMs: nowMs, durable: undefined });
     this.rowsAcknowledged += rowCount;
     if (this.queuedRows >= limits.clickhouseBlockRowsMax) this.kick();
-    return { storedCount: rowCount, refusals: [] };
+    return rowCount;
+  }
+
+  private textsOf(workspaceId: string): WorkspaceTexts {
+    let texts = this.texts.get(workspaceId);
+    if (texts === undefined) {
+      texts = { names: new TextSet(), keys: new TextSet(), reservations: new CardinalityReservations() };
+      this.texts.set(workspaceId, texts);
+    }
+    return texts;
+  }
+
+  /** Counts the chunk's names and keys as stored (a key only refused rows carried has no entries left). */
+  private learnTexts(texts: WorkspaceTexts, chunk: DecodedChunk): void {
+    for (let row = 0; row < chunk.rowCount; row++) texts.names.add(chunk.string(chunk.eventNameString[row]));
+    for (let key = 0; key < chunk.keyStrings.length; key++) {
+      if (chunk.entryStarts[key + 1] > chunk.entryStarts[key]) texts.keys.add(chunk.string(chunk.keyStrings[key]));
+    }
+  }
+
+  /** The distinct event names and property keys ClickHouse holds per workspace, so the caps count them after a restart. */
+  private async readTextsBack(): Promise<void> {
+    for (const [workspace, name] of await this.client.rows(`SELECT DISTINCT workspace, event FROM ${this.database}.${eventsTable}`)) {
+      this.textsOf(workspace as string).names.add(name as string);
+    }
+    for (const [workspace, key] of await this.client.rows(`SELECT DISTINCT workspace, arrayJoin(prop_keys) FROM ${this.database}.${eventsTable}`)) {
+      this.textsOf(workspace as string).keys.add(key as string);
+    }
   }
 
   private claimUuidsOf(workspaceId: string, payload: Uint8Array, nowMs: number): void {

@@ -9,11 +9,35 @@
  *
  * A name enters the dictionary only when its chunk is applied, after the WAL's
  * fsync: until then it is reserved here, so that commits in flight together
- * cannot pass the cap together.
+ * cannot pass the cap together. The names and keys already stored are any
+ * KnownTexts: the embedded store's dictionaries, or the ClickHouse store's TextSets.
  */
 import { limits } from "../config/limits.js";
 import type { DecodedChunk } from "./chunk-codec.js";
-import type { Dictionary } from "./dictionary.js";
+
+/** The names or keys a workspace already holds, as the caps read them (a Dictionary is one). */
+export interface KnownTexts {
+  readonly size: number;
+  /** Whether the UTF-8 text `source[start, end)` is one of them. */
+  containsUtf8(source: Uint8Array, start: number, end: number): boolean;
+}
+
+/** KnownTexts held as a set of strings, for a store without dictionaries of its own (ClickHouse). */
+export class TextSet implements KnownTexts {
+  private readonly texts = new Set<string>();
+
+  get size(): number {
+    return this.texts.size;
+  }
+
+  containsUtf8(source: Uint8Array, start: number, end: number): boolean {
+    return this.texts.has(Buffer.from(source.buffer, source.byteOffset + start, end - start).toString("utf8"));
+  }
+
+  add(text: string): void {
+    this.texts.add(text);
+  }
+}
 
 /** Why a row was refused; the values never change (SPEC §2 per-event errors are built from them). */
 export type RowRefusalStatus = "event_names_full" | "property_keys_full";
@@ -43,7 +67,7 @@ export class CardinalityReservations {
   private readonly names = new Set<string>();
   private readonly keys = new Set<string>();
 
-  admit(events: Dictionary, keys: Dictionary, chunk: DecodedChunk): CardinalityAdmission {
+  admit(events: KnownTexts, keys: KnownTexts, chunk: DecodedChunk): CardinalityAdmission {
     const reservedNames: string[] = [];
     const reservedKeys: string[] = [];
     const refusals: RowRefusal[] = [];
@@ -88,7 +112,7 @@ export class CardinalityReservations {
   }
 
   /** Whether string `index` of the chunk is, or may become, one of the dictionary's texts; reserves it when new. */
-  private verdict(dictionary: Dictionary, reserved: Set<string>, max: number, chunk: DecodedChunk, index: number, reservedHere: string[]): number {
+  private verdict(dictionary: KnownTexts, reserved: Set<string>, max: number, chunk: DecodedChunk, index: number, reservedHere: string[]): number {
     if (dictionary.containsUtf8(chunk.stringBytes, chunk.stringEnds[index], chunk.stringEnds[index + 1])) return admitted;
     const text = chunk.string(index);
     if (reserved.has(text)) return admitted;
