@@ -27,7 +27,7 @@ const allowedImports: Record<string, readonly string[]> = {
   "workers": ["config", "errors", "log", "json", "storage", "ingest", "query"],
   "http": ["config", "errors", "log", "metrics", "json", "storage", "auth", "ingest", "query", "workers"],
   // The ClickHouse store: its outbox is built on the storage layer's WAL, its queries on the query layer's kernels.
-  "clickhouse": ["config", "errors", "log", "storage", "query", "workers"],
+  "clickhouse": ["config", "errors", "log", "metrics", "storage", "query", "workers"],
   "serve": ["config", "errors", "log", "metrics", "json", "storage", "auth", "ingest", "query", "workers", "http", "clickhouse"],
   "main": ["log", "serve"],
   // The command and its lifecycle commands are one layer in two folders: the table in cli.ts loads them lazily.

@@ -60,13 +60,21 @@ async function answers(server: Pick<ServerHandle, "queryUrl" | "token">, listing
   return results;
 }
 
-/** Files under `directory` whose bytes contain `text`. */
+/**
+ * Files under `directory` whose bytes contain `text`. The server may remove a
+ * temporary file or directory (a rewrite's, a merge's) while this walks: what
+ * is gone by the time it is read holds nothing.
+ */
 function filesHolding(directory: string, text: string): string[] {
   const found: string[] = [];
   for (const name of readdirSync(directory)) {
     const path = join(directory, name);
-    if (statSync(path).isDirectory()) found.push(...filesHolding(path, text));
-    else if (readFileSync(path).includes(text)) found.push(path);
+    try {
+      if (statSync(path).isDirectory()) found.push(...filesHolding(path, text));
+      else if (readFileSync(path).includes(text)) found.push(path);
+    } catch (error) {
+      if ((error as NodeJS.ErrnoException).code !== "ENOENT") throw error;
+    }
   }
   return found;
 }
