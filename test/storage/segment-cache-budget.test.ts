@@ -15,6 +15,7 @@ const firstDayMs = Date.UTC(2024, 0, 1);
 // One byte: every segment loaded pushes every other one out of the cache.
 const env = { EVENTIDE_SEGMENT_CACHE_BYTES_MAX: "1" };
 const event = uniqueName("cached");
+let first: ServerHandle | undefined;
 let server: ServerHandle;
 
 const dateTo = new Date(firstDayMs + (dayCount - 1) * dayMs).toISOString().slice(0, 10);
@@ -38,7 +39,7 @@ async function answers(target: ServerHandle): Promise<unknown[]> {
 
 beforeAll(async () => {
   // The first server keeps the default cache and answers from its active rows: the yardstick.
-  const first = await startServer();
+  first = await startServer();
   const events = [];
   for (let day = 0; day < dayCount; day++) {
     for (let index = 0; index < eventsPerDay; index++) {
@@ -49,10 +50,17 @@ beforeAll(async () => {
   expected = await answers(first);
   // A clean stop seals every day's rows, so the restarted server reads only sealed segments, loaded on demand.
   expect(await first.stop()).toBe(0);
-  server = await startServer({ env, dataDir: first.dataDir, credentials: { apiKey: first.apiKey, token: first.token, workspaceId: first.workspaceId } });
+  const { dataDir, apiKey, token, workspaceId } = first;
+  first = undefined;
+  server = await startServer({ env, dataDir, credentials: { apiKey, token, workspaceId } });
 });
 
 afterAll(async () => {
+  // A failed set-up may leave the first server running.
+  if (first !== undefined) {
+    await first.stop();
+    removeDataDir(first.dataDir);
+  }
   await server?.stop();
   if (server) removeDataDir(server.dataDir);
 });
