@@ -169,7 +169,8 @@ export function directoryBytes(root: string): { apparentBytes: number; allocated
  * commit, not by where it sits on this machine.
  */
 export function commandLine(prefix: string, serverRoot: string | undefined, serverMachine: MachineInfo): string {
-  const named = `<checkout at ${serverMachine.eventideCommit?.slice(0, 12) ?? `v${serverMachine.eventideVersion}`}>`;
+  const commit = serverCommitOf(serverRoot, serverMachine);
+  const named = `<checkout at ${commit?.slice(0, 12)}>`;
   const args = process.argv.slice(2).map((arg) => {
     if (serverRoot === undefined) return arg;
     if (arg.startsWith("--server-root=")) return `--server-root=${named}`;
