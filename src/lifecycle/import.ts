@@ -31,7 +31,7 @@ import { CliCommandError } from "../cli/command-errors.js";
 import { limits, tuning } from "../config/limits.js";
 import { workspaceOption } from "./export.js";
 import { BatchSender, reserializedLine, type LineError } from "./import-batches.js";
-import { LineScanner, type LineDay } from "./ndjson-line.js";
+import { LineScanner, trimmedLine, type LineDay } from "./ndjson-line.js";
 import { reachServer } from "./server-process.js";
 
 /** A new key reaches a running server within a second (SPEC §0); waiting longer means it looks at another data directory. */
@@ -60,10 +60,6 @@ async function postBatch(ingestUrl: string, body: string): Promise<{ status: num
 function isLoopback(url: string): boolean {
   const hostname = new URL(url).hostname;
   return hostname === "localhost" || hostname === "[::1]" || hostname.startsWith("127.");
-}
-
-function isBlank(byte: number): boolean {
-  return byte === 0x20 || byte === 0x09 || byte === 0x0d;
 }
 
 function dayOf(lineDay: LineDay): number {
@@ -172,8 +168,7 @@ function lineTooLong(lineBytesMax: number): string {
 }
 
 function addLine(buffer: Buffer, start: number, end: number, lineNumber: number, sender: BatchSender, scanner: LineScanner, summary: ImportSummary): void {
-  while (start < end && isBlank(buffer[start])) start++;
-  while (end > start && isBlank(buffer[end - 1])) end--;
+  [start, end] = trimmedLine(buffer, start, end);
   if (start === end) return;
   summary.lines++;
   if (!scanner.scan(buffer, start, end)) {

@@ -8,6 +8,7 @@
  * for (a key written with escapes, brackets that close before its end) is
  * left to JSON.parse.
  */
+import { isWhitespace } from "../json/bytes.js";
 
 const quote = 0x22;
 const backslash = 0x5c;
@@ -21,10 +22,6 @@ const dayMs = 86_400_000;
 
 const uuidKey = Buffer.from("uuid");
 const timestampKey = Buffer.from("timestamp");
-
-function isBlank(byte: number): boolean {
-  return byte === 0x20 || byte === 0x09 || byte === 0x0d || byte === 0x0a;
-}
 
 function digitsAt(bytes: Uint8Array, start: number, count: number): number {
   let value = 0;
@@ -115,7 +112,7 @@ export class LineScanner {
         if (depth === 0 && index !== end - 1) return false;
       } else if (depth === 1) {
         if (byte === comma) keyNext = true;
-        else if (byte !== colon && !isBlank(byte)) valueOf = "other";
+        else if (byte !== colon && !isWhitespace(byte)) valueOf = "other";
       }
       index++;
     }
@@ -152,7 +149,7 @@ function equalBytes(bytes: Uint8Array, start: number, expected: Uint8Array): boo
 
 /** The line without blanks around it: [start, end). */
 export function trimmedLine(bytes: Uint8Array, start: number, end: number): [number, number] {
-  while (start < end && isBlank(bytes[start])) start++;
-  while (end > start && isBlank(bytes[end - 1])) end--;
+  while (start < end && isWhitespace(bytes[start])) start++;
+  while (end > start && isWhitespace(bytes[end - 1])) end--;
   return [start, end];
 }
