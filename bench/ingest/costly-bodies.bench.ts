@@ -93,7 +93,13 @@ function median(values: number[]): number {
 }
 
 // dist/bench/ingest → the repository root, whose dist/src/main.js the suite's helper starts on a fresh data directory.
-const server = await startEventide({ repositoryRoot: resolve(import.meta.dirname, "..", "..", ".."), workers: undefined, keepData: false });
+// The last body's keys are new on every run: the workspace's key cap is raised to hold them all, so it is timed, not refused.
+const server = await startEventide({
+  repositoryRoot: resolve(import.meta.dirname, "..", "..", ".."),
+  workers: undefined,
+  keepData: false,
+  environment: { EVENTIDE_WORKSPACE_PROPERTY_KEYS_MAX: String(runs * 1_000_000) },
+});
 // The first request of this process sets up its HTTP client: not the server's doing.
 await post(probeAgent, `${server.ingestUrl}/not-a-route`, "", { idempotent: true });
 console.log(`\nend to end: each body posted ${runs} times to a fresh server (${availableParallelism()} cores); a probe requests a 404 every 5 ms meanwhile`);

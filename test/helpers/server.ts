@@ -121,7 +121,11 @@ export async function startServer(options: StartOptions = {}): Promise<ServerHan
         rejectReady(new Error(`server exited with ${code} before listening; stderr:\n${stderrText}`)),
       );
       const timeoutMs = options.startTimeoutMs ?? 20_000;
-      setTimeout(() => rejectReady(new Error(`server did not listen within ${timeoutMs} ms; stderr:\n${stderrText}`)), timeoutMs).unref();
+      setTimeout(() => {
+        // A server that never listened is nobody's to stop: kill it here, or it outlives the test run.
+        child.kill("SIGKILL");
+        rejectReady(new Error(`server did not listen within ${timeoutMs} ms; stderr:\n${stderrText}`));
+      }, timeoutMs).unref();
     },
   );
   const { queryUrl, ingestUrl, created } = await ready;
