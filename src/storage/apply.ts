@@ -122,9 +122,10 @@ export class Applier {
       segment.user.values[target] = userId;
       segment.event.values[target] = eventId;
       if (uuidPresent !== undefined && uuidPresent[row] === 1) {
-        segment.uuidPresent.values[target] = 1;
+        const uuids = segment.uuidColumns();
+        uuids.present.values[target] = 1;
         // A byte loop: a subarray per row would allocate a view per event.
-        const uuidTarget = segment.uuid.values;
+        const uuidTarget = uuids.bytes.values;
         for (let byte = 0; byte < 16; byte++) uuidTarget[target * 16 + byte] = uuidSource![row * 16 + byte];
       }
       rowSegment[row] = segment;

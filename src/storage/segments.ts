@@ -28,13 +28,24 @@ export function writtenAtMs(directory: string): number {
   return statSync(directory).mtimeMs;
 }
 
+/** An active segment's uuid columns: per row whether it has a uuid, and its 16 bytes. */
+export interface ActiveUuidColumns {
+  readonly present: SharedColumn<Uint8Array>;
+  readonly bytes: SharedColumn<Uint8Array>;
+}
+
 export class ActiveSegment {
   rowCount = 0;
   readonly time = new SharedColumn(Uint32Array, 1);
   readonly user = new SharedColumn(Uint32Array, 1);
   readonly event = new SharedColumn(Uint32Array, 1);
-  readonly uuidPresent = new SharedColumn(Uint8Array, 1);
-  readonly uuid = new SharedColumn(Uint8Array, 16);
+  /**
+   * Made at the first row that has a uuid: 17 of a row's 29 column bytes,
+   * which events sent without uuids would otherwise allocate, grow and copy
+   * for nothing (and leave to the garbage collector of every thread that read
+   * them, since they are shared).
+   */
+  uuids: ActiveUuidColumns | undefined;
   readonly properties = new ActiveProperties();
 
   constructor(
@@ -50,10 +61,16 @@ export class ActiveSegment {
       this.time.ensureRows(rows);
       this.user.ensureRows(rows);
       this.event.ensureRows(rows);
-      this.uuidPresent.ensureRows(rows);
-      this.uuid.ensureRows(rows);
+      this.uuids?.present.ensureRows(rows);
+      this.uuids?.bytes.ensureRows(rows);
     }
     return row;
+  }
+
+  /** The uuid columns, made (as long as the other columns) when no row had a uuid yet. */
+  uuidColumns(): ActiveUuidColumns {
+    const capacity = this.time.values.length;
+    return (this.uuids ??= { present: new SharedColumn(Uint8Array, 1, capacity), bytes: new SharedColumn(Uint8Array, 16, capacity) });
   }
 
   describe(filterKeyIds: readonly number[]): ActiveSegmentDescriptor {

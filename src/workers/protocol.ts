@@ -68,8 +68,9 @@ export interface SealTask {
   time: SharedArrayBuffer;
   user: SharedArrayBuffer;
   event: SharedArrayBuffer;
-  uuidPresent: SharedArrayBuffer;
-  uuid: SharedArrayBuffer;
+  /** Both absent when no row of the segment has a uuid. */
+  uuidPresent: SharedArrayBuffer | undefined;
+  uuid: SharedArrayBuffer | undefined;
   properties: PropertyEntriesMessage;
   fsync: boolean;
 }

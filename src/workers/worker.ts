@@ -84,8 +84,9 @@ function runSeal(task: SealTask) {
     timeOffsetMs: new Uint32Array(task.time, 0, rows),
     userIds: new Uint32Array(task.user, 0, rows),
     eventIds: new Uint32Array(task.event, 0, rows),
-    uuidPresent: new Uint8Array(task.uuidPresent, 0, rows),
-    uuidBytes: new Uint8Array(task.uuid, 0, rows * 16),
+    // A segment whose rows have no uuid sends no uuid columns: every row reads as without one.
+    uuidPresent: task.uuidPresent === undefined ? new Uint8Array(rows) : new Uint8Array(task.uuidPresent, 0, rows),
+    uuidBytes: task.uuid === undefined ? new Uint8Array(0) : new Uint8Array(task.uuid, 0, rows * 16),
     properties: unpackPropertyEntries(task.properties),
     fsync: task.fsync,
   });

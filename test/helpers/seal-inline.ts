@@ -13,8 +13,8 @@ export async function sealInline(segment: ActiveSegment, directory: string): Pro
     timeOffsetMs: new Uint32Array(segment.time.buffer, 0, rows),
     userIds: new Uint32Array(segment.user.buffer, 0, rows),
     eventIds: new Uint32Array(segment.event.buffer, 0, rows),
-    uuidPresent: new Uint8Array(segment.uuidPresent.buffer, 0, rows),
-    uuidBytes: new Uint8Array(segment.uuid.buffer, 0, rows * 16),
+    uuidPresent: segment.uuids === undefined ? new Uint8Array(rows) : new Uint8Array(segment.uuids.present.buffer, 0, rows),
+    uuidBytes: segment.uuids === undefined ? new Uint8Array(0) : new Uint8Array(segment.uuids.bytes.buffer, 0, rows * 16),
     properties: unpackPropertyEntries(await segment.properties.pack()),
     fsync: false,
   });

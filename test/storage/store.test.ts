@@ -12,6 +12,7 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterEach, beforeEach, describe, expect, it } from "vitest";
 import { ChunkBuilder } from "../../src/storage/chunk-codec.js";
+import { SharedColumn } from "../../src/storage/column-builder.js";
 import { checkpointPath, walFilePath } from "../../src/storage/paths.js";
 import { unpackPropertyEntries } from "../../src/storage/property-transfer.js";
 import type { LoadSegmentResult } from "../../src/storage/segment-layout.js";
@@ -311,6 +312,39 @@ describe("the store, reopened after a crash", () => {
     await store.close();
     const reopened = open(dataDir);
     expect(countsByEvent(reopened)).toEqual(expectedCounts(committed));
+    await reopened.close();
+  });
+});
+
+describe("uuid columns of an active segment", () => {
+  /** Bytes of the segment's shared columns, whichever it has. */
+  function columnBytes(segment: ActiveSegment): number {
+    const columns = Object.values(segment).flatMap((value) => (value instanceof SharedColumn ? [value] : value?.present instanceof SharedColumn ? [value.present, value.bytes] : []));
+    return columns.reduce((sum, column) => sum + column.byteLength, 0);
+  }
+
+  it("are not held while no row has a uuid: time, user and event, 12 bytes a row", async () => {
+    const store = open(dataDir);
+    await store.commit(workspaceId, chunk(Array.from({ length: 3000 }, (_, index) => ({ event: "a", user: `u${index}`, dayOffset: 0 }))));
+    const active = store.workspaces.get(workspaceId)!.days.get(dayStartMs)!.active!;
+    expect(columnBytes(active)).toBe(12 * active.time.values.length);
+    await store.close();
+  });
+
+  it("are made at the first uuid, after the segment grew without any, and its uuids are deduplicated after a restart", async () => {
+    const withoutUuids: Row[] = Array.from({ length: 3000 }, (_, index) => ({ event: "a", user: `u${index}`, dayOffset: 0 }));
+    const random = new Random(7);
+    const withUuids: Row[] = Array.from({ length: 50 }, (_, index) => ({ event: "b", user: `v${index}`, dayOffset: 0, uuid: random.uuid() }));
+    const store = open(dataDir);
+    await store.commit(workspaceId, chunk(withoutUuids));
+    await store.commit(workspaceId, chunk(withUuids));
+    const active = store.workspaces.get(workspaceId)!.days.get(dayStartMs)!.active!;
+    expect(columnBytes(active)).toBe(29 * active.time.values.length);
+    await store.checkpoint();
+    await store.close();
+    const reopened = open(dataDir);
+    expect((await reopened.commit(workspaceId, chunk(withUuids))).storedCount).toBe(0);
+    expect(countsByEvent(reopened)).toEqual(expectedCounts([withoutUuids, withUuids]));
     await reopened.close();
   });
 });
