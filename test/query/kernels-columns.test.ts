@@ -12,6 +12,8 @@ import { describe, expect, it } from "vitest";
 import { dayMs, zonedRetentionBoundaries, zonedTrendBoundaries, type GroupBy } from "../../src/query/buckets.js";
 import type { FilterPlan } from "../../src/query/filters.js";
 import { gatherEventRows, type GatherPlan, type PropertyRead } from "../../src/query/kernels/event-rows.js";
+import { funnelChains } from "../../src/query/kernels/funnel-chains.js";
+import { funnelColumns } from "../../src/query/kernels/funnel-columns.js";
 import { retentionColumns } from "../../src/query/kernels/retention-columns.js";
 import { retentionCohorts } from "../../src/query/kernels/retention-cohorts.js";
 import { trendColumns } from "../../src/query/kernels/trend-columns.js";
@@ -166,6 +168,52 @@ describe("the §7 retention fast path answers as the gathered rows do", () => {
         const fast = retentionColumns(data.segments, gather, plan, lo, hi);
         expect(fast, context).toBeDefined();
         expect(fast, context).toEqual(retentionCohorts(gatherEventRows(data.segments, gather, lo, hi), plan));
+      }
+    }
+  });
+});
+
+describe("the §7 funnel fast path answers as the gathered rows do", () => {
+  it.each(seeds)("seed %i", (seed) => {
+    const data = dataset(seed);
+    const random = seededRandom(seed * 13);
+    for (let query = 0; query < 12; query++) {
+      const zone = pick(random, zones);
+      const dateFrom = addDays(data.firstDay, integer(random, 3) - 1);
+      const dateTo = addDays(dateFrom, integer(random, data.dayCount + 1));
+      const { startsMs } = zonedTrendBoundaries(dateFrom, dateTo, "day", zoneClock(zone), 10_000)!;
+      const entryFromMs = startsMs[0];
+      const entryToMsExclusive = startsMs[startsMs.length - 1];
+      const windowMs = pick(random, [1, 900, 3_600, 86_400, 3 * 86_400]) * 1000;
+      const stepCount = 1 + integer(random, 5);
+      const order = pick(random, ["ordered", "strict", "strict", "unordered"] as const);
+      const exclusions =
+        order === "unordered" || stepCount < 2 || random() < 0.4
+          ? []
+          : Array.from({ length: 1 + integer(random, 2) }, () => {
+              const fromStep = 1 + integer(random, stepCount - 1);
+              return { fromStep, toStep: fromStep + 1 + integer(random, stepCount - fromStep) };
+            });
+      const reference = () => ({ eventId: random() < 0.04 ? undefined : integer(random, 3), filters: randomFilters(random) });
+      const breakdown = random() < 0.7;
+      const gather: GatherPlan = {
+        fromMs: entryFromMs,
+        toMsExclusive: entryToMsExclusive + windowMs,
+        references: [...Array.from({ length: stepCount }, reference), ...exclusions.map(reference)],
+        allEvents: order === "strict",
+        breakdown: breakdown ? randomBreakdown(random) : { kind: "none" },
+        math: { kind: "none" },
+      };
+      const plan = { stepCount, exclusions, order, entryFromMs, entryToMsExclusive, windowMs, timeToConvert: random() < 0.5, breakdownLimit: breakdown ? pick(random, [1, 2, 3, 25]) : undefined };
+      for (const [lo, hi] of pairs(shardBounds(random, data.userCount))) {
+        const context = `seed ${seed} query ${query}: ${order} ${stepCount} steps, ${exclusions.length} exclusions, ${zone} ${dateFrom}…${dateTo}, window ${windowMs} ms, limit ${plan.breakdownLimit}, users [${lo}, ${hi})`;
+        const fast = funnelColumns(data.segments, gather, plan, lo, hi);
+        if (order === "unordered") {
+          expect(fast, context).toBeUndefined();
+          continue;
+        }
+        expect(fast, context).toBeDefined();
+        expect(fast, context).toEqual(funnelChains(gatherEventRows(data.segments, gather, lo, hi), plan));
       }
     }
   });

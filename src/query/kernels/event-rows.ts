@@ -113,32 +113,45 @@ export function segmentReferences(segment: SegmentView, references: readonly Ref
     if (reference.eventId === undefined) continue;
     const passes: Uint8Array[] = [];
     const valueIds: ValueIdColumn[] = [];
-    let excluded = false;
-    for (const filter of reference.filters) {
-      const column = filter.keyId === undefined ? undefined : segment.property(filter.keyId);
-      if (column === undefined) {
-        if (filterPassesNotSet(filter.op)) continue;
-        excluded = true;
-        break;
-      }
-      const compiled =
-        segment.eventRowStart !== undefined
-          ? sealedFilters.compile(segment.key, filter.keyId!, column.texts, filter.op, filter.value)
-          : compileFilter(column.texts, filter.op, filter.value);
-      if (compiled.passingCount === compiled.passes.length) continue;
-      if (compiled.passingCount === 0) {
-        excluded = true;
-        break;
-      }
-      passes.push(compiled.passes);
-      valueIds.push(column.valueIds);
-    }
-    if (excluded) continue;
+    if (segmentFilterPasses(segment, reference.filters, sealedFilters, passes, valueIds) === undefined) continue;
     let list = byEvent.get(reference.eventId);
     if (list === undefined) byEvent.set(reference.eventId, (list = []));
     list.push({ bit, passes, valueIds });
   }
   return byEvent;
+}
+
+/**
+ * Compiles `filters` against one segment's dictionaries and writes the ones
+ * that narrow its rows (neither every row nor no row passes) to passes[i] and
+ * valueIds[i]; returns how many, or undefined when no row of the segment can
+ * pass. Sealed segments' tables come from `cache`, active ones' are compiled
+ * afresh (their dictionaries grow).
+ */
+export function segmentFilterPasses(
+  segment: SegmentView,
+  filters: readonly FilterPlan[],
+  cache: CompiledFilterCache,
+  passes: Uint8Array[],
+  valueIds: ValueIdColumn[],
+): number | undefined {
+  let count = 0;
+  for (const filter of filters) {
+    const column = filter.keyId === undefined ? undefined : segment.property(filter.keyId);
+    if (column === undefined) {
+      // No row of this segment sets the property: every row answers as "not set".
+      if (filterPassesNotSet(filter.op)) continue;
+      return undefined;
+    }
+    const compiled =
+      segment.eventRowStart !== undefined ? cache.compile(segment.key, filter.keyId!, column.texts, filter.op, filter.value) : compileFilter(column.texts, filter.op, filter.value);
+    if (compiled.passingCount === compiled.passes.length) continue;
+    if (compiled.passingCount === 0) return undefined;
+    passes[count] = compiled.passes;
+    valueIds[count] = column.valueIds;
+    count++;
+  }
+  return count;
 }
 
 export function maskOf(references: readonly SegmentReference[] | undefined, row: number): number {

@@ -50,17 +50,27 @@ export interface FunnelChainsAnswer {
 }
 
 /** Per user with an entry: its depth, breakdown value and (with timeToConvert) shortest time to convert per step. */
-interface Outcomes {
+export interface Outcomes {
   count: number;
   depths: Int32Array;
   values: Int32Array;
-  /** Per outcome (timeToConvert only): Infinity where the user did not reach the step itself. */
-  times: Float64Array[];
+  /** Per outcome (timeToConvert only): Infinity where the user did not reach the step itself; undefined when it reached no step past the first. */
+  times: Array<Float64Array | undefined>;
+}
+
+export function emptyOutcomes(capacity: number): Outcomes {
+  return { count: 0, depths: new Int32Array(capacity), values: new Int32Array(capacity), times: [] };
 }
 
 export function funnelChains(rows: EventRows, plan: FunnelChainsPlan): FunnelChainsAnswer {
+  const outcomes = emptyOutcomes(rows.count);
+  collectOutcomes(rows, plan, outcomes);
+  return summariseOutcomes(outcomes, rows.valueTexts, plan);
+}
+
+/** Appends one outcome per user of `rows` with an entry event in range (capacity: one per user). */
+export function collectOutcomes(rows: EventRows, plan: FunnelChainsPlan, outcomes: Outcomes): void {
   const order = rowsByUserAndTime(rows);
-  const outcomes: Outcomes = { count: 0, depths: new Int32Array(rows.count), values: new Int32Array(rows.count), times: [] };
   const stepBits = plan.stepCount >= 32 ? 0xffffffff : (1 << plan.stepCount) - 1;
   const entryBits = plan.order === "unordered" ? stepBits : 1;
   for (let start = 0; start < order.length; ) {
@@ -70,45 +80,58 @@ export function funnelChains(rows: EventRows, plan: FunnelChainsPlan): FunnelCha
     userOutcome(rows, order, start, end, plan, entryBits, outcomes);
     start = end;
   }
+}
 
-  const summarise = (members: ArrayLike<number>): StepCounts => {
-    const counts = new Array<number>(plan.stepCount).fill(0);
-    const depthUsers = new Float64Array(plan.stepCount + 1);
-    for (let index = 0; index < members.length; index++) depthUsers[outcomes.depths[members[index]]]++;
+/** The answer: step counts over every outcome and, with a breakdown, per ranked value. */
+export function summariseOutcomes(outcomes: Outcomes, valueTexts: readonly string[], plan: FunnelChainsPlan): FunnelChainsAnswer {
+  const stepCount = plan.stepCount;
+  const breakdown = plan.breakdownLimit !== undefined;
+  // Users per (value, depth): each series sums its values' rows.
+  const valueCount = breakdown ? valueTexts.length : 1;
+  const depthUsers = new Float64Array(valueCount * (stepCount + 1));
+  for (let outcome = 0; outcome < outcomes.count; outcome++) depthUsers[(breakdown ? outcomes.values[outcome] : 0) * (stepCount + 1) + outcomes.depths[outcome]]++;
+
+  const summarise = (groupOf: (value: number) => boolean): StepCounts => {
+    const groupDepths = new Float64Array(stepCount + 1);
+    for (let value = 0; value < valueCount; value++) {
+      if (!groupOf(value)) continue;
+      for (let depth = 0; depth <= stepCount; depth++) groupDepths[depth] += depthUsers[value * (stepCount + 1) + depth];
+    }
+    const counts = new Array<number>(stepCount).fill(0);
     // Users at depth d count at every step below d.
     let reached = 0;
-    for (let depth = plan.stepCount; depth >= 1; depth--) {
-      reached += depthUsers[depth];
+    for (let depth = stepCount; depth >= 1; depth--) {
+      reached += groupDepths[depth];
       counts[depth - 1] = reached;
     }
     if (!plan.timeToConvert) return { counts, medians: undefined, averages: undefined };
-    const times: number[][] = Array.from({ length: plan.stepCount }, () => []);
-    for (let index = 0; index < members.length; index++) {
-      const userTimes = outcomes.times[members[index]];
-      for (let step = 1; step < plan.stepCount; step++) if (userTimes[step] !== Infinity) times[step].push(userTimes[step]);
+    const times: number[][] = Array.from({ length: stepCount }, () => []);
+    for (let outcome = 0; outcome < outcomes.count; outcome++) {
+      const userTimes = outcomes.times[outcome];
+      if (userTimes === undefined || !groupOf(breakdown ? outcomes.values[outcome] : 0)) continue;
+      for (let step = 1; step < stepCount; step++) if (userTimes[step] !== Infinity) times[step].push(userTimes[step]);
     }
     return { counts, ...timesToConvert(times) };
   };
 
-  const everyone = new Uint32Array(outcomes.count);
-  for (let outcome = 0; outcome < everyone.length; outcome++) everyone[outcome] = outcome;
-  const all = summarise(everyone);
-  if (plan.breakdownLimit === undefined) return { all, series: undefined, other: undefined };
-  const valueCount = rows.valueTexts.length;
+  const all = summarise(() => true);
+  if (!breakdown) return { all, series: undefined, other: undefined };
   const weights = new Float64Array(valueCount);
   const present = new Uint8Array(valueCount);
-  for (let outcome = 0; outcome < outcomes.count; outcome++) {
-    if (outcomes.depths[outcome] >= 1) weights[outcomes.values[outcome]]++;
-    present[outcomes.values[outcome]] = 1;
+  for (let value = 0; value < valueCount; value++) {
+    for (let depth = 0; depth <= stepCount; depth++) {
+      const users = depthUsers[value * (stepCount + 1) + depth];
+      if (users === 0) continue;
+      present[value] = 1;
+      if (depth >= 1) weights[value] += users;
+    }
   }
-  const ranked = rankSeries(weights, present, rows.valueTexts, plan.breakdownLimit);
-  // Outcomes by group, so each series summarises only its own users.
-  const members: number[][] = Array.from({ length: ranked.groupCount }, () => []);
-  for (let outcome = 0; outcome < outcomes.count; outcome++) members[ranked.groupOfValue[outcomes.values[outcome]]].push(outcome);
+  const ranked = rankSeries(weights, present, valueTexts, plan.breakdownLimit!);
+  const { groupOfValue } = ranked;
   return {
     all,
-    series: ranked.listed.map((listedValue, rank) => ({ value: valueOf(rows.valueTexts, listedValue), steps: summarise(members[rank + 1]) })),
-    other: ranked.hasOther ? summarise(members[ranked.otherGroup]) : undefined,
+    series: ranked.listed.map((listedValue, rank) => ({ value: valueOf(valueTexts, listedValue), steps: summarise((value) => groupOfValue[value] === rank + 1) })),
+    other: ranked.hasOther ? summarise((value) => groupOfValue[value] === ranked.otherGroup) : undefined,
   };
 }
 
@@ -152,7 +175,14 @@ function userOutcome(rows: EventRows, order: Uint32Array, start: number, end: nu
   // Ordered or strict without any event of step 2: an entry is the whole chain (no exclusion ends before step 2).
   if (plan.order !== "unordered" && (plan.stepCount === 1 || (userBits & 2) === 0)) {
     outcomes.depths[outcome] = 1;
-    if (plan.timeToConvert) outcomes.times[outcome] = new Float64Array(plan.stepCount).fill(Infinity);
+    if (plan.timeToConvert) outcomes.times[outcome] = undefined;
+    return;
+  }
+
+  if (plan.order === "strict" && distinctTimes(order, start, end, timesMs)) {
+    const times = plan.timeToConvert ? new Float64Array(plan.stepCount).fill(Infinity) : undefined;
+    outcomes.depths[outcome] = strictRunDepth(order, start, end, masks, timesMs, plan, times);
+    if (times !== undefined) outcomes.times[outcome] = times;
     return;
   }
 
@@ -167,6 +197,42 @@ function userOutcome(rows: EventRows, order: Uint32Array, start: number, end: nu
   const times = new Float64Array(plan.stepCount).fill(Infinity);
   outcomes.depths[outcome] = plan.order === "unordered" ? unorderedDepth(user, plan, times) : orderedDepth(user, plan, times);
   if (plan.timeToConvert) outcomes.times[outcome] = times;
+}
+
+function distinctTimes(order: Uint32Array, start: number, end: number, timesMs: Float64Array): boolean {
+  for (let index = start + 1; index < end; index++) if (timesMs[order[index]] === timesMs[order[index - 1]]) return false;
+  return true;
+}
+
+/**
+ * Strict order over a user whose events all have distinct times: a chain is
+ * a run of consecutive events (any event between two steps breaks it), and
+ * no exclusion can hold (an event strictly between e_a and e_b lies between
+ * two consecutive steps, so it is one of the chain's), so each entry reads
+ * its run once, without the search over groups.
+ */
+function strictRunDepth(order: Uint32Array, start: number, end: number, masks: Uint32Array, timesMs: Float64Array, plan: FunnelChainsPlan, times: Float64Array | undefined): number {
+  const stepCount = plan.stepCount;
+  let best = 0;
+  for (let index = start; index < end; index++) {
+    const row = order[index];
+    const entryMs = timesMs[row];
+    if (entryMs < plan.entryFromMs || (masks[row] & 1) === 0) continue;
+    if (entryMs >= plan.entryToMsExclusive) break;
+    const windowEndMs = entryMs + plan.windowMs;
+    if (times !== undefined) times[0] = 0;
+    let depth = 1;
+    while (depth < stepCount && index + depth < end) {
+      const next = order[index + depth];
+      const nextMs = timesMs[next];
+      if ((masks[next] & (1 << depth)) === 0 || nextMs > windowEndMs) break;
+      if (times !== undefined && nextMs - entryMs < times[depth]) times[depth] = nextMs - entryMs;
+      depth++;
+    }
+    if (depth > best) best = depth;
+    if (best === stepCount && times === undefined) break;
+  }
+  return best;
 }
 
 interface UserEvents {
