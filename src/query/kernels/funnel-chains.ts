@@ -52,6 +52,8 @@ export interface FunnelChainsAnswer {
 /** Per user with an entry: its depth, breakdown value and (with timeToConvert) shortest time to convert per step. */
 export interface Outcomes {
   count: number;
+  /** The user of each outcome. */
+  users: Uint32Array;
   depths: Int32Array;
   values: Int32Array;
   /** Per outcome (timeToConvert only): Infinity where the user did not reach the step itself; undefined when it reached no step past the first. */
@@ -59,7 +61,7 @@ export interface Outcomes {
 }
 
 export function emptyOutcomes(capacity: number): Outcomes {
-  return { count: 0, depths: new Int32Array(capacity), values: new Int32Array(capacity), times: [] };
+  return { count: 0, users: new Uint32Array(capacity), depths: new Int32Array(capacity), values: new Int32Array(capacity), times: [] };
 }
 
 export function funnelChains(rows: EventRows, plan: FunnelChainsPlan): FunnelChainsAnswer {
@@ -68,7 +70,7 @@ export function funnelChains(rows: EventRows, plan: FunnelChainsPlan): FunnelCha
   return summariseOutcomes(outcomes, rows.valueTexts, plan);
 }
 
-/** Appends one outcome per user of `rows` with an entry event in range (capacity: one per user). */
+/** Appends one outcome per user of `rows` with an entry event in range, in ascending user order (capacity: one per user). */
 export function collectOutcomes(rows: EventRows, plan: FunnelChainsPlan, outcomes: Outcomes): void {
   const order = rowsByUserAndTime(rows);
   const stepBits = plan.stepCount >= 32 ? 0xffffffff : (1 << plan.stepCount) - 1;
@@ -171,6 +173,7 @@ function userOutcome(rows: EventRows, order: Uint32Array, start: number, end: nu
   }
   if (valueRow < 0) return;
   const outcome = outcomes.count++;
+  outcomes.users[outcome] = rows.users[valueRow];
   outcomes.values[outcome] = values[valueRow];
   // Ordered or strict without any event of step 2: an entry is the whole chain (no exclusion ends before step 2).
   if (plan.order !== "unordered" && (plan.stepCount === 1 || (userBits & 2) === 0)) {
@@ -179,60 +182,95 @@ function userOutcome(rows: EventRows, order: Uint32Array, start: number, end: nu
     return;
   }
 
-  if (plan.order === "strict" && distinctTimes(order, start, end, timesMs)) {
-    const times = plan.timeToConvert ? new Float64Array(plan.stepCount).fill(Infinity) : undefined;
-    outcomes.depths[outcome] = strictRunDepth(order, start, end, masks, timesMs, plan, times);
-    if (times !== undefined) outcomes.times[outcome] = times;
+  if (plan.order === "strict") {
+    const times = plan.timeToConvert ? new Float64Array(plan.stepCount).fill(Infinity) : discardedTimes;
+    outcomes.depths[outcome] = strictDepth(order, start, end, masks, timesMs, plan, times);
+    if (plan.timeToConvert) outcomes.times[outcome] = times;
     return;
   }
 
-  // Groups of equal timestamps.
+  const user = userEvents(order, start, end, masks, timesMs);
+  const times = new Float64Array(plan.stepCount).fill(Infinity);
+  outcomes.depths[outcome] = plan.order === "unordered" ? unorderedDepth(user, plan, times) : orderedDepth(user, plan, times);
+  if (plan.timeToConvert) outcomes.times[outcome] = times;
+}
+
+/** Times to convert that nobody reads (no timeToConvert): one array for every user. */
+const discardedTimes = new Float64Array(32);
+
+/** User groups of equal timestamps over order[start, end). */
+function userEvents(order: Uint32Array, start: number, end: number, masks: Uint32Array, timesMs: Float64Array): UserEvents {
   const userRows = order.subarray(start, end);
   const groupStarts: number[] = [];
   for (let index = 0; index < userRows.length; index++) {
     if (index === 0 || timesMs[userRows[index]] !== timesMs[userRows[index - 1]]) groupStarts.push(index);
   }
   groupStarts.push(userRows.length);
-  const user: UserEvents = { rows: userRows, masks, timesMs, groupStarts };
-  const times = new Float64Array(plan.stepCount).fill(Infinity);
-  outcomes.depths[outcome] = plan.order === "unordered" ? unorderedDepth(user, plan, times) : orderedDepth(user, plan, times);
-  if (plan.timeToConvert) outcomes.times[outcome] = times;
-}
-
-function distinctTimes(order: Uint32Array, start: number, end: number, timesMs: Float64Array): boolean {
-  for (let index = start + 1; index < end; index++) if (timesMs[order[index]] === timesMs[order[index - 1]]) return false;
-  return true;
+  return { rows: userRows, masks, timesMs, groupStarts };
 }
 
 /**
- * Strict order over a user whose events all have distinct times: a chain is
- * a run of consecutive events (any event between two steps breaks it), and
- * no exclusion can hold (an event strictly between e_a and e_b lies between
- * two consecutive steps, so it is one of the chain's), so each entry reads
- * its run once, without the search over groups.
+ * Strict order, entry by entry. Where an entry's neighbourhood has no equal
+ * timestamps (the event before it, each event its walk reads and the one
+ * after the event that stops it), the chain is forced: step j + 1 is the
+ * very next event, since any other event between two steps breaks the
+ * chain; and no exclusion can hold, since an event strictly between e_a and
+ * e_b lies between two consecutive steps, so it is one of the chain's. The
+ * walk then reads that run once. An entry near equal timestamps is searched
+ * over its group by chainDepthFrom, once per group.
  */
-function strictRunDepth(order: Uint32Array, start: number, end: number, masks: Uint32Array, timesMs: Float64Array, plan: FunnelChainsPlan, times: Float64Array | undefined): number {
+function strictDepth(order: Uint32Array, start: number, end: number, masks: Uint32Array, timesMs: Float64Array, plan: FunnelChainsPlan, times: Float64Array): number {
   const stepCount = plan.stepCount;
   let best = 0;
+  let user: UserEvents | undefined;
+  let searchedGroup = -1;
   for (let index = start; index < end; index++) {
     const row = order[index];
     const entryMs = timesMs[row];
-    if (entryMs < plan.entryFromMs || (masks[row] & 1) === 0) continue;
+    if (entryMs < plan.entryFromMs) continue;
     if (entryMs >= plan.entryToMsExclusive) break;
+    if ((masks[row] & 1) === 0) continue;
     const windowEndMs = entryMs + plan.windowMs;
-    if (times !== undefined) times[0] = 0;
+    let tied = index > start && timesMs[order[index - 1]] === entryMs;
     let depth = 1;
-    while (depth < stepCount && index + depth < end) {
-      const next = order[index + depth];
+    let position = index;
+    while (!tied && depth < stepCount && position + 1 < end) {
+      const next = order[position + 1];
       const nextMs = timesMs[next];
-      if ((masks[next] & (1 << depth)) === 0 || nextMs > windowEndMs) break;
-      if (times !== undefined && nextMs - entryMs < times[depth]) times[depth] = nextMs - entryMs;
-      depth++;
+      if (nextMs === timesMs[order[position]]) tied = true;
+      else if ((masks[next] & (1 << depth)) === 0 || nextMs > windowEndMs) {
+        // The stopping event: an event at its time could take the step instead.
+        tied = position + 2 < end && timesMs[order[position + 2]] === nextMs;
+        break;
+      } else {
+        if (nextMs - entryMs < times[depth]) times[depth] = nextMs - entryMs;
+        position++;
+        depth++;
+      }
     }
+    if (tied) {
+      user ??= userEvents(order, start, end, masks, timesMs);
+      const group = groupOf(user.groupStarts, index - start);
+      if (group === searchedGroup) continue;
+      searchedGroup = group;
+      depth = chainDepthFrom(user, plan, group, times);
+    } else times[0] = 0;
     if (depth > best) best = depth;
-    if (best === stepCount && times === undefined) break;
+    if (best === stepCount && !plan.timeToConvert) break;
   }
   return best;
+}
+
+/** The group holding position `index`: the last group start at or before it. */
+function groupOf(groupStarts: readonly number[], index: number): number {
+  let low = 0;
+  let high = groupStarts.length - 1;
+  while (low < high) {
+    const middle = (low + high + 1) >>> 1;
+    if (groupStarts[middle] <= index) low = middle;
+    else high = middle - 1;
+  }
+  return low;
 }
 
 interface UserEvents {
@@ -305,15 +343,28 @@ function coverageWays(coverage: number): ReadonlySet<number> {
 }
 
 function orderedDepth(user: UserEvents, plan: FunnelChainsPlan, times: Float64Array): number {
-  const stepCount = plan.stepCount;
-  const exclusionCount = plan.exclusions.length;
-  const strict = plan.order === "strict";
   const groupCount = user.groupStarts.length - 1;
   let best = 0;
   for (let entryGroup = 0; entryGroup < groupCount; entryGroup++) {
     const entryMs = groupTimeMs(user, entryGroup);
     if (entryMs < plan.entryFromMs) continue;
     if (entryMs >= plan.entryToMsExclusive) break;
+    best = Math.max(best, chainDepthFrom(user, plan, entryGroup, times));
+    if (best === plan.stepCount && !plan.timeToConvert) break;
+  }
+  if (!plan.timeToConvert) times.fill(Infinity);
+  return best;
+}
+
+/** The deepest valid chain whose entry lies in group entryGroup (times: each step's least time from that entry, lowered in place). */
+function chainDepthFrom(user: UserEvents, plan: FunnelChainsPlan, entryGroup: number, times: Float64Array): number {
+  const stepCount = plan.stepCount;
+  const exclusionCount = plan.exclusions.length;
+  const strict = plan.order === "strict";
+  const groupCount = user.groupStarts.length - 1;
+  let best = 0;
+  {
+    const entryMs = groupTimeMs(user, entryGroup);
     const windowEndMs = entryMs + plan.windowMs;
     // States: j * (stepCount + 1) + cap.
     let states = new Set<number>([0 * (stepCount + 1) + stepCount]);
@@ -353,9 +404,7 @@ function orderedDepth(user: UserEvents, plan: FunnelChainsPlan, times: Float64Ar
       }
       states = next;
     }
-    if (best === stepCount && !plan.timeToConvert) break;
   }
-  if (!plan.timeToConvert) times.fill(Infinity);
   return best;
 }
 
