@@ -11,7 +11,7 @@
 import { describe, expect, it } from "vitest";
 import { dayMs, zonedRetentionBoundaries, zonedTrendBoundaries, type GroupBy } from "../../src/query/buckets.js";
 import type { FilterPlan } from "../../src/query/filters.js";
-import { gatherEventRows, type GatherPlan, type PropertyRead, type ReferencePlan } from "../../src/query/kernels/event-rows.js";
+import { gatherEventRows, rowsByUserAndTime, type GatherPlan, type PropertyRead, type ReferencePlan } from "../../src/query/kernels/event-rows.js";
 import { funnelChains } from "../../src/query/kernels/funnel-chains.js";
 import { funnelRowsBody } from "../../src/query/query-service.js";
 import type { FunnelRequest } from "../../src/query/schemas.js";
@@ -308,6 +308,19 @@ describe("the §7 funnel fast path answers as the naive reference on the same ev
       const request = { steps: body.steps } as unknown as FunnelRequest;
       expect(JSON.parse(funnelRowsBody(request, answer!)), context).toEqual(referenceFunnelV2(events, body));
     }
+  });
+});
+
+describe("gathered rows are put in (user, time, row) order", () => {
+  it.each([3, 40, 2_000])("whatever the disorder of a user's rows (runs of %i rows)", (runLength) => {
+    const random = seededRandom(runLength);
+    const count = runLength * 4;
+    // Users interleaved; times mostly descending (past the insertion budget), with ties.
+    const users = Uint32Array.from({ length: count }, (_, row) => row % 4);
+    const timesMs = Float64Array.from({ length: count }, (_, row) => (random() < 0.8 ? count - row : integer(random, 4)));
+    const rows = { count, users, timesMs, masks: new Uint32Array(count), values: new Int32Array(count), valueTexts: [""], numbers: new Float64Array(0) };
+    const expected = Array.from({ length: count }, (_, row) => row).sort((left, right) => users[left] - users[right] || timesMs[left] - timesMs[right] || left - right);
+    expect(Array.from(rowsByUserAndTime(rows))).toEqual(expected);
   });
 });
 

@@ -22,6 +22,7 @@
  */
 import type { FunnelOrder } from "../schemas.js";
 import { compareValues, rowsByUserAndTime, type EventRows } from "./event-rows.js";
+import { ScratchFloat64 } from "./scratch.js";
 import { rankSeries, valueOf } from "./series.js";
 
 export interface FunnelChainsPlan {
@@ -183,7 +184,7 @@ function userOutcome(rows: EventRows, order: Uint32Array, start: number, end: nu
   }
 
   if (plan.order === "strict") {
-    const times = plan.timeToConvert ? new Float64Array(plan.stepCount).fill(Infinity) : discardedTimes;
+    const times = plan.timeToConvert ? new Float64Array(plan.stepCount).fill(Infinity) : discardedTimes.get(plan.stepCount);
     outcomes.depths[outcome] = strictDepth(order, start, end, masks, timesMs, plan, times);
     if (plan.timeToConvert) outcomes.times[outcome] = times;
     return;
@@ -196,7 +197,7 @@ function userOutcome(rows: EventRows, order: Uint32Array, start: number, end: nu
 }
 
 /** Times to convert that nobody reads (no timeToConvert): one array for every user. */
-const discardedTimes = new Float64Array(32);
+const discardedTimes = new ScratchFloat64();
 
 /** User groups of equal timestamps over order[start, end). */
 function userEvents(order: Uint32Array, start: number, end: number, masks: Uint32Array, timesMs: Float64Array): UserEvents {
