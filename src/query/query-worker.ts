@@ -5,6 +5,7 @@ import { assertNever } from "../errors.js";
 import { gatherEventRows } from "./kernels/event-rows.js";
 import { funnelPartial } from "./kernels/funnel.js";
 import { funnelChains } from "./kernels/funnel-chains.js";
+import { funnelColumns } from "./kernels/funnel-columns.js";
 import { retentionCohorts } from "./kernels/retention-cohorts.js";
 import { trendSeries } from "./kernels/trend-series.js";
 import { trendColumns } from "./kernels/trend-columns.js";
@@ -55,8 +56,11 @@ function answerColumns(segments: readonly SegmentView[], gather: GatherPlan, pla
     const answer = retentionColumns(segments, gather, plan.plan, userLo, userHi);
     return answer === undefined ? undefined : { kind: "retention", answer };
   }
-  // Funnels order each user's events: the gathered rows serve them.
-  return undefined;
+  if (plan.kind === "funnel") {
+    const answer = funnelColumns(segments, gather, plan.plan, userLo, userHi);
+    return answer === undefined ? undefined : { kind: "funnel", answer };
+  }
+  return assertNever(plan);
 }
 
 function answerRows(rows: EventRows, plan: RowsAnswerPlan): RowsAnswer {

@@ -11,7 +11,12 @@
 import { describe, expect, it } from "vitest";
 import { dayMs, zonedRetentionBoundaries, zonedTrendBoundaries, type GroupBy } from "../../src/query/buckets.js";
 import type { FilterPlan } from "../../src/query/filters.js";
-import { gatherEventRows, type GatherPlan, type PropertyRead } from "../../src/query/kernels/event-rows.js";
+import { gatherEventRows, rowsByUserAndTime, type GatherPlan, type PropertyRead, type ReferencePlan } from "../../src/query/kernels/event-rows.js";
+import { funnelChains } from "../../src/query/kernels/funnel-chains.js";
+import { funnelRowsBody } from "../../src/query/query-service.js";
+import type { FunnelRequest } from "../../src/query/schemas.js";
+import { referenceFunnelV2, type FunnelQueryV2, type StoredEvent } from "../reference/reference-v2.js";
+import { funnelColumns } from "../../src/query/kernels/funnel-columns.js";
 import { retentionColumns } from "../../src/query/kernels/retention-columns.js";
 import { retentionCohorts } from "../../src/query/kernels/retention-cohorts.js";
 import { trendColumns } from "../../src/query/kernels/trend-columns.js";
@@ -168,6 +173,154 @@ describe("the §7 retention fast path answers as the gathered rows do", () => {
         expect(fast, context).toEqual(retentionCohorts(gatherEventRows(data.segments, gather, lo, hi), plan));
       }
     }
+  });
+});
+
+describe("the §7 funnel fast path answers as the gathered rows do", () => {
+  it.each(seeds)("seed %i", (seed) => {
+    const data = dataset(seed);
+    const random = seededRandom(seed * 13);
+    for (let query = 0; query < 12; query++) {
+      const zone = pick(random, zones);
+      const dateFrom = addDays(data.firstDay, integer(random, 3) - 1);
+      const dateTo = addDays(dateFrom, integer(random, data.dayCount + 1));
+      const { startsMs } = zonedTrendBoundaries(dateFrom, dateTo, "day", zoneClock(zone), 10_000)!;
+      const entryFromMs = startsMs[0];
+      const entryToMsExclusive = startsMs[startsMs.length - 1];
+      const windowMs = pick(random, [1, 900, 3_600, 86_400, 3 * 86_400]) * 1000;
+      const stepCount = 1 + integer(random, 5);
+      const order = pick(random, ["ordered", "strict", "strict", "unordered"] as const);
+      const exclusions =
+        order === "unordered" || stepCount < 2 || random() < 0.4
+          ? []
+          : Array.from({ length: 1 + integer(random, 2) }, () => {
+              const fromStep = 1 + integer(random, stepCount - 1);
+              return { fromStep, toStep: fromStep + 1 + integer(random, stepCount - fromStep) };
+            });
+      const reference = () => ({ eventId: random() < 0.04 ? undefined : integer(random, 3), filters: randomFilters(random) });
+      const breakdown = random() < 0.7;
+      const gather: GatherPlan = {
+        fromMs: entryFromMs,
+        toMsExclusive: entryToMsExclusive + windowMs,
+        references: [...Array.from({ length: stepCount }, reference), ...exclusions.map(reference)],
+        allEvents: order === "strict",
+        breakdown: breakdown ? randomBreakdown(random) : { kind: "none" },
+        math: { kind: "none" },
+      };
+      const plan = { stepCount, exclusions, order, entryFromMs, entryToMsExclusive, windowMs, timeToConvert: random() < 0.5, breakdownLimit: breakdown ? pick(random, [1, 2, 3, 25]) : undefined };
+      for (const [lo, hi] of pairs(shardBounds(random, data.userCount))) {
+        const context = `seed ${seed} query ${query}: ${order} ${stepCount} steps, ${exclusions.length} exclusions, ${zone} ${dateFrom}…${dateTo}, window ${windowMs} ms, limit ${plan.breakdownLimit}, users [${lo}, ${hi})`;
+        const fast = funnelColumns(data.segments, gather, plan, lo, hi);
+        if (order === "unordered") {
+          expect(fast, context).toBeUndefined();
+          continue;
+        }
+        expect(fast, context).toBeDefined();
+        expect(fast, context).toEqual(funnelChains(gatherEventRows(data.segments, gather, lo, hi), plan));
+      }
+    }
+  });
+});
+
+/** Property names of the keys above, as the reference reads them off each event. */
+const propertyNames = new Map([
+  [keyValue, "v"],
+  [keyNumber, "n"],
+  [keyFilter, "f"],
+]);
+
+/** The dataset's rows as events of the naive reference: event `e<id>`, user `u<id>`, every set property as its text. */
+function storedEvents(data: Dataset): StoredEvent[] {
+  const events: StoredEvent[] = [];
+  for (const segment of data.segments) {
+    for (let row = 0; row < segment.rowCount; row++) {
+      let eventId = segment.eventIds?.[row];
+      if (eventId === undefined) for (eventId = 0; segment.eventRowStart![eventId + 1] <= row; eventId++);
+      const properties: Record<string, unknown> = {};
+      for (const [keyId, name] of propertyNames) {
+        const column = segment.property(keyId);
+        const id = column?.valueIds[row] ?? 0;
+        if (id !== 0) properties[name] = column!.texts[id];
+      }
+      events.push({ event: `e${eventId}`, distinctId: `u${segment.userIds[row]}`, timestampMs: segment.dayStartMs + segment.timeOffsetMs[row], properties });
+    }
+  }
+  return events;
+}
+
+describe("the §7 funnel fast path answers as the naive reference on the same events", () => {
+  it.each(seeds.slice(0, 40))("seed %i", (seed) => {
+    const data = dataset(seed);
+    const events = storedEvents(data);
+    const random = seededRandom(seed * 29);
+    for (let query = 0; query < 10; query++) {
+      const timezone = pick(random, zones);
+      const dateFrom = addDays(data.firstDay, integer(random, 3) - 1);
+      const dateTo = addDays(dateFrom, integer(random, data.dayCount + 1));
+      const { startsMs } = zonedTrendBoundaries(dateFrom, dateTo, "day", zoneClock(timezone), 10_000)!;
+      const conversionWindow = pick(random, [1, 900, 3_600, 86_400, 3 * 86_400]);
+      const stepCount = 1 + integer(random, 5);
+      const order = pick(random, ["ordered", "strict", "strict"] as const);
+      const reference = (): ReferencePlan => ({ eventId: random() < 0.04 ? undefined : integer(random, 3), filters: randomFilters(random) });
+      const steps = Array.from({ length: stepCount }, reference);
+      const exclusions =
+        stepCount < 2 || random() < 0.4
+          ? []
+          : Array.from({ length: 1 + integer(random, 2) }, () => {
+              const fromStep = 1 + integer(random, stepCount - 1);
+              return { fromStep, toStep: fromStep + 1 + integer(random, stepCount - fromStep), reference: reference() };
+            });
+      const breakdown = random() < 0.7 ? randomBreakdown(random) : undefined;
+      const breakdownLimit = breakdown === undefined ? undefined : pick(random, [1, 2, 3, 25]);
+      const timeToConvert = random() < 0.5;
+      const entryFromMs = startsMs[0];
+      const entryToMsExclusive = startsMs[startsMs.length - 1];
+      const gather: GatherPlan = {
+        fromMs: entryFromMs,
+        toMsExclusive: entryToMsExclusive + conversionWindow * 1000,
+        references: [...steps, ...exclusions.map((exclusion) => exclusion.reference)],
+        allEvents: order === "strict",
+        breakdown: breakdown ?? { kind: "none" },
+        math: { kind: "none" },
+      };
+      const plan = { stepCount, exclusions, order, entryFromMs, entryToMsExclusive, windowMs: conversionWindow * 1000, timeToConvert, breakdownLimit };
+      const answer = funnelColumns(data.segments, gather, plan, 0, data.userCount);
+      const eventReference = ({ eventId, filters }: ReferencePlan) => ({
+        event: eventId === undefined ? "never" : `e${eventId}`,
+        filters: filters.map((filter) => ({ property: propertyNames.get(filter.keyId!)!, op: filter.op, value: filter.value })),
+      });
+      const body: FunnelQueryV2 = {
+        steps: steps.map(eventReference),
+        dateFrom,
+        dateTo,
+        conversionWindow,
+        timezone,
+        order,
+        exclusions: exclusions.map(({ fromStep, toStep, reference }) => ({ event: eventReference(reference), fromStep, toStep })),
+        timeToConvert,
+      };
+      if (breakdown !== undefined) {
+        body.breakdown = breakdown.kind === "key" && breakdown.keyId !== undefined ? (propertyNames.get(breakdown.keyId) ?? "w") : "nope";
+        body.breakdownLimit = breakdownLimit;
+      }
+      const context = `seed ${seed} query ${query}: ${JSON.stringify(body)}`;
+      expect(answer, context).toBeDefined();
+      const request = { steps: body.steps } as unknown as FunnelRequest;
+      expect(JSON.parse(funnelRowsBody(request, answer!)), context).toEqual(referenceFunnelV2(events, body));
+    }
+  });
+});
+
+describe("gathered rows are put in (user, time, row) order", () => {
+  it.each([3, 40, 2_000])("whatever the disorder of a user's rows (runs of %i rows)", (runLength) => {
+    const random = seededRandom(runLength);
+    const count = runLength * 4;
+    // Users interleaved; times mostly descending (past the insertion budget), with ties.
+    const users = Uint32Array.from({ length: count }, (_, row) => row % 4);
+    const timesMs = Float64Array.from({ length: count }, (_, row) => (random() < 0.8 ? count - row : integer(random, 4)));
+    const rows = { count, users, timesMs, masks: new Uint32Array(count), values: new Int32Array(count), valueTexts: [""], numbers: new Float64Array(0) };
+    const expected = Array.from({ length: count }, (_, row) => row).sort((left, right) => users[left] - users[right] || timesMs[left] - timesMs[right] || left - right);
+    expect(Array.from(rowsByUserAndTime(rows))).toEqual(expected);
   });
 });
 

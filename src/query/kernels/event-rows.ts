@@ -113,32 +113,45 @@ export function segmentReferences(segment: SegmentView, references: readonly Ref
     if (reference.eventId === undefined) continue;
     const passes: Uint8Array[] = [];
     const valueIds: ValueIdColumn[] = [];
-    let excluded = false;
-    for (const filter of reference.filters) {
-      const column = filter.keyId === undefined ? undefined : segment.property(filter.keyId);
-      if (column === undefined) {
-        if (filterPassesNotSet(filter.op)) continue;
-        excluded = true;
-        break;
-      }
-      const compiled =
-        segment.eventRowStart !== undefined
-          ? sealedFilters.compile(segment.key, filter.keyId!, column.texts, filter.op, filter.value)
-          : compileFilter(column.texts, filter.op, filter.value);
-      if (compiled.passingCount === compiled.passes.length) continue;
-      if (compiled.passingCount === 0) {
-        excluded = true;
-        break;
-      }
-      passes.push(compiled.passes);
-      valueIds.push(column.valueIds);
-    }
-    if (excluded) continue;
+    if (segmentFilterPasses(segment, reference.filters, sealedFilters, passes, valueIds) === undefined) continue;
     let list = byEvent.get(reference.eventId);
     if (list === undefined) byEvent.set(reference.eventId, (list = []));
     list.push({ bit, passes, valueIds });
   }
   return byEvent;
+}
+
+/**
+ * Compiles `filters` against one segment's dictionaries and writes the ones
+ * that narrow its rows (neither every row nor no row passes) to passes[i] and
+ * valueIds[i]; returns how many, or undefined when no row of the segment can
+ * pass. Sealed segments' tables come from `cache`, active ones' are compiled
+ * afresh (their dictionaries grow).
+ */
+export function segmentFilterPasses(
+  segment: SegmentView,
+  filters: readonly FilterPlan[],
+  cache: CompiledFilterCache,
+  passes: Uint8Array[],
+  valueIds: ValueIdColumn[],
+): number | undefined {
+  let count = 0;
+  for (const filter of filters) {
+    const column = filter.keyId === undefined ? undefined : segment.property(filter.keyId);
+    if (column === undefined) {
+      // No row of this segment sets the property: every row answers as "not set".
+      if (filterPassesNotSet(filter.op)) continue;
+      return undefined;
+    }
+    const compiled =
+      segment.eventRowStart !== undefined ? cache.compile(segment.key, filter.keyId!, column.texts, filter.op, filter.value) : compileFilter(column.texts, filter.op, filter.value);
+    if (compiled.passingCount === compiled.passes.length) continue;
+    if (compiled.passingCount === 0) return undefined;
+    passes[count] = compiled.passes;
+    valueIds[count] = column.valueIds;
+    count++;
+  }
+  return count;
 }
 
 export function maskOf(references: readonly SegmentReference[] | undefined, row: number): number {
@@ -153,31 +166,38 @@ export function maskOf(references: readonly SegmentReference[] | undefined, row:
 }
 
 /** A property column's per-row reader: value ids and, per segment text id, the task-wide value id and number. */
-interface PropertyReader {
+export interface PropertyReader {
   valueIds: ValueIdColumn | undefined;
   globalIds: Int32Array;
   numbers: Float64Array;
 }
 
+/** A task-wide value id per breakdown text: its index in valueTexts, appended when new (valueTexts[0] stands for "not set"). */
+export function valueInterner(valueTexts: string[]): (text: string) => number {
+  const idOfText = new Map<string, number>();
+  for (let id = 1; id < valueTexts.length; id++) idOfText.set(valueTexts[id], id);
+  return (text) => {
+    let id = idOfText.get(text);
+    if (id === undefined) {
+      id = valueTexts.length;
+      valueTexts.push(text);
+      idOfText.set(text, id);
+    }
+    return id;
+  };
+}
+
 export function gatherEventRows(segments: readonly SegmentView[], plan: GatherPlan, userLo: number, userHi: number): EventRows {
   if (plan.references.length > 32) throw new Error(`${plan.references.length} references, at most 32`);
   const valueTexts: string[] = [""];
-  const globalIdOfText = new Map<string, number>();
+  const globalId = valueInterner(valueTexts);
   const order = segmentsByDay(segments, plan.fromMs, plan.toMsExclusive);
   const builder = new RowBuilder(initialCapacity(segments, order, plan, userLo, userHi));
   for (const segmentIndex of order) {
     const segment = segments[segmentIndex];
     const byEvent = segmentReferences(segment, plan.references);
     if (byEvent.size === 0 && !plan.allEvents) continue;
-    const breakdown = propertyReader(segment, plan.breakdown, (text) => {
-      let id = globalIdOfText.get(text);
-      if (id === undefined) {
-        id = valueTexts.length;
-        valueTexts.push(text);
-        globalIdOfText.set(text, id);
-      }
-      return id;
-    });
+    const breakdown = propertyReader(segment, plan.breakdown, globalId);
     const math = propertyReader(segment, plan.math, () => 0);
     const offsetLow = plan.fromMs - segment.dayStartMs;
     const offsetHigh = plan.toMsExclusive - segment.dayStartMs;
@@ -248,7 +268,7 @@ function initialCapacity(segments: readonly SegmentView[], order: readonly numbe
 
 const emptyReader: PropertyReader = { valueIds: undefined, globalIds: new Int32Array(1), numbers: new Float64Array([NaN]) };
 
-function propertyReader(segment: SegmentView, read: PropertyRead, globalId: (text: string) => number): PropertyReader {
+export function propertyReader(segment: SegmentView, read: PropertyRead, globalId: (text: string) => number): PropertyReader {
   if (read.kind === "none" || read.keyId === undefined) return emptyReader;
   const column = segment.property(read.keyId);
   if (column === undefined) return emptyReader;
@@ -290,14 +310,13 @@ export function rowsByUser(rows: EventRows): Uint32Array {
   return indexes;
 }
 
-/** A user's run this long or shorter is put in time order by insertion; longer runs by the built-in sort. */
-const insertionRunMax = 32;
-
 /**
  * Row indexes sorted by (user, time, row): each user's events in time order.
- * Rows of one user arrive in row order; with data that arrived out of time
- * order most runs need sorting, and most runs are a handful of rows, so they
- * are sorted by insertion in place (a comparator call per pair costs more).
+ * Rows are gathered day by day, so a user's rows are out of order only within
+ * a day: insertion sort moves each row past the few rows of its own day that
+ * are later (a comparator call per pair would cost more). A run that needs
+ * more moves than insertionMovesPerRowMax per row (many rows on one day, in
+ * arrival order) is sorted by the built-in sort instead.
  */
 export function rowsByUserAndTime(rows: EventRows): Uint32Array {
   const { users, timesMs, count } = rows;
@@ -307,30 +326,27 @@ export function rowsByUserAndTime(rows: EventRows): Uint32Array {
     const user = users[indexes[start]];
     let end = start + 1;
     while (end < count && users[indexes[end]] === user) end++;
-    if (end - start <= insertionRunMax) {
-      for (let index = start + 1; index < end; index++) {
-        const row = indexes[index];
-        const timeMs = timesMs[row];
-        let place = index - 1;
-        // Strictly greater: ties keep row order.
-        while (place >= start && timesMs[indexes[place]] > timeMs) {
-          indexes[place + 1] = indexes[place];
-          place--;
-        }
-        indexes[place + 1] = row;
+    let movesLeft = insertionMovesPerRowMax * (end - start);
+    for (let index = start + 1; index < end && movesLeft >= 0; index++) {
+      const row = indexes[index];
+      const timeMs = timesMs[row];
+      let place = index - 1;
+      // Strictly greater: ties keep row order.
+      while (place >= start && timesMs[indexes[place]] > timeMs) {
+        indexes[place + 1] = indexes[place];
+        place--;
       }
-    } else {
-      for (let index = start + 1; index < end; index++) {
-        if (timesMs[indexes[index]] < timesMs[indexes[index - 1]]) {
-          indexes.subarray(start, end).sort((left, right) => timesMs[left] - timesMs[right] || left - right);
-          break;
-        }
-      }
+      indexes[place + 1] = row;
+      movesLeft -= index - 1 - place;
     }
+    if (movesLeft < 0) indexes.subarray(start, end).sort((left, right) => timesMs[left] - timesMs[right] || left - right);
     start = end;
   }
   return indexes;
 }
+
+/** Insertion moves per row of a user's run before its sort falls back to the built-in one. */
+const insertionMovesPerRowMax = 8;
 
 /** Value ordering of SPEC §7.3 for ties: by text in UTF-16 code units, with "not set" (id 0) first or last. */
 export function compareValues(texts: readonly string[], left: number, right: number, notSetFirst: boolean): number {

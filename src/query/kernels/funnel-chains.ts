@@ -22,6 +22,7 @@
  */
 import type { FunnelOrder } from "../schemas.js";
 import { compareValues, rowsByUserAndTime, type EventRows } from "./event-rows.js";
+import { ScratchFloat64 } from "./scratch.js";
 import { rankSeries, valueOf } from "./series.js";
 
 export interface FunnelChainsPlan {
@@ -50,17 +51,29 @@ export interface FunnelChainsAnswer {
 }
 
 /** Per user with an entry: its depth, breakdown value and (with timeToConvert) shortest time to convert per step. */
-interface Outcomes {
+export interface Outcomes {
   count: number;
+  /** The user of each outcome. */
+  users: Uint32Array;
   depths: Int32Array;
   values: Int32Array;
-  /** Per outcome (timeToConvert only): Infinity where the user did not reach the step itself. */
-  times: Float64Array[];
+  /** Per outcome (timeToConvert only): Infinity where the user did not reach the step itself; undefined when it reached no step past the first. */
+  times: Array<Float64Array | undefined>;
+}
+
+export function emptyOutcomes(capacity: number): Outcomes {
+  return { count: 0, users: new Uint32Array(capacity), depths: new Int32Array(capacity), values: new Int32Array(capacity), times: [] };
 }
 
 export function funnelChains(rows: EventRows, plan: FunnelChainsPlan): FunnelChainsAnswer {
+  const outcomes = emptyOutcomes(rows.count);
+  collectOutcomes(rows, plan, outcomes);
+  return summariseOutcomes(outcomes, rows.valueTexts, plan);
+}
+
+/** Appends one outcome per user of `rows` with an entry event in range, in ascending user order (capacity: one per user). */
+export function collectOutcomes(rows: EventRows, plan: FunnelChainsPlan, outcomes: Outcomes): void {
   const order = rowsByUserAndTime(rows);
-  const outcomes: Outcomes = { count: 0, depths: new Int32Array(rows.count), values: new Int32Array(rows.count), times: [] };
   const stepBits = plan.stepCount >= 32 ? 0xffffffff : (1 << plan.stepCount) - 1;
   const entryBits = plan.order === "unordered" ? stepBits : 1;
   for (let start = 0; start < order.length; ) {
@@ -70,45 +83,58 @@ export function funnelChains(rows: EventRows, plan: FunnelChainsPlan): FunnelCha
     userOutcome(rows, order, start, end, plan, entryBits, outcomes);
     start = end;
   }
+}
 
-  const summarise = (members: ArrayLike<number>): StepCounts => {
-    const counts = new Array<number>(plan.stepCount).fill(0);
-    const depthUsers = new Float64Array(plan.stepCount + 1);
-    for (let index = 0; index < members.length; index++) depthUsers[outcomes.depths[members[index]]]++;
+/** The answer: step counts over every outcome and, with a breakdown, per ranked value. */
+export function summariseOutcomes(outcomes: Outcomes, valueTexts: readonly string[], plan: FunnelChainsPlan): FunnelChainsAnswer {
+  const stepCount = plan.stepCount;
+  const breakdown = plan.breakdownLimit !== undefined;
+  // Users per (value, depth): each series sums its values' rows.
+  const valueCount = breakdown ? valueTexts.length : 1;
+  const depthUsers = new Float64Array(valueCount * (stepCount + 1));
+  for (let outcome = 0; outcome < outcomes.count; outcome++) depthUsers[(breakdown ? outcomes.values[outcome] : 0) * (stepCount + 1) + outcomes.depths[outcome]]++;
+
+  const summarise = (groupOf: (value: number) => boolean): StepCounts => {
+    const groupDepths = new Float64Array(stepCount + 1);
+    for (let value = 0; value < valueCount; value++) {
+      if (!groupOf(value)) continue;
+      for (let depth = 0; depth <= stepCount; depth++) groupDepths[depth] += depthUsers[value * (stepCount + 1) + depth];
+    }
+    const counts = new Array<number>(stepCount).fill(0);
     // Users at depth d count at every step below d.
     let reached = 0;
-    for (let depth = plan.stepCount; depth >= 1; depth--) {
-      reached += depthUsers[depth];
+    for (let depth = stepCount; depth >= 1; depth--) {
+      reached += groupDepths[depth];
       counts[depth - 1] = reached;
     }
     if (!plan.timeToConvert) return { counts, medians: undefined, averages: undefined };
-    const times: number[][] = Array.from({ length: plan.stepCount }, () => []);
-    for (let index = 0; index < members.length; index++) {
-      const userTimes = outcomes.times[members[index]];
-      for (let step = 1; step < plan.stepCount; step++) if (userTimes[step] !== Infinity) times[step].push(userTimes[step]);
+    const times: number[][] = Array.from({ length: stepCount }, () => []);
+    for (let outcome = 0; outcome < outcomes.count; outcome++) {
+      const userTimes = outcomes.times[outcome];
+      if (userTimes === undefined || !groupOf(breakdown ? outcomes.values[outcome] : 0)) continue;
+      for (let step = 1; step < stepCount; step++) if (userTimes[step] !== Infinity) times[step].push(userTimes[step]);
     }
     return { counts, ...timesToConvert(times) };
   };
 
-  const everyone = new Uint32Array(outcomes.count);
-  for (let outcome = 0; outcome < everyone.length; outcome++) everyone[outcome] = outcome;
-  const all = summarise(everyone);
-  if (plan.breakdownLimit === undefined) return { all, series: undefined, other: undefined };
-  const valueCount = rows.valueTexts.length;
+  const all = summarise(() => true);
+  if (!breakdown) return { all, series: undefined, other: undefined };
   const weights = new Float64Array(valueCount);
   const present = new Uint8Array(valueCount);
-  for (let outcome = 0; outcome < outcomes.count; outcome++) {
-    if (outcomes.depths[outcome] >= 1) weights[outcomes.values[outcome]]++;
-    present[outcomes.values[outcome]] = 1;
+  for (let value = 0; value < valueCount; value++) {
+    for (let depth = 0; depth <= stepCount; depth++) {
+      const users = depthUsers[value * (stepCount + 1) + depth];
+      if (users === 0) continue;
+      present[value] = 1;
+      if (depth >= 1) weights[value] += users;
+    }
   }
-  const ranked = rankSeries(weights, present, rows.valueTexts, plan.breakdownLimit);
-  // Outcomes by group, so each series summarises only its own users.
-  const members: number[][] = Array.from({ length: ranked.groupCount }, () => []);
-  for (let outcome = 0; outcome < outcomes.count; outcome++) members[ranked.groupOfValue[outcomes.values[outcome]]].push(outcome);
+  const ranked = rankSeries(weights, present, valueTexts, plan.breakdownLimit!);
+  const { groupOfValue } = ranked;
   return {
     all,
-    series: ranked.listed.map((listedValue, rank) => ({ value: valueOf(rows.valueTexts, listedValue), steps: summarise(members[rank + 1]) })),
-    other: ranked.hasOther ? summarise(members[ranked.otherGroup]) : undefined,
+    series: ranked.listed.map((listedValue, rank) => ({ value: valueOf(valueTexts, listedValue), steps: summarise((value) => groupOfValue[value] === rank + 1) })),
+    other: ranked.hasOther ? summarise((value) => groupOfValue[value] === ranked.otherGroup) : undefined,
   };
 }
 
@@ -148,25 +174,104 @@ function userOutcome(rows: EventRows, order: Uint32Array, start: number, end: nu
   }
   if (valueRow < 0) return;
   const outcome = outcomes.count++;
+  outcomes.users[outcome] = rows.users[valueRow];
   outcomes.values[outcome] = values[valueRow];
   // Ordered or strict without any event of step 2: an entry is the whole chain (no exclusion ends before step 2).
   if (plan.order !== "unordered" && (plan.stepCount === 1 || (userBits & 2) === 0)) {
     outcomes.depths[outcome] = 1;
-    if (plan.timeToConvert) outcomes.times[outcome] = new Float64Array(plan.stepCount).fill(Infinity);
+    if (plan.timeToConvert) outcomes.times[outcome] = undefined;
     return;
   }
 
-  // Groups of equal timestamps.
+  if (plan.order === "strict") {
+    const times = plan.timeToConvert ? new Float64Array(plan.stepCount).fill(Infinity) : discardedTimes.get(plan.stepCount);
+    outcomes.depths[outcome] = strictDepth(order, start, end, masks, timesMs, plan, times);
+    if (plan.timeToConvert) outcomes.times[outcome] = times;
+    return;
+  }
+
+  const user = userEvents(order, start, end, masks, timesMs);
+  const times = new Float64Array(plan.stepCount).fill(Infinity);
+  outcomes.depths[outcome] = plan.order === "unordered" ? unorderedDepth(user, plan, times) : orderedDepth(user, plan, times);
+  if (plan.timeToConvert) outcomes.times[outcome] = times;
+}
+
+/** Times to convert that nobody reads (no timeToConvert): one array for every user. */
+const discardedTimes = new ScratchFloat64();
+
+/** User groups of equal timestamps over order[start, end). */
+function userEvents(order: Uint32Array, start: number, end: number, masks: Uint32Array, timesMs: Float64Array): UserEvents {
   const userRows = order.subarray(start, end);
   const groupStarts: number[] = [];
   for (let index = 0; index < userRows.length; index++) {
     if (index === 0 || timesMs[userRows[index]] !== timesMs[userRows[index - 1]]) groupStarts.push(index);
   }
   groupStarts.push(userRows.length);
-  const user: UserEvents = { rows: userRows, masks, timesMs, groupStarts };
-  const times = new Float64Array(plan.stepCount).fill(Infinity);
-  outcomes.depths[outcome] = plan.order === "unordered" ? unorderedDepth(user, plan, times) : orderedDepth(user, plan, times);
-  if (plan.timeToConvert) outcomes.times[outcome] = times;
+  return { rows: userRows, masks, timesMs, groupStarts };
+}
+
+/**
+ * Strict order, entry by entry. Where an entry's neighbourhood has no equal
+ * timestamps (the event before it, each event its walk reads and the one
+ * after the event that stops it), the chain is forced: step j + 1 is the
+ * very next event, since any other event between two steps breaks the
+ * chain; and no exclusion can hold, since an event strictly between e_a and
+ * e_b lies between two consecutive steps, so it is one of the chain's. The
+ * walk then reads that run once. An entry near equal timestamps is searched
+ * over its group by chainDepthFrom, once per group.
+ */
+function strictDepth(order: Uint32Array, start: number, end: number, masks: Uint32Array, timesMs: Float64Array, plan: FunnelChainsPlan, times: Float64Array): number {
+  const stepCount = plan.stepCount;
+  let best = 0;
+  let user: UserEvents | undefined;
+  let searchedGroup = -1;
+  for (let index = start; index < end; index++) {
+    const row = order[index];
+    const entryMs = timesMs[row];
+    if (entryMs < plan.entryFromMs) continue;
+    if (entryMs >= plan.entryToMsExclusive) break;
+    if ((masks[row] & 1) === 0) continue;
+    const windowEndMs = entryMs + plan.windowMs;
+    let tied = index > start && timesMs[order[index - 1]] === entryMs;
+    let depth = 1;
+    let position = index;
+    while (!tied && depth < stepCount && position + 1 < end) {
+      const next = order[position + 1];
+      const nextMs = timesMs[next];
+      if (nextMs === timesMs[order[position]]) tied = true;
+      else if ((masks[next] & (1 << depth)) === 0 || nextMs > windowEndMs) {
+        // The stopping event: an event at its time could take the step instead.
+        tied = position + 2 < end && timesMs[order[position + 2]] === nextMs;
+        break;
+      } else {
+        if (nextMs - entryMs < times[depth]) times[depth] = nextMs - entryMs;
+        position++;
+        depth++;
+      }
+    }
+    if (tied) {
+      user ??= userEvents(order, start, end, masks, timesMs);
+      const group = groupOf(user.groupStarts, index - start);
+      if (group === searchedGroup) continue;
+      searchedGroup = group;
+      depth = chainDepthFrom(user, plan, group, times);
+    } else times[0] = 0;
+    if (depth > best) best = depth;
+    if (best === stepCount && !plan.timeToConvert) break;
+  }
+  return best;
+}
+
+/** The group holding position `index`: the last group start at or before it. */
+function groupOf(groupStarts: readonly number[], index: number): number {
+  let low = 0;
+  let high = groupStarts.length - 1;
+  while (low < high) {
+    const middle = (low + high + 1) >>> 1;
+    if (groupStarts[middle] <= index) low = middle;
+    else high = middle - 1;
+  }
+  return low;
 }
 
 interface UserEvents {
@@ -239,15 +344,28 @@ function coverageWays(coverage: number): ReadonlySet<number> {
 }
 
 function orderedDepth(user: UserEvents, plan: FunnelChainsPlan, times: Float64Array): number {
-  const stepCount = plan.stepCount;
-  const exclusionCount = plan.exclusions.length;
-  const strict = plan.order === "strict";
   const groupCount = user.groupStarts.length - 1;
   let best = 0;
   for (let entryGroup = 0; entryGroup < groupCount; entryGroup++) {
     const entryMs = groupTimeMs(user, entryGroup);
     if (entryMs < plan.entryFromMs) continue;
     if (entryMs >= plan.entryToMsExclusive) break;
+    best = Math.max(best, chainDepthFrom(user, plan, entryGroup, times));
+    if (best === plan.stepCount && !plan.timeToConvert) break;
+  }
+  if (!plan.timeToConvert) times.fill(Infinity);
+  return best;
+}
+
+/** The deepest valid chain whose entry lies in group entryGroup (times: each step's least time from that entry, lowered in place). */
+function chainDepthFrom(user: UserEvents, plan: FunnelChainsPlan, entryGroup: number, times: Float64Array): number {
+  const stepCount = plan.stepCount;
+  const exclusionCount = plan.exclusions.length;
+  const strict = plan.order === "strict";
+  const groupCount = user.groupStarts.length - 1;
+  let best = 0;
+  {
+    const entryMs = groupTimeMs(user, entryGroup);
     const windowEndMs = entryMs + plan.windowMs;
     // States: j * (stepCount + 1) + cap.
     let states = new Set<number>([0 * (stepCount + 1) + stepCount]);
@@ -287,9 +405,7 @@ function orderedDepth(user: UserEvents, plan: FunnelChainsPlan, times: Float64Ar
       }
       states = next;
     }
-    if (best === stepCount && !plan.timeToConvert) break;
   }
-  if (!plan.timeToConvert) times.fill(Infinity);
   return best;
 }
 

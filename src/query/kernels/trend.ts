@@ -30,7 +30,8 @@
 import roaring from "roaring";
 import type { SegmentView, ValueIdColumn } from "../segment-view.js";
 import { hourMs, trendBucketOfDay, type TrendLayout } from "../buckets.js";
-import { CompiledFilterCache, compileFilter, filterPassesNotSet, type FilterPlan } from "../filters.js";
+import { CompiledFilterCache, type FilterPlan } from "../filters.js";
+import { segmentFilterPasses } from "./event-rows.js";
 import { sumPartials } from "./partials.js";
 import { EpochMarks, GrowableInt32, ScratchUint32 } from "./scratch.js";
 import { segmentsByDay, sealedShardRows, selectActiveUsers, type RowRange } from "./rows.js";
@@ -98,30 +99,8 @@ export function trendPartial(segments: readonly SegmentView[], plan: TrendPlan, 
     }
 
     // 2. Filters narrow the rows into the selection.
-    let excluded = false;
-    let filterCount = 0;
-    for (const filter of plan.filters) {
-      const column = filter.keyId === undefined ? undefined : segment.property(filter.keyId);
-      if (column === undefined) {
-        // No row of this segment sets the property: every row answers as "not set".
-        if (filterPassesNotSet(filter.op)) continue;
-        excluded = true;
-        break;
-      }
-      const compiled =
-        segment.eventRowStart !== undefined
-          ? sealedFilters.compile(segment.key, filter.keyId!, column.texts, filter.op, filter.value)
-          : compileFilter(column.texts, filter.op, filter.value);
-      if (compiled.passingCount === compiled.passes.length) continue;
-      if (compiled.passingCount === 0) {
-        excluded = true;
-        break;
-      }
-      segmentPasses[filterCount] = compiled.passes;
-      segmentValueIds[filterCount] = column.valueIds;
-      filterCount++;
-    }
-    if (excluded) continue;
+    const filterCount = segmentFilterPasses(segment, plan.filters, sealedFilters, segmentPasses, segmentValueIds);
+    if (filterCount === undefined) continue;
     if (selectedCount < 0 && filterCount > 0 && filterCount <= 2 && !unique && !hourly) {
       // A sealed total by day, week or month needs only how many rows pass: no selection is written.
       counts[bucket] +=
