@@ -65,6 +65,7 @@ interface Options {
    * only over processes of the same session: other sessions keep their share.
    */
   nice: number;
+  cpuProfileDirectory: string | undefined;
 }
 
 function parseOptions(): Options {
@@ -87,6 +88,7 @@ function parseOptions(): Options {
       "quiet-budget-seconds": { type: "string", default: "45" },
       "keep-data": { type: "boolean", default: false },
       "server-root": { type: "string", default: "" },
+      "server-cpu-prof": { type: "string" },
       nice: { type: "string", default: "0" },
       help: { type: "boolean", default: false },
     },
@@ -95,7 +97,7 @@ function parseOptions(): Options {
     process.stdout.write(
       "npm run bench:ingest -- [--duration-seconds 4] [--warmup-seconds 1] [--repeats 3] [--connections-batch 4,16,64]\n" +
         "  [--connections-single 16,64,256] [--connections-msgpack 64] [--seed 1] [--out bench/results/ingest-latest.json] [--load-processes 1]\n" +
-        "  [--targets eventide,ceiling] [--batch-bodies 16] [--single-bodies 4096] [--settle-ms 300] [--quiet-wait-seconds 3] [--quiet-budget-seconds 45] [--nice=-10] [--keep-data] [--server-root DIR]\n" +
+        "  [--targets eventide,ceiling] [--batch-bodies 16] [--single-bodies 4096] [--settle-ms 300] [--quiet-wait-seconds 3] [--quiet-budget-seconds 45] [--nice=-10] [--keep-data] [--server-root DIR] [--server-cpu-prof DIRECTORY]\n" +
         "--server-root starts the server built in another checkout (its dist/src/main.js), to time two commits with one harness.\n",
     );
     process.exit(0);
@@ -127,6 +129,7 @@ function parseOptions(): Options {
     keepData: values["keep-data"],
     serverRoot: values["server-root"] === "" ? undefined : resolve(values["server-root"]),
     nice: Math.round(Number(values.nice)),
+    cpuProfileDirectory: values["server-cpu-prof"] === undefined ? undefined : resolve(values["server-cpu-prof"]),
   };
 }
 
@@ -198,7 +201,10 @@ async function main(): Promise<void> {
   let eventideIngestUrl = "";
   let apiKey = "bench-ceiling-key-000000000000000";
   if (options.targets.includes("eventide")) {
-    eventide = await startEventide({ repositoryRoot, serverRoot: options.serverRoot, keepData: options.keepData, nice: options.nice });
+    // A CPU profile of the server's threads is written when it stops (SIGTERM at the end of the run).
+    const extraNodeFlags = options.cpuProfileDirectory === undefined ? [] : ["--cpu-prof", `--cpu-prof-dir=${options.cpuProfileDirectory}`];
+    if (options.cpuProfileDirectory !== undefined) mkdirSync(options.cpuProfileDirectory, { recursive: true });
+    eventide = await startEventide({ repositoryRoot, serverRoot: options.serverRoot, keepData: options.keepData, nice: options.nice, extraNodeFlags });
     apiKey = eventide.apiKey;
     eventideIngestUrl = eventide.ingestUrl;
     process.stdout.write(`eventide: pid ${eventide.pid}, ingest ${eventideIngestUrl}, data ${eventide.dataDirectory}\n`);
