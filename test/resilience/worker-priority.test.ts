@@ -5,6 +5,7 @@
  * Linux only: a thread's nice value is read from /proc/<pid>/task/<tid>/stat.
  */
 import { readdirSync, readFileSync } from "node:fs";
+import { getPriority } from "node:os";
 import { afterEach, describe, expect, it } from "vitest";
 import { removeDataDir, startServer, type ServerHandle } from "../helpers/server.js";
 
@@ -28,8 +29,12 @@ function threadNiceValues(pid: number): { main: number; others: number[] } {
   return { main: niceOf(String(pid)), others: threads.map(niceOf) };
 }
 
+// Run under nice 10 or more, the server's workers cannot go 10 steps lower (19 is the floor): nothing to observe.
+const niceFloorReached = process.platform === "linux" && getPriority() + 10 > 19;
+if (niceFloorReached) console.warn(`SKIPPED worker lowering check: this run is at nice ${getPriority()}, so workers cannot go 10 steps lower; run npm test at nice < 10`);
+
 describe.runIf(process.platform === "linux")("worker thread priority", () => {
-  it("runs each worker thread 10 nice steps below the main thread by default, and no other thread", async () => {
+  it.skipIf(niceFloorReached)("runs each worker thread 10 nice steps below the main thread by default, and no other thread", async () => {
     // The test harness runs workers at nice 0 (test/helpers/server.ts); unset, the server's own default applies.
     server = await startServer({ workers: 3, env: { EVENTIDE_WORKER_NICE: undefined } });
     const { main, others } = threadNiceValues(server.process.pid!);
