@@ -105,6 +105,13 @@ export async function startServer(options: StartOptions = {}): Promise<ServerHan
   const ready = new Promise<{ queryUrl: string; ingestUrl: string; created?: Record<string, string> }>(
     (resolveReady, rejectReady) => {
       let created: Record<string, string> | undefined;
+      const timeoutMs = options.startTimeoutMs ?? 20_000;
+      const startTimer = setTimeout(() => {
+        // A server that never listened is nobody's to stop: kill it here, or it outlives the test run.
+        child.kill("SIGKILL");
+        rejectReady(new Error(`server did not listen within ${timeoutMs} ms; stderr:\n${stderrText}`));
+      }, timeoutMs);
+      startTimer.unref();
       const lines = createInterface({ input: child.stdout! });
       lines.on("line", (line) => {
         stdoutLines.push(line);
@@ -115,17 +122,14 @@ export async function startServer(options: StartOptions = {}): Promise<ServerHan
           return;
         }
         if (parsed.event === "workspace-created") created = parsed;
-        if (parsed.event === "listening") resolveReady({ queryUrl: parsed.queryUrl, ingestUrl: parsed.ingestUrl, created });
+        if (parsed.event !== "listening") return;
+        clearTimeout(startTimer);
+        resolveReady({ queryUrl: parsed.queryUrl, ingestUrl: parsed.ingestUrl, created });
       });
-      child.once("exit", (code) =>
-        rejectReady(new Error(`server exited with ${code} before listening; stderr:\n${stderrText}`)),
-      );
-      const timeoutMs = options.startTimeoutMs ?? 20_000;
-      setTimeout(() => {
-        // A server that never listened is nobody's to stop: kill it here, or it outlives the test run.
-        child.kill("SIGKILL");
-        rejectReady(new Error(`server did not listen within ${timeoutMs} ms; stderr:\n${stderrText}`));
-      }, timeoutMs).unref();
+      child.once("exit", (code) => {
+        clearTimeout(startTimer);
+        rejectReady(new Error(`server exited with ${code} before listening; stderr:\n${stderrText}`));
+      });
     },
   );
   const { queryUrl, ingestUrl, created } = await ready;
