@@ -13,7 +13,7 @@
  * the gathered rows (event-rows.ts, retention-cohorts.ts).
  */
 import type { SegmentView } from "../segment-view.js";
-import { planColumnScan, runColumnScan } from "./column-scan.js";
+import { blockUsersDefault, planColumnScan, runColumnScan } from "./column-scan.js";
 import { compareValues, type GatherPlan } from "./event-rows.js";
 import type { CohortCounts, RetentionCohortsAnswer, RetentionCohortsPlan } from "./retention-cohorts.js";
 import { rankSeries, valueOf } from "./series.js";
@@ -21,11 +21,11 @@ import { rankSeries, valueOf } from "./series.js";
 /** Per-user return bit sets of this many 32-bit words at most (128 periods). */
 const periodWordsMax = 4;
 
-export function retentionColumns(segments: readonly SegmentView[], gather: GatherPlan, plan: RetentionCohortsPlan, userLo: number, userHi: number): RetentionCohortsAnswer | undefined {
+export function retentionColumns(segments: readonly SegmentView[], gather: GatherPlan, plan: RetentionCohortsPlan, userLo: number, userHi: number, blockUsers = blockUsersDefault): RetentionCohortsAnswer | undefined {
   const periodCount = plan.startsMs.length - 1;
   const words = (periodCount + 31) >>> 5;
   if (words > periodWordsMax) return undefined;
-  const scan = planColumnScan(segments, gather, plan.startsMs, userLo, userHi);
+  const scan = planColumnScan(segments, gather, plan.startsMs, userLo, userHi, blockUsers);
   if (scan === undefined) return undefined;
   const { valueTexts } = scan;
   const slots = userHi - userLo;

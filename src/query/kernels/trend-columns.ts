@@ -19,7 +19,7 @@
  * gathered rows (event-rows.ts, trend-series.ts).
  */
 import type { SegmentView } from "../segment-view.js";
-import { planColumnScan, runColumnScan, type RowVisit } from "./column-scan.js";
+import { blockUsersDefault, planColumnScan, runColumnScan, type RowVisit } from "./column-scan.js";
 import type { GatherPlan } from "./event-rows.js";
 import { rankSeries, valueOf } from "./series.js";
 import type { BucketValues, TrendSeriesAnswer, TrendSeriesPlan } from "./trend-series.js";
@@ -27,9 +27,9 @@ import type { BucketValues, TrendSeriesAnswer, TrendSeriesPlan } from "./trend-s
 /** Per-user value bit sets of this many 32-bit words at most (128 values): `unique` keeps two arrays of users × words. */
 const valueWordsMax = 4;
 
-export function trendColumns(segments: readonly SegmentView[], gather: GatherPlan, plan: TrendSeriesPlan, userLo: number, userHi: number): TrendSeriesAnswer | undefined {
+export function trendColumns(segments: readonly SegmentView[], gather: GatherPlan, plan: TrendSeriesPlan, userLo: number, userHi: number, blockUsers = blockUsersDefault): TrendSeriesAnswer | undefined {
   const bucketCount = plan.startsMs.length - 1;
-  const scan = planColumnScan(segments, gather, plan.startsMs, userLo, userHi);
+  const scan = planColumnScan(segments, gather, plan.startsMs, userLo, userHi, blockUsers);
   if (scan === undefined) return undefined;
   const valueTexts = scan.valueTexts;
   const breakdown = plan.breakdownLimit !== undefined;
