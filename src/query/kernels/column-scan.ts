@@ -20,10 +20,14 @@
  * sorted by user, so a block's rows are a run found from the previous block's
  * end; active rows are grouped by block once, when the scan is planned.
  *
- * A row reaches the visitor with its reference mask (bit i: reference i's
- * event and filters hold), its breakdown value as a task-wide id (0 "not
- * set", else valueTexts[id]) and its math property as a number (NaN when it
- * does not count).
+ * Rows reach the kernel in batches, in visiting order: per row the user's
+ * slot, its reference mask (bit i: reference i's event and filters hold),
+ * its breakdown value as a task-wide id (0 "not set", else valueTexts[id]),
+ * its math property as a number (NaN when it does not count), its bucket and
+ * its time. A call per row passed the time as a heap number (a double past
+ * 2^31), and a worker that runs several kernels does not inline a visitor
+ * it has seen many of: the calls, their allocations and the collector took
+ * more than the kernels' work.
  */
 import { strict as assert } from "node:assert";
 import { dayMs } from "../buckets.js";
@@ -45,6 +49,21 @@ interface DayPart {
   bucket: number;
 }
 
+/**
+ * Offsets [lowMs, highMs) of a day, read in one pass: an offset lies in
+ * bucket firstBucket + the number of edges at or before it (unused edges are
+ * highMs). Counted without branches: a row's part is as good as random, and a
+ * mispredicted branch per row cost more than the rest of the row.
+ */
+interface DaySpan {
+  lowMs: number;
+  highMs: number;
+  firstBucket: number;
+  edge1: number;
+  edge2: number;
+  edge3: number;
+}
+
 /** One referenced event of one segment: its rows of the shard's users, and its references. */
 interface EventScan {
   eventId: number;
@@ -54,9 +73,11 @@ interface EventScan {
   /** Active: the event's rows of the shard, grouped by user block: block k's are rows[blockStarts[k], blockStarts[k + 1]). */
   rows: Uint32Array | undefined;
   blockStarts: Uint32Array | undefined;
-  references: SegmentReference[];
-  /** Whether some reference has a filter to check per row. */
-  filtered: boolean;
+  /** Bits of the references without a filter: they hold on every row. */
+  constantMask: number;
+  /** References with filters; the first one's single filter is read inline when it is the only one (`single`). */
+  filtered: SegmentReference[];
+  single: { bit: number; passes: Uint8Array; valueIds: ValueIdColumn } | undefined;
 }
 
 interface SegmentScan {
@@ -70,15 +91,46 @@ interface SegmentScan {
 }
 
 export interface ColumnScan {
-  days: Array<{ dayStartMs: number; parts: DayPart[]; segments: SegmentScan[] }>;
+  /** `whole`: every part at once, when they follow each other bucket after bucket; `single`: each part alone. */
+  days: Array<{ dayStartMs: number; whole: DaySpan | undefined; single: DaySpan[]; segments: SegmentScan[] }>;
   valueTexts: string[];
   userLo: number;
   userHi: number;
   blockUsers: number;
 }
 
-/** Row visitor: shard-relative user slot, reference mask, value id, number, bucket, time. */
-export type RowVisit = (slot: number, mask: number, value: number, number: number, bucket: number, timeMs: number) => void;
+/** Rows per batch: the batch's columns (32 bytes a row) stay in cache beside the kernel's state. */
+const batchRowsMax = 1024;
+
+/** Visited rows, one entry per row in [0, count): see the file's comment. */
+export interface RowBatch {
+  count: number;
+  readonly slots: Int32Array;
+  readonly masks: Int32Array;
+  readonly values: Int32Array;
+  readonly buckets: Int32Array;
+  readonly numbers: Float64Array;
+  readonly timesMs: Float64Array;
+}
+
+export type BatchVisit = (batch: RowBatch) => void;
+
+/**
+ * `skip`: a row equal to the last visited one in user, bucket, value and
+ * mask, and not earlier, is not visited (for kernels that count users or keep
+ * a user's earliest row: sealed rows come sorted by user and time, so most
+ * of a user's rows in a day repeat the one before). `visit`: every row.
+ */
+export type RowRepeats = "skip" | "visit";
+
+/** The last row put into a batch, for `skip`: carried from one run of rows to the next. */
+interface LastRow {
+  slot: number;
+  bucket: number;
+  value: number;
+  mask: number;
+  timeMs: number;
+}
 
 const shardRows: RowRange = { start: 0, end: 0 };
 const zeroIds = new Int32Array(1);
@@ -100,14 +152,25 @@ export function planColumnScan(segments: readonly SegmentView[], gather: GatherP
       const segmentScan = planSegment(segments[order[index]], gather, userLo, userHi, blockUsers, scan.valueTexts, globalIdOfText);
       if (segmentScan !== undefined) scans.push(segmentScan);
     }
-    if (scans.length > 0) scan.days.push({ dayStartMs, parts, segments: scans });
+    if (scans.length > 0) scan.days.push({ dayStartMs, whole: wholeSpan(parts), single: parts.map((part) => wholeSpan([part])!), segments: scans });
   }
   return scan;
 }
 
 /** Visits every row of the scan: block after block of users, and within a block day after day, bucket after bucket. */
-export function runColumnScan(scan: ColumnScan, visit: RowVisit): void {
+export function runColumnScan(scan: ColumnScan, visit: BatchVisit, repeats: RowRepeats): void {
   const { userLo, userHi, blockUsers } = scan;
+  const batch: RowBatch = {
+    count: 0,
+    slots: new Int32Array(batchRowsMax),
+    masks: new Int32Array(batchRowsMax),
+    values: new Int32Array(batchRowsMax),
+    buckets: new Int32Array(batchRowsMax),
+    numbers: new Float64Array(batchRowsMax),
+    timesMs: new Float64Array(batchRowsMax),
+  };
+  const last: LastRow = { slot: -1, bucket: -1, value: -1, mask: -1, timeMs: -Infinity };
+  const skip = repeats === "skip";
   // Where each sealed event's rows of the next block start.
   const cursors: Int32Array[] = scan.days.map((day) => new Int32Array(day.segments.reduce((count, segment) => count + segment.events.length, 0)));
   for (let dayIndex = 0; dayIndex < scan.days.length; dayIndex++) {
@@ -124,7 +187,9 @@ export function runColumnScan(scan: ColumnScan, visit: RowVisit): void {
       if (day.segments.length === 1 && only.segment.eventRowStart !== undefined && only.events.length === 1) {
         // One sealed segment, one event: each user's rows come in time order, so one pass keeps every user's buckets in order.
         const end = lowerBoundUser(only.segment.userIds, cursor[0], only.events[0].end, blockHi);
-        scanSortedRows(only, day.parts, cursor[0], end, userLo, visit);
+        if (day.whole !== undefined) scanRows(only, only.events[0], day.whole, undefined, cursor[0], end, userLo, skip, last, batch, visit);
+        // Parts apart: one pass each, in time order, so each user's buckets still come in order.
+        else for (const span of day.single) scanRows(only, only.events[0], span, undefined, cursor[0], end, userLo, skip, last, batch, visit);
         cursor[0] = end;
         continue;
       }
@@ -135,12 +200,12 @@ export function runColumnScan(scan: ColumnScan, visit: RowVisit): void {
           index++;
         }
       }
-      for (const part of day.parts) {
+      for (const part of day.single) {
         index = 0;
         for (const segment of day.segments) {
           for (const event of segment.events) {
-            if (event.rows === undefined) scanSealedPart(segment, event, part, cursor[index], ends[index], userLo, visit);
-            else scanActivePart(segment, event, part, event.blockStarts![block], event.blockStarts![block + 1], userLo, visit);
+            if (event.rows === undefined) scanRows(segment, event, part, undefined, cursor[index], ends[index], userLo, skip, last, batch, visit);
+            else scanRows(segment, event, part, event.rows, event.blockStarts![block], event.blockStarts![block + 1], userLo, skip, last, batch, visit);
             index++;
           }
         }
@@ -148,6 +213,16 @@ export function runColumnScan(scan: ColumnScan, visit: RowVisit): void {
       for (let event = 0; event < cursor.length; event++) cursor[event] = ends[event];
     }
   }
+  if (batch.count > 0) visit(batch);
+}
+
+/** The parts as one span; undefined when they leave a gap or skip a bucket. */
+function wholeSpan(parts: readonly DayPart[]): DaySpan | undefined {
+  assert(parts.length >= 1 && parts.length <= partsPerDayMax, "a day is read in one to four parts");
+  for (let part = 1; part < parts.length; part++) if (parts[part].lowMs !== parts[part - 1].highMs || parts[part].bucket !== parts[part - 1].bucket + 1) return undefined;
+  const highMs = parts[parts.length - 1].highMs;
+  const edge = (part: number) => (part < parts.length ? parts[part].lowMs : highMs);
+  return { lowMs: parts[0].lowMs, highMs, firstBucket: parts[0].bucket, edge1: edge(1), edge2: edge(2), edge3: edge(3) };
 }
 
 /** The parts of the UTC day starting at dayStartMs that lie in a bucket, in time order. */
@@ -171,15 +246,20 @@ function dayParts(startsMs: Float64Array, dayStartMs: number): DayPart[] {
 function planSegment(segment: SegmentView, gather: GatherPlan, userLo: number, userHi: number, blockUsers: number, valueTexts: string[], globalIdOfText: Map<string, number>): SegmentScan | undefined {
   const events: EventScan[] = [];
   for (const [eventId, references] of segmentReferences(segment, gather.references)) {
-    const filtered = references.some((reference) => reference.passes.length > 0) || references.length > 1;
+    let constantMask = 0;
+    for (const reference of references) if (reference.passes.length === 0) constantMask |= 1 << reference.bit;
+    const filtered = references.filter((reference) => reference.passes.length > 0);
+    const only = filtered[0];
+    const single = filtered.length === 1 && only.passes.length === 1 ? { bit: only.bit, passes: only.passes[0], valueIds: only.valueIds[0] } : undefined;
+    const masks = { constantMask, filtered: single === undefined ? filtered : [], single };
     if (segment.eventRowStart !== undefined) {
       sealedShardRows(segment.eventRowStart, segment.userIds, eventId, userLo, userHi, shardRows);
       if (shardRows.start === shardRows.end) continue;
-      events.push({ eventId, start: shardRows.start, end: shardRows.end, rows: undefined, blockStarts: undefined, references, filtered });
+      events.push({ eventId, start: shardRows.start, end: shardRows.end, rows: undefined, blockStarts: undefined, ...masks });
       continue;
     }
     const grouped = activeRowsByBlock(segment, eventId, userLo, userHi, blockUsers);
-    if (grouped.rows.length > 0) events.push({ eventId, start: 0, end: 0, rows: grouped.rows, blockStarts: grouped.blockStarts, references, filtered });
+    if (grouped.rows.length > 0) events.push({ eventId, start: 0, end: 0, rows: grouped.rows, blockStarts: grouped.blockStarts, ...masks });
   }
   if (events.length === 0) return undefined;
   let valueIds: ValueIdColumn | undefined;
@@ -240,57 +320,74 @@ function activeRowsByBlock(segment: SegmentView, eventId: number, userLo: number
   return { rows, blockStarts };
 }
 
-/** Sealed rows [start, end) of one event whose time lies in `part`. */
-function scanSealedPart(scan: SegmentScan, event: EventScan, part: DayPart, start: number, end: number, userLo: number, visit: RowVisit): void {
+/**
+ * Rows [from, to) of one event (sealed: row numbers; active: indexes into
+ * `rows`) whose time lies in `span`, into the batch. A day's only sealed
+ * segment and event is read with all its parts in one span; other days one
+ * part at a time.
+ */
+function scanRows(
+  scan: SegmentScan,
+  event: EventScan,
+  span: DaySpan,
+  rows: Uint32Array | undefined,
+  from: number,
+  to: number,
+  userLo: number,
+  skip: boolean,
+  last: LastRow,
+  batch: RowBatch,
+  visit: BatchVisit,
+): void {
   const { segment, valueIds, globalIds, mathIds, numbers } = scan;
   const { userIds, timeOffsetMs, dayStartMs } = segment;
-  const { lowMs, highMs, bucket } = part;
-  const { references, filtered } = event;
-  // One reference without filters: its mask is constant.
-  const constantMask = filtered ? 0 : (1 << references[0].bit) >>> 0;
-  for (let row = start; row < end; row++) {
-    const offset = timeOffsetMs[row];
-    if (offset < lowMs || offset >= highMs) continue;
-    const mask = filtered ? maskOf(references, row) : constantMask;
-    if (mask === 0) continue;
-    visit(userIds[row] - userLo, mask, valueIds === undefined ? 0 : globalIds[valueIds[row]], mathIds === undefined ? NaN : numbers[mathIds[row]], bucket, dayStartMs + offset);
-  }
-}
-
-/** Active rows rows[from, to) of one event whose time lies in `part`. */
-function scanActivePart(scan: SegmentScan, event: EventScan, part: DayPart, from: number, to: number, userLo: number, visit: RowVisit): void {
-  const { segment, valueIds, globalIds, mathIds, numbers } = scan;
-  const { userIds, timeOffsetMs, dayStartMs } = segment;
-  const { lowMs, highMs, bucket } = part;
-  const { references, filtered } = event;
-  const rows = event.rows!;
-  const constantMask = filtered ? 0 : (1 << references[0].bit) >>> 0;
+  const { constantMask, filtered, single } = event;
+  const singleBit = single?.bit ?? 0;
+  const singlePasses = single?.passes;
+  const singleIds = single?.valueIds;
+  const checksFiltered = filtered.length > 0;
+  const { lowMs, highMs, firstBucket, edge1, edge2, edge3 } = span;
+  const { slots, masks, values, buckets, timesMs } = batch;
+  const rowNumbers = batch.numbers;
+  let count = batch.count;
+  let { slot: lastSlot, bucket: lastBucket, value: lastValue, mask: lastMask, timeMs: lastTimeMs } = last;
   for (let index = from; index < to; index++) {
-    const row = rows[index];
+    const row = rows === undefined ? index : rows[index];
     const offset = timeOffsetMs[row];
     if (offset < lowMs || offset >= highMs) continue;
-    const mask = filtered ? maskOf(references, row) : constantMask;
+    let mask = constantMask;
+    if (singleIds !== undefined) mask |= singlePasses![singleIds[row]] << singleBit;
+    else if (checksFiltered) mask |= maskOf(filtered, row);
     if (mask === 0) continue;
-    visit(userIds[row] - userLo, mask, valueIds === undefined ? 0 : globalIds[valueIds[row]], mathIds === undefined ? NaN : numbers[mathIds[row]], bucket, dayStartMs + offset);
+    const slot = userIds[row] - userLo;
+    const value = valueIds === undefined ? 0 : globalIds[valueIds[row]];
+    // Offsets and edges are below 2^31: (edge - 1 - offset) is negative, its top bit set, exactly when offset >= edge.
+    const bucket = firstBucket + ((edge1 - 1 - offset) >>> 31) + ((edge2 - 1 - offset) >>> 31) + ((edge3 - 1 - offset) >>> 31);
+    const timeMs = dayStartMs + offset;
+    if (skip) {
+      if (((slot ^ lastSlot) | (bucket ^ lastBucket) | (value ^ lastValue) | (mask ^ lastMask)) === 0 && timeMs >= lastTimeMs) continue;
+      lastSlot = slot;
+      lastBucket = bucket;
+      lastValue = value;
+      lastMask = mask;
+      lastTimeMs = timeMs;
+    }
+    slots[count] = slot;
+    masks[count] = mask;
+    values[count] = value;
+    buckets[count] = bucket;
+    rowNumbers[count] = mathIds === undefined ? NaN : numbers[mathIds[row]];
+    timesMs[count] = timeMs;
+    if (++count === batchRowsMax) {
+      batch.count = count;
+      visit(batch);
+      count = 0;
+    }
   }
-}
-
-/** Rows [start, end) of a day's only sealed segment and event, sorted by (user, time): every part in one pass. */
-function scanSortedRows(scan: SegmentScan, parts: readonly DayPart[], start: number, end: number, userLo: number, visit: RowVisit): void {
-  const { segment, valueIds, globalIds, mathIds, numbers } = scan;
-  const { userIds, timeOffsetMs, dayStartMs } = segment;
-  const { references, filtered } = scan.events[0];
-  const constantMask = filtered ? 0 : (1 << references[0].bit) >>> 0;
-  const firstMs = parts[0].lowMs;
-  const lastMs = parts[parts.length - 1].highMs;
-  for (let row = start; row < end; row++) {
-    const offset = timeOffsetMs[row];
-    if (offset < firstMs || offset >= lastMs) continue;
-    let part = 0;
-    while (offset >= parts[part].highMs) part++;
-    if (offset < parts[part].lowMs) continue;
-    const mask = filtered ? maskOf(references, row) : constantMask;
-    if (mask === 0) continue;
-    visit(userIds[row] - userLo, mask, valueIds === undefined ? 0 : globalIds[valueIds[row]], mathIds === undefined ? NaN : numbers[mathIds[row]], parts[part].bucket, dayStartMs + offset);
-  }
+  batch.count = count;
+  last.slot = lastSlot;
+  last.bucket = lastBucket;
+  last.value = lastValue;
+  last.mask = lastMask;
+  last.timeMs = lastTimeMs;
 }
