@@ -29,7 +29,9 @@ const valueWordsMax = 4;
 
 export function trendColumns(segments: readonly SegmentView[], gather: GatherPlan, plan: TrendSeriesPlan, userLo: number, userHi: number, blockUsers = blockUsersDefault): TrendSeriesAnswer | undefined {
   const bucketCount = plan.startsMs.length - 1;
-  const scan = planColumnScan(segments, gather, plan.startsMs, userLo, userHi, blockUsers);
+  // Only the distinct maths keep state per user: the others read each day in one run, not one per block.
+  const distinct = plan.math === "unique" || plan.math === "avg_per_user";
+  const scan = planColumnScan(segments, gather, plan.startsMs, userLo, userHi, distinct ? blockUsers : Math.max(1, userHi - userLo));
   if (scan === undefined) return undefined;
   const valueTexts = scan.valueTexts;
   const breakdown = plan.breakdownLimit !== undefined;
@@ -44,7 +46,6 @@ export function trendColumns(segments: readonly SegmentView[], gather: GatherPla
   const valueCells = new Float64Array(cells);
   const weights = new Float64Array(breakdown ? valueCount : 0);
   const math = plan.math;
-  const distinct = math === "unique" || math === "avg_per_user";
   const numeric = math === "sum" || math === "avg" || math === "min" || math === "max";
 
   // Event counts (total, avg_per_user's numerator) or, for the numeric maths, counted numbers.
