@@ -15,8 +15,8 @@
  * first block, then every day for the next block… A kernel keeps state per
  * user (marks, bit sets, a cohort), and a day's rows step through the whole
  * user range: read day after day over all users, each row touched that state
- * in another cache line, and the scan waited on memory (~80 ns a row at 200 k
- * users). Within a block the state stays in cache. Sealed rows of an event are
+ * in another cache line, and the scan waited on memory. Within a block the
+ * state stays in cache. Sealed rows of an event are
  * sorted by user, so a block's rows are a run found from the previous block's
  * end; active rows are grouped by block once, when the scan is planned.
  *
