@@ -9,6 +9,7 @@
 import { limits } from "../config/limits.js";
 import type { ServiceReply } from "../errors.js";
 import { UserDeletionError, type Store, type WorkspaceStore } from "../storage/store.js";
+import type { SegmentDescriptor } from "../storage/segment-descriptor.js";
 import { PoolTaskTimeoutError, type WorkerPool } from "../workers/pool.js";
 import { dayMs, retentionLayout, retentionPeriodLabels, trendBucketLabels, trendLayout, zonedRange, zonedRetentionBoundaries, zonedTrendBoundaries } from "./buckets.js";
 import type { FilterPlan } from "./filters.js";
@@ -329,8 +330,10 @@ export class QueryService {
       if (result.rows === undefined || result.rows.kind !== plan.kind) throw new Error(`a rows task answered ${result.rows?.kind}, expected ${plan.kind}`);
       return result.rows;
     };
-    if (rowCount >= limits.rowsQueryShardRowsMin && this.pool.threadCount > 1 && shardable(answer)) {
-      const bounds = evenShardBounds(userCount, this.pool.threadCount);
+    const reads = answer.kind === "funnel" ? { rows: rowCount, byEvent: undefined } : referencedRows(segments, gather);
+    if (reads.rows >= limits.rowsQueryShardRowsMin && this.pool.threadCount > 1 && shardable(answer)) {
+      // As fanOut's event-rows: equal shares of the rows to read, not of user ids (low ids are the busiest users).
+      const bounds = reads.byEvent === undefined ? evenShardBounds(userCount, this.pool.threadCount) : shardBoundsByRows(reads.byEvent.views, reads.byEvent.eventId, userCount, this.pool.threadCount);
       const plan = shardPlan(answer);
       const shards = await Promise.all(Array.from({ length: bounds.length - 1 }, (_, shard) => run(plan, bounds[shard], bounds[shard + 1])));
       const merged = mergeRowsShards(answer, shards);
@@ -486,6 +489,22 @@ function cohortEntries(labels: readonly string[], counts: CohortCounts): Array<{
 
 /** Past every instant a Date holds: a listing's snapshot spans every day. */
 const wholeTimeMs = 8.64e15 + dayMs;
+
+/**
+ * What a §7 trend or retention reads (column-scan.ts): the sealed rows of its
+ * events and every active row, not every row of the range (a trend of a rare
+ * event over a busy range has few rows to read and runs in one task). Shards
+ * are cut by the first event's rows when sealed rows are most of them.
+ */
+function referencedRows(descriptors: readonly SegmentDescriptor[], gather: GatherPlan): { rows: number; byEvent: { views: SegmentView[]; eventId: number } | undefined } {
+  const views = ownedSegmentViews(descriptors);
+  const eventIds = [...new Set(gather.references.map((reference) => reference.eventId).filter((eventId) => eventId !== undefined))];
+  let sealedRows = 0;
+  for (const eventId of eventIds) sealedRows += sealedEventRowCount(views, eventId);
+  let activeRows = 0;
+  for (const descriptor of descriptors) if (descriptor.kind === "active") activeRows += descriptor.rowCount;
+  return { rows: sealedRows + activeRows, byEvent: eventIds.length > 0 && sealedRows >= activeRows ? { views, eventId: eventIds[0] } : undefined };
+}
 
 /** Rows of eventId in the sealed segments. */
 function sealedEventRowCount(segments: readonly SegmentView[], eventId: number): number {

@@ -107,6 +107,8 @@ function expectTrendClose(actual: TrendSeriesAnswer, expected: TrendSeriesAnswer
 }
 
 const seeds = Array.from({ length: 60 }, (_, index) => 7_000 + index);
+/** Users per block of the column scan: small ones, so a shard's users span many blocks (the default holds thousands). */
+const blockSizes = [1, 2, 3, 7, 16, 10_000];
 
 describe("the §7 trend fast path answers as the gathered rows do", () => {
   it.each(seeds)("seed %i", (seed) => {
@@ -131,7 +133,8 @@ describe("the §7 trend fast path answers as the gathered rows do", () => {
       const plan = { startsMs, math, breakdownLimit: breakdown ? pick(random, [1, 2, 3, 25]) : undefined };
       for (const [lo, hi] of pairs(shardBounds(random, data.userCount))) {
         const context = `seed ${seed} query ${query}: ${groupBy} in ${zone} ${dateFrom}…${dateTo}, ${math}, limit ${plan.breakdownLimit}, users [${lo}, ${hi})`;
-        const fast = trendColumns(data.segments, gather, plan, lo, hi);
+        const blockUsers = pick(random, blockSizes);
+        const fast = trendColumns(data.segments, gather, plan, lo, hi, blockUsers);
         if (groupBy === "hour") {
           expect(fast, context).toBeUndefined();
           continue;
@@ -168,7 +171,7 @@ describe("the §7 retention fast path answers as the gathered rows do", () => {
       const plan = { startsMs, breakdownLimit: breakdown ? pick(random, [1, 2, 3, 25]) : undefined };
       for (const [lo, hi] of pairs(shardBounds(random, data.userCount))) {
         const context = `seed ${seed} query ${query}: ${zone} ${dateFrom}…${dateTo}, limit ${plan.breakdownLimit}, users [${lo}, ${hi})`;
-        const fast = retentionColumns(data.segments, gather, plan, lo, hi);
+        const fast = retentionColumns(data.segments, gather, plan, lo, hi, pick(random, blockSizes));
         expect(fast, context).toBeDefined();
         expect(fast, context).toEqual(retentionCohorts(gatherEventRows(data.segments, gather, lo, hi), plan));
       }

@@ -11,19 +11,36 @@
  * rows are sorted by (user, time), which keeps that order too. The kernels
  * rely on that order alone.
  *
- * A row reaches the visitor with its reference mask (bit i: reference i's
- * event and filters hold), its breakdown value as a task-wide id (0 "not
- * set", else valueTexts[id]) and its math property as a number (NaN when it
- * does not count).
+ * Users are visited in blocks of `blockUsers`: every day for the users of the
+ * first block, then every day for the next block… A kernel keeps state per
+ * user (marks, bit sets, a cohort), and a day's rows step through the whole
+ * user range: read day after day over all users, each row touched that state
+ * in another cache line, and the scan waited on memory. Within a block the
+ * state stays in cache. Sealed rows of an event are
+ * sorted by user, so a block's rows are a run found from the previous block's
+ * end; active rows are grouped by block once, when the scan is planned.
+ *
+ * Rows reach the kernel in batches, in visiting order: per row the user's
+ * slot, its reference mask (bit i: reference i's event and filters hold),
+ * its breakdown value as a task-wide id (0 "not set", else valueTexts[id]),
+ * its math property as a number (NaN when it does not count), its bucket and
+ * its time. A call per row passed the time as a heap number (a double past
+ * 2^31), and a worker that runs several kernels does not inline a visitor
+ * it has seen many of: the calls, their allocations and the collector took
+ * more than the kernels' work.
  */
+import { strict as assert } from "node:assert";
 import { dayMs } from "../buckets.js";
 import { numericPattern } from "../filters.js";
-import type { SegmentView, ValueIdColumn } from "../segment-view.js";
+import type { PropertyColumn, SegmentView, ValueIdColumn } from "../segment-view.js";
 import { maskOf, segmentReferences, type GatherPlan, type SegmentReference } from "./event-rows.js";
-import { sealedShardRows, segmentsByDay, type RowRange } from "./rows.js";
+import { lowerBoundUser, sealedShardRows, segmentsByDay, type RowRange } from "./rows.js";
 
 /** A day cut by more local boundaries than this (hourly buckets) would be read once per part: the gathered path is faster then. */
 const partsPerDayMax = 4;
+
+/** Users per block: a kernel's state of a block's users (~12–40 bytes each) stays within a core's cache. */
+export const blockUsersDefault = 8192;
 
 /** One part of a UTC day: offsets [lowMs, highMs) from the day's start, all in `bucket`. */
 interface DayPart {
@@ -32,14 +49,35 @@ interface DayPart {
   bucket: number;
 }
 
-/** One referenced event of one segment: its rows (sealed: the shard's range; active: every row, checked) and references. */
+/**
+ * Offsets [lowMs, highMs) of a day, read in one pass: an offset lies in
+ * bucket firstBucket + the number of edges at or before it (unused edges are
+ * highMs). Counted without branches: a row's part is as good as random, and a
+ * mispredicted branch per row cost more than the rest of the row.
+ */
+interface DaySpan {
+  lowMs: number;
+  highMs: number;
+  firstBucket: number;
+  edge1: number;
+  edge2: number;
+  edge3: number;
+}
+
+/** One referenced event of one segment: its rows of the shard's users, and its references. */
 interface EventScan {
   eventId: number;
+  /** Sealed: rows [start, end), sorted by user. */
   start: number;
   end: number;
-  references: SegmentReference[];
-  /** Whether some reference has a filter to check per row. */
-  filtered: boolean;
+  /** Active: the event's rows of the shard, grouped by user block: block k's are rows[blockStarts[k], blockStarts[k + 1]). */
+  rows: Uint32Array | undefined;
+  blockStarts: Uint32Array | undefined;
+  /** Bits of the references without a filter: they hold on every row. */
+  constantMask: number;
+  /** References with filters; the first one's single filter is read inline when it is the only one (`single`). */
+  filtered: SegmentReference[];
+  single: { bit: number; passes: Uint8Array; valueIds: ValueIdColumn } | undefined;
 }
 
 interface SegmentScan {
@@ -53,23 +91,56 @@ interface SegmentScan {
 }
 
 export interface ColumnScan {
-  days: Array<{ dayStartMs: number; parts: DayPart[]; segments: SegmentScan[] }>;
+  /** `whole`: every part at once, when they follow each other bucket after bucket; `single`: each part alone. */
+  days: Array<{ dayStartMs: number; whole: DaySpan | undefined; single: DaySpan[]; segments: SegmentScan[] }>;
   valueTexts: string[];
   userLo: number;
   userHi: number;
+  blockUsers: number;
 }
 
-/** Row visitor: shard-relative user slot, reference mask, value id, number, bucket, time. */
-export type RowVisit = (slot: number, mask: number, value: number, number: number, bucket: number, timeMs: number) => void;
+/** Rows per batch: the batch's columns (32 bytes a row) stay in cache beside the kernel's state. */
+const batchRowsMax = 1024;
+
+/** Visited rows, one entry per row in [0, count): see the file's comment. */
+export interface RowBatch {
+  count: number;
+  readonly slots: Int32Array;
+  readonly masks: Int32Array;
+  readonly values: Int32Array;
+  readonly buckets: Int32Array;
+  readonly numbers: Float64Array;
+  readonly timesMs: Float64Array;
+}
+
+export type BatchVisit = (batch: RowBatch) => void;
+
+/**
+ * `skip`: a row equal to the last visited one in user, bucket, value and
+ * mask, and not earlier, is not visited (for kernels that count users or keep
+ * a user's earliest row: sealed rows come sorted by user and time, so most
+ * of a user's rows in a day repeat the one before). `visit`: every row.
+ */
+export type RowRepeats = "skip" | "visit";
+
+/** The last row put into a batch, for `skip`: carried from one run of rows to the next. */
+interface LastRow {
+  slot: number;
+  bucket: number;
+  value: number;
+  mask: number;
+  timeMs: number;
+}
 
 const shardRows: RowRange = { start: 0, end: 0 };
 const zeroIds = new Int32Array(1);
 const noNumbers = new Float64Array([NaN]);
 
 /** The scan of `gather` over buckets [startsMs[b], startsMs[b + 1]); undefined when a day has too many parts. */
-export function planColumnScan(segments: readonly SegmentView[], gather: GatherPlan, startsMs: Float64Array, userLo: number, userHi: number): ColumnScan | undefined {
+export function planColumnScan(segments: readonly SegmentView[], gather: GatherPlan, startsMs: Float64Array, userLo: number, userHi: number, blockUsers = blockUsersDefault): ColumnScan | undefined {
+  assert(Number.isSafeInteger(blockUsers) && blockUsers >= 1, "a user block holds at least one user");
   const order = segmentsByDay(segments, gather.fromMs, gather.toMsExclusive);
-  const scan: ColumnScan = { days: [], valueTexts: [""], userLo, userHi };
+  const scan: ColumnScan = { days: [], valueTexts: [""], userLo, userHi, blockUsers };
   const globalIdOfText = new Map<string, number>();
   for (let index = 0; index < order.length; ) {
     const dayStartMs = segments[order[index]].dayStartMs;
@@ -78,25 +149,80 @@ export function planColumnScan(segments: readonly SegmentView[], gather: GatherP
     const scans: SegmentScan[] = [];
     for (; index < order.length && segments[order[index]].dayStartMs === dayStartMs; index++) {
       if (parts.length === 0) continue;
-      const segmentScan = planSegment(segments[order[index]], gather, userLo, userHi, scan.valueTexts, globalIdOfText);
+      const segmentScan = planSegment(segments[order[index]], gather, userLo, userHi, blockUsers, scan.valueTexts, globalIdOfText);
       if (segmentScan !== undefined) scans.push(segmentScan);
     }
-    if (scans.length > 0) scan.days.push({ dayStartMs, parts, segments: scans });
+    if (scans.length > 0) scan.days.push({ dayStartMs, whole: wholeSpan(parts), single: parts.map((part) => wholeSpan([part])!), segments: scans });
   }
   return scan;
 }
 
-/** Visits every row of the scan, bucket after bucket. */
-export function runColumnScan(scan: ColumnScan, visit: RowVisit): void {
-  for (const day of scan.days) {
-    const only = day.segments[0];
-    if (day.segments.length === 1 && only.segment.eventRowStart !== undefined && only.events.length === 1) {
-      // One sealed segment, one event: each user's rows come in time order, so one pass keeps every user's buckets in order.
-      scanSortedDay(only, day.parts, scan.userLo, visit);
-      continue;
-    }
-    for (const part of day.parts) for (const segment of day.segments) scanPart(segment, part, scan.userLo, scan.userHi, visit);
+/** Visits every row of the scan: block after block of users, and within a block day after day, bucket after bucket. */
+export function runColumnScan(scan: ColumnScan, visit: BatchVisit, repeats: RowRepeats): void {
+  const { userLo, userHi, blockUsers } = scan;
+  const batch: RowBatch = {
+    count: 0,
+    slots: new Int32Array(batchRowsMax),
+    masks: new Int32Array(batchRowsMax),
+    values: new Int32Array(batchRowsMax),
+    buckets: new Int32Array(batchRowsMax),
+    numbers: new Float64Array(batchRowsMax),
+    timesMs: new Float64Array(batchRowsMax),
+  };
+  const last: LastRow = { slot: -1, bucket: -1, value: -1, mask: -1, timeMs: -Infinity };
+  const skip = repeats === "skip";
+  // Where each sealed event's rows of the next block start.
+  const cursors: Int32Array[] = scan.days.map((day) => new Int32Array(day.segments.reduce((count, segment) => count + segment.events.length, 0)));
+  for (let dayIndex = 0; dayIndex < scan.days.length; dayIndex++) {
+    let index = 0;
+    for (const segment of scan.days[dayIndex].segments) for (const event of segment.events) cursors[dayIndex][index++] = event.start;
   }
+  const ends = new Int32Array(cursors.reduce((most, day) => Math.max(most, day.length), 0));
+  for (let block = 0, blockLo = userLo; blockLo < userHi; block++, blockLo += blockUsers) {
+    const blockHi = Math.min(userHi, blockLo + blockUsers);
+    for (let dayIndex = 0; dayIndex < scan.days.length; dayIndex++) {
+      const day = scan.days[dayIndex];
+      const cursor = cursors[dayIndex];
+      const only = day.segments[0];
+      if (day.segments.length === 1 && only.segment.eventRowStart !== undefined && only.events.length === 1) {
+        // One sealed segment, one event: each user's rows come in time order, so one pass keeps every user's buckets in order.
+        const end = lowerBoundUser(only.segment.userIds, cursor[0], only.events[0].end, blockHi);
+        if (day.whole !== undefined) scanRows(only, only.events[0], day.whole, undefined, cursor[0], end, userLo, skip, last, batch, visit);
+        // Parts apart: one pass each, in time order, so each user's buckets still come in order.
+        else for (const span of day.single) scanRows(only, only.events[0], span, undefined, cursor[0], end, userLo, skip, last, batch, visit);
+        cursor[0] = end;
+        continue;
+      }
+      let index = 0;
+      for (const segment of day.segments) {
+        for (const event of segment.events) {
+          if (event.rows === undefined) ends[index] = lowerBoundUser(segment.segment.userIds, cursor[index], event.end, blockHi);
+          index++;
+        }
+      }
+      for (const part of day.single) {
+        index = 0;
+        for (const segment of day.segments) {
+          for (const event of segment.events) {
+            if (event.rows === undefined) scanRows(segment, event, part, undefined, cursor[index], ends[index], userLo, skip, last, batch, visit);
+            else scanRows(segment, event, part, event.rows, event.blockStarts![block], event.blockStarts![block + 1], userLo, skip, last, batch, visit);
+            index++;
+          }
+        }
+      }
+      for (let event = 0; event < cursor.length; event++) cursor[event] = ends[event];
+    }
+  }
+  if (batch.count > 0) visit(batch);
+}
+
+/** The parts as one span; undefined when they leave a gap or skip a bucket. */
+function wholeSpan(parts: readonly DayPart[]): DaySpan | undefined {
+  assert(parts.length >= 1 && parts.length <= partsPerDayMax, "a day is read in one to four parts");
+  for (let part = 1; part < parts.length; part++) if (parts[part].lowMs !== parts[part - 1].highMs || parts[part].bucket !== parts[part - 1].bucket + 1) return undefined;
+  const highMs = parts[parts.length - 1].highMs;
+  const edge = (part: number) => (part < parts.length ? parts[part].lowMs : highMs);
+  return { lowMs: parts[0].lowMs, highMs, firstBucket: parts[0].bucket, edge1: edge(1), edge2: edge(2), edge3: edge(3) };
 }
 
 /** The parts of the UTC day starting at dayStartMs that lie in a bucket, in time order. */
@@ -117,17 +243,23 @@ function dayParts(startsMs: Float64Array, dayStartMs: number): DayPart[] {
   return parts;
 }
 
-function planSegment(segment: SegmentView, gather: GatherPlan, userLo: number, userHi: number, valueTexts: string[], globalIdOfText: Map<string, number>): SegmentScan | undefined {
+function planSegment(segment: SegmentView, gather: GatherPlan, userLo: number, userHi: number, blockUsers: number, valueTexts: string[], globalIdOfText: Map<string, number>): SegmentScan | undefined {
   const events: EventScan[] = [];
   for (const [eventId, references] of segmentReferences(segment, gather.references)) {
-    let start = 0;
-    let end = segment.rowCount;
+    let constantMask = 0;
+    for (const reference of references) if (reference.passes.length === 0) constantMask |= 1 << reference.bit;
+    const filtered = references.filter((reference) => reference.passes.length > 0);
+    const only = filtered[0];
+    const single = filtered.length === 1 && only.passes.length === 1 ? { bit: only.bit, passes: only.passes[0], valueIds: only.valueIds[0] } : undefined;
+    const masks = { constantMask, filtered: single === undefined ? filtered : [], single };
     if (segment.eventRowStart !== undefined) {
       sealedShardRows(segment.eventRowStart, segment.userIds, eventId, userLo, userHi, shardRows);
-      ({ start, end } = shardRows);
-      if (start === end) continue;
+      if (shardRows.start === shardRows.end) continue;
+      events.push({ eventId, start: shardRows.start, end: shardRows.end, rows: undefined, blockStarts: undefined, ...masks });
+      continue;
     }
-    events.push({ eventId, start, end, references, filtered: references.some((reference) => reference.passes.length > 0) || references.length > 1 });
+    const grouped = activeRowsByBlock(segment, eventId, userLo, userHi, blockUsers);
+    if (grouped.rows.length > 0) events.push({ eventId, start: 0, end: 0, rows: grouped.rows, blockStarts: grouped.blockStarts, ...masks });
   }
   if (events.length === 0) return undefined;
   let valueIds: ValueIdColumn | undefined;
@@ -148,58 +280,129 @@ function planSegment(segment: SegmentView, gather: GatherPlan, userLo: number, u
     }
   }
   let mathIds: ValueIdColumn | undefined;
-  let numbers = noNumbers;
+  let numbers: Float64Array = noNumbers;
   const math = gather.math.kind === "key" && gather.math.keyId !== undefined ? segment.property(gather.math.keyId) : undefined;
   if (math !== undefined) {
     mathIds = math.valueIds;
-    numbers = new Float64Array(Math.max(1, math.texts.length)).fill(NaN);
-    for (let id = 1; id < math.texts.length; id++) {
-      const text = math.texts[id];
-      // A string counts only when its value is finite: "1e400" does not (SPEC §7.4).
-      if (numericPattern.test(text)) {
-        const number = Number(text);
-        if (Number.isFinite(number)) numbers[id] = number;
-      }
-    }
+    numbers = numbersOf(math);
   }
   return { segment, events, valueIds, globalIds, mathIds, numbers };
 }
 
-function scanPart(scan: SegmentScan, part: DayPart, userLo: number, userHi: number, visit: RowVisit): void {
-  const { segment, valueIds, globalIds, mathIds, numbers } = scan;
-  const { userIds, timeOffsetMs, eventIds, dayStartMs } = segment;
-  const { lowMs, highMs, bucket } = part;
-  for (const event of scan.events) {
-    const { eventId, references, filtered } = event;
-    // One reference without filters: its mask is constant.
-    const constantMask = filtered ? 0 : (1 << references[0].bit) >>> 0;
-    for (let row = event.start; row < event.end; row++) {
-      const offset = timeOffsetMs[row];
-      if (offset < lowMs || offset >= highMs) continue;
-      const user = userIds[row];
-      if (eventIds !== undefined && (eventIds[row] !== eventId || user < userLo || user >= userHi)) continue;
-      const mask = filtered ? maskOf(references, row) : constantMask;
-      if (mask === 0) continue;
-      visit(user - userLo, mask, valueIds === undefined ? 0 : globalIds[valueIds[row]], mathIds === undefined ? NaN : numbers[mathIds[row]], bucket, dayStartMs + offset);
+/**
+ * Each text's number (NaN when it does not count), once per column: a sealed
+ * segment's column is one object for as long as the worker keeps its view, so
+ * the texts are not parsed again by every query (an active one is new per task).
+ */
+const numbersOfColumn = new WeakMap<PropertyColumn, Float64Array>();
+
+function numbersOf(column: PropertyColumn): Float64Array {
+  let numbers = numbersOfColumn.get(column);
+  if (numbers !== undefined) return numbers;
+  numbers = new Float64Array(Math.max(1, column.texts.length)).fill(NaN);
+  for (let id = 1; id < column.texts.length; id++) {
+    const text = column.texts[id];
+    // A string counts only when its value is finite: "1e400" does not (SPEC §7.4).
+    if (numericPattern.test(text)) {
+      const number = Number(text);
+      if (Number.isFinite(number)) numbers[id] = number;
     }
   }
+  numbersOfColumn.set(column, numbers);
+  return numbers;
 }
 
-function scanSortedDay(scan: SegmentScan, parts: readonly DayPart[], userLo: number, visit: RowVisit): void {
+/** An active segment's rows of eventId with a user in [userLo, userHi), grouped by user block (a counting sort), row order kept within a block. */
+function activeRowsByBlock(segment: SegmentView, eventId: number, userLo: number, userHi: number, blockUsers: number): { rows: Uint32Array; blockStarts: Uint32Array } {
+  const eventIds = segment.eventIds!;
+  const { userIds, rowCount } = segment;
+  const blockStarts = new Uint32Array(Math.ceil((userHi - userLo) / blockUsers) + 1);
+  let count = 0;
+  for (let row = 0; row < rowCount; row++) {
+    const user = userIds[row];
+    if (eventIds[row] !== eventId || user < userLo || user >= userHi) continue;
+    blockStarts[Math.floor((user - userLo) / blockUsers) + 1]++;
+    count++;
+  }
+  for (let block = 1; block < blockStarts.length; block++) blockStarts[block] += blockStarts[block - 1];
+  const next = blockStarts.slice(0, blockStarts.length - 1);
+  const rows = new Uint32Array(count);
+  for (let row = 0; row < rowCount; row++) {
+    const user = userIds[row];
+    if (eventIds[row] !== eventId || user < userLo || user >= userHi) continue;
+    rows[next[Math.floor((user - userLo) / blockUsers)]++] = row;
+  }
+  return { rows, blockStarts };
+}
+
+/**
+ * Rows [from, to) of one event (sealed: row numbers; active: indexes into
+ * `rows`) whose time lies in `span`, into the batch. A day's only sealed
+ * segment and event is read with all its parts in one span; other days one
+ * part at a time.
+ */
+function scanRows(
+  scan: SegmentScan,
+  event: EventScan,
+  span: DaySpan,
+  rows: Uint32Array | undefined,
+  from: number,
+  to: number,
+  userLo: number,
+  skip: boolean,
+  last: LastRow,
+  batch: RowBatch,
+  visit: BatchVisit,
+): void {
   const { segment, valueIds, globalIds, mathIds, numbers } = scan;
   const { userIds, timeOffsetMs, dayStartMs } = segment;
-  const { start, end, references, filtered } = scan.events[0];
-  const constantMask = filtered ? 0 : (1 << references[0].bit) >>> 0;
-  const firstMs = parts[0].lowMs;
-  const lastMs = parts[parts.length - 1].highMs;
-  for (let row = start; row < end; row++) {
+  const { constantMask, filtered, single } = event;
+  const singleBit = single?.bit ?? 0;
+  const singlePasses = single?.passes;
+  const singleIds = single?.valueIds;
+  const checksFiltered = filtered.length > 0;
+  const { lowMs, highMs, firstBucket, edge1, edge2, edge3 } = span;
+  const { slots, masks, values, buckets, timesMs } = batch;
+  const rowNumbers = batch.numbers;
+  let count = batch.count;
+  let { slot: lastSlot, bucket: lastBucket, value: lastValue, mask: lastMask, timeMs: lastTimeMs } = last;
+  for (let index = from; index < to; index++) {
+    const row = rows === undefined ? index : rows[index];
     const offset = timeOffsetMs[row];
-    if (offset < firstMs || offset >= lastMs) continue;
-    let part = 0;
-    while (offset >= parts[part].highMs) part++;
-    if (offset < parts[part].lowMs) continue;
-    const mask = filtered ? maskOf(references, row) : constantMask;
+    if (offset < lowMs || offset >= highMs) continue;
+    let mask = constantMask;
+    if (singleIds !== undefined) mask |= singlePasses![singleIds[row]] << singleBit;
+    else if (checksFiltered) mask |= maskOf(filtered, row);
     if (mask === 0) continue;
-    visit(userIds[row] - userLo, mask, valueIds === undefined ? 0 : globalIds[valueIds[row]], mathIds === undefined ? NaN : numbers[mathIds[row]], parts[part].bucket, dayStartMs + offset);
+    const slot = userIds[row] - userLo;
+    const value = valueIds === undefined ? 0 : globalIds[valueIds[row]];
+    // Offsets and edges are below 2^31: (edge - 1 - offset) is negative, its top bit set, exactly when offset >= edge.
+    const bucket = firstBucket + ((edge1 - 1 - offset) >>> 31) + ((edge2 - 1 - offset) >>> 31) + ((edge3 - 1 - offset) >>> 31);
+    const timeMs = dayStartMs + offset;
+    if (skip) {
+      if (((slot ^ lastSlot) | (bucket ^ lastBucket) | (value ^ lastValue) | (mask ^ lastMask)) === 0 && timeMs >= lastTimeMs) continue;
+      lastSlot = slot;
+      lastBucket = bucket;
+      lastValue = value;
+      lastMask = mask;
+      lastTimeMs = timeMs;
+    }
+    slots[count] = slot;
+    masks[count] = mask;
+    values[count] = value;
+    buckets[count] = bucket;
+    rowNumbers[count] = mathIds === undefined ? NaN : numbers[mathIds[row]];
+    timesMs[count] = timeMs;
+    if (++count === batchRowsMax) {
+      batch.count = count;
+      visit(batch);
+      count = 0;
+    }
   }
+  batch.count = count;
+  last.slot = lastSlot;
+  last.bucket = lastBucket;
+  last.value = lastValue;
+  last.mask = lastMask;
+  last.timeMs = lastTimeMs;
 }

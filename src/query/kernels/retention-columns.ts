@@ -13,7 +13,7 @@
  * the gathered rows (event-rows.ts, retention-cohorts.ts).
  */
 import type { SegmentView } from "../segment-view.js";
-import { planColumnScan, runColumnScan } from "./column-scan.js";
+import { blockUsersDefault, planColumnScan, runColumnScan } from "./column-scan.js";
 import { compareValues, type GatherPlan } from "./event-rows.js";
 import type { CohortCounts, RetentionCohortsAnswer, RetentionCohortsPlan } from "./retention-cohorts.js";
 import { rankSeries, valueOf } from "./series.js";
@@ -21,11 +21,11 @@ import { rankSeries, valueOf } from "./series.js";
 /** Per-user return bit sets of this many 32-bit words at most (128 periods). */
 const periodWordsMax = 4;
 
-export function retentionColumns(segments: readonly SegmentView[], gather: GatherPlan, plan: RetentionCohortsPlan, userLo: number, userHi: number): RetentionCohortsAnswer | undefined {
+export function retentionColumns(segments: readonly SegmentView[], gather: GatherPlan, plan: RetentionCohortsPlan, userLo: number, userHi: number, blockUsers = blockUsersDefault): RetentionCohortsAnswer | undefined {
   const periodCount = plan.startsMs.length - 1;
   const words = (periodCount + 31) >>> 5;
   if (words > periodWordsMax) return undefined;
-  const scan = planColumnScan(segments, gather, plan.startsMs, userLo, userHi);
+  const scan = planColumnScan(segments, gather, plan.startsMs, userLo, userHi, blockUsers);
   if (scan === undefined) return undefined;
   const { valueTexts } = scan;
   const slots = userHi - userLo;
@@ -33,25 +33,33 @@ export function retentionColumns(segments: readonly SegmentView[], gather: Gathe
   const cohortTimesMs = new Float64Array(slots);
   const cohortValues = new Int32Array(slots);
   const returns = new Uint32Array(slots * words);
-  runColumnScan(scan, (slot, mask, value, _number, period, timeMs) => {
-    if ((mask & 1) !== 0) {
-      if (cohortPeriods[slot] < 0) {
-        cohortPeriods[slot] = period;
-        cohortTimesMs[slot] = timeMs;
-        cohortValues[slot] = value;
-      } else if (cohortPeriods[slot] === period) {
-        // Rows of one period come in any order: keep the earliest, ties to the least value ("not set" first).
-        if (timeMs < cohortTimesMs[slot] || (timeMs === cohortTimesMs[slot] && compareValues(valueTexts, value, cohortValues[slot], true) < 0)) {
+  runColumnScan(scan, ({ count, slots, masks, values, buckets, timesMs }) => {
+    for (let index = 0; index < count; index++) {
+      const slot = slots[index];
+      const mask = masks[index];
+      const period = buckets[index];
+      if ((mask & 1) !== 0) {
+        const value = values[index];
+        const timeMs = timesMs[index];
+        if (cohortPeriods[slot] < 0) {
+          cohortPeriods[slot] = period;
           cohortTimesMs[slot] = timeMs;
           cohortValues[slot] = value;
+        } else if (cohortPeriods[slot] === period) {
+          // Rows of one period come in any order: keep the earliest, ties to the least value ("not set" first).
+          if (timeMs < cohortTimesMs[slot] || (timeMs === cohortTimesMs[slot] && compareValues(valueTexts, value, cohortValues[slot], true) < 0)) {
+            cohortTimesMs[slot] = timeMs;
+            cohortValues[slot] = value;
+          }
         }
       }
+      if ((mask & 2) !== 0) {
+        const cohortPeriod = cohortPeriods[slot];
+        if (cohortPeriod >= 0 && cohortPeriod < period) returns[slot * words + (period >>> 5)] |= 1 << (period & 31);
+      }
     }
-    if ((mask & 2) !== 0) {
-      const cohortPeriod = cohortPeriods[slot];
-      if (cohortPeriod >= 0 && cohortPeriod < period) returns[slot * words + (period >>> 5)] |= 1 << (period & 31);
-    }
-  });
+    // A row that repeats the previous one's user, period, value and mask, no earlier, neither moves a cohort nor adds a return.
+  }, "skip");
 
   const breakdown = plan.breakdownLimit !== undefined;
   const valueCount = valueTexts.length;
@@ -66,38 +74,38 @@ export function retentionColumns(segments: readonly SegmentView[], gather: Gathe
   }
   const ranked = breakdown ? rankSeries(weights, present, valueTexts, plan.breakdownLimit!) : undefined;
   const groupCount = ranked === undefined ? 1 : ranked.groupCount;
-  const groups = Array.from({ length: groupCount }, () => emptyCounts(periodCount));
+  // Each group's weeks, flat: period p's run of P - p counts starts at weekStarts[p] (the JS arrays of arrays cost more per user than the scan).
+  const weekStarts = new Int32Array(periodCount + 1);
+  for (let period = 0; period < periodCount; period++) weekStarts[period + 1] = weekStarts[period] + periodCount - period;
+  const groupCells = weekStarts[periodCount];
+  const weeks = new Float64Array(groupCount * groupCells);
+  const groupOfValue = ranked?.groupOfValue;
   for (let slot = 0; slot < slots; slot++) {
     const period = cohortPeriods[slot];
     if (period < 0) continue;
-    const all = groups[0];
-    const series = ranked === undefined ? undefined : groups[ranked.groupOfValue[cohortValues[slot]]];
-    all.totals[period]++;
-    all.weeks[period][0]++;
-    if (series !== undefined) {
-      series.totals[period]++;
-      series.weeks[period][0]++;
-    }
+    const allStart = weekStarts[period];
+    const seriesStart = groupOfValue === undefined ? -1 : groupOfValue[cohortValues[slot]] * groupCells + allStart;
+    weeks[allStart]++;
+    if (seriesStart >= 0) weeks[seriesStart]++;
     for (let word = 0; word < words; word++) {
       let bits = returns[slot * words + word];
       while (bits !== 0) {
         const lowest = bits & -bits;
-        const returned = word * 32 + 31 - Math.clz32(lowest);
-        all.weeks[period][returned - period]++;
-        if (series !== undefined) series.weeks[period][returned - period]++;
+        const offset = word * 32 + 31 - Math.clz32(lowest) - period;
+        weeks[allStart + offset]++;
+        if (seriesStart >= 0) weeks[seriesStart + offset]++;
         bits ^= lowest;
       }
     }
   }
-  if (ranked === undefined) return { all: groups[0], series: undefined, other: undefined };
-  return {
-    all: groups[0],
-    series: ranked.listed.map((value, rank) => ({ value: valueOf(valueTexts, value), counts: groups[rank + 1] })),
-    other: ranked.hasOther ? groups[ranked.otherGroup] : undefined,
+  const counts = (group: number): CohortCounts => {
+    const groupWeeks = Array.from({ length: periodCount }, (_, period) => Array.from(weeks.subarray(group * groupCells + weekStarts[period], group * groupCells + weekStarts[period + 1])));
+    return { totals: groupWeeks.map((periodWeeks) => periodWeeks[0]), weeks: groupWeeks };
   };
-}
-
-function emptyCounts(periodCount: number): CohortCounts {
-  const totals = new Array<number>(periodCount).fill(0);
-  return { totals, weeks: totals.map((_, period) => new Array<number>(periodCount - period).fill(0)) };
+  if (ranked === undefined) return { all: counts(0), series: undefined, other: undefined };
+  return {
+    all: counts(0),
+    series: ranked.listed.map((value, rank) => ({ value: valueOf(valueTexts, value), counts: counts(rank + 1) })),
+    other: ranked.hasOther ? counts(ranked.otherGroup) : undefined,
+  };
 }

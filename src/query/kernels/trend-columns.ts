@@ -19,7 +19,7 @@
  * gathered rows (event-rows.ts, trend-series.ts).
  */
 import type { SegmentView } from "../segment-view.js";
-import { planColumnScan, runColumnScan, type RowVisit } from "./column-scan.js";
+import { blockUsersDefault, planColumnScan, runColumnScan, type BatchVisit, type RowRepeats } from "./column-scan.js";
 import type { GatherPlan } from "./event-rows.js";
 import { rankSeries, valueOf } from "./series.js";
 import type { BucketValues, TrendSeriesAnswer, TrendSeriesPlan } from "./trend-series.js";
@@ -27,16 +27,18 @@ import type { BucketValues, TrendSeriesAnswer, TrendSeriesPlan } from "./trend-s
 /** Per-user value bit sets of this many 32-bit words at most (128 values): `unique` keeps two arrays of users × words. */
 const valueWordsMax = 4;
 
-export function trendColumns(segments: readonly SegmentView[], gather: GatherPlan, plan: TrendSeriesPlan, userLo: number, userHi: number): TrendSeriesAnswer | undefined {
+export function trendColumns(segments: readonly SegmentView[], gather: GatherPlan, plan: TrendSeriesPlan, userLo: number, userHi: number, blockUsers = blockUsersDefault): TrendSeriesAnswer | undefined {
   const bucketCount = plan.startsMs.length - 1;
-  const scan = planColumnScan(segments, gather, plan.startsMs, userLo, userHi);
+  // Only the distinct maths keep state per user: the others read each day in one run, not one per block.
+  const distinct = plan.math === "unique" || plan.math === "avg_per_user";
+  const scan = planColumnScan(segments, gather, plan.startsMs, userLo, userHi, distinct ? blockUsers : Math.max(1, userHi - userLo));
   if (scan === undefined) return undefined;
   const valueTexts = scan.valueTexts;
   const breakdown = plan.breakdownLimit !== undefined;
   const valueCount = valueTexts.length;
   const words = breakdown ? (valueCount + 31) >>> 5 : 1;
   if (words > valueWordsMax) return undefined;
-  const scanAll = (visit: RowVisit) => runColumnScan(scan, visit);
+  const scanAll = (visit: BatchVisit, repeats: RowRepeats) => runColumnScan(scan, visit, repeats);
 
   const slots = userHi - userLo;
   const cells = (breakdown ? valueCount : 0) * bucketCount;
@@ -44,7 +46,6 @@ export function trendColumns(segments: readonly SegmentView[], gather: GatherPla
   const valueCells = new Float64Array(cells);
   const weights = new Float64Array(breakdown ? valueCount : 0);
   const math = plan.math;
-  const distinct = math === "unique" || math === "avg_per_user";
   const numeric = math === "sum" || math === "avg" || math === "min" || math === "max";
 
   // Event counts (total, avg_per_user's numerator) or, for the numeric maths, counted numbers.
@@ -61,56 +62,87 @@ export function trendColumns(segments: readonly SegmentView[], gather: GatherPla
   const rangeValues = new Uint32Array(distinct && breakdown ? slots * words : 0);
 
   // One visitor per shape, chosen once: the row loop does not branch on the query.
-  const countNumbers: RowVisit = (_slot, _mask, value, number, bucket) => {
-    const cell = value * bucketCount + bucket;
-    if (breakdown) weights[value]++;
-    if (Number.isNaN(number)) return;
-    events[bucket]++;
-    sums[bucket] += number;
-    if (better(number, extremes[bucket])) extremes[bucket] = number;
-    if (breakdown) {
-      valueEvents[cell]++;
-      valueSums[cell] += number;
-      if (better(number, valueExtremes[cell])) valueExtremes[cell] = number;
+  const countNumbers: BatchVisit = ({ count, values, numbers, buckets }) => {
+    for (let index = 0; index < count; index++) {
+      const value = values[index];
+      const number = numbers[index];
+      const bucket = buckets[index];
+      const cell = value * bucketCount + bucket;
+      if (breakdown) weights[value]++;
+      if (Number.isNaN(number)) continue;
+      events[bucket]++;
+      sums[bucket] += number;
+      if (better(number, extremes[bucket])) extremes[bucket] = number;
+      if (breakdown) {
+        valueEvents[cell]++;
+        valueSums[cell] += number;
+        if (better(number, valueExtremes[cell])) valueExtremes[cell] = number;
+      }
     }
   };
-  const countEvents: RowVisit = (_slot, _mask, value, _number, bucket) => {
-    events[bucket]++;
-    if (breakdown) {
-      weights[value]++;
-      valueEvents[value * bucketCount + bucket]++;
+  const countEvents: BatchVisit = ({ count, values, buckets }) => {
+    for (let index = 0; index < count; index++) {
+      const bucket = buckets[index];
+      events[bucket]++;
+      if (breakdown) {
+        const value = values[index];
+        weights[value]++;
+        valueEvents[value * bucketCount + bucket]++;
+      }
     }
   };
-  const countUsers: RowVisit = (slot, _mask, _value, _number, bucket) => {
-    events[bucket]++;
-    if (marks[slot] !== bucket) {
-      marks[slot] = bucket;
-      all[bucket]++;
+  const countUsers: BatchVisit = ({ count, slots, buckets }) => {
+    for (let index = 0; index < count; index++) {
+      const slot = slots[index];
+      const bucket = buckets[index];
+      events[bucket]++;
+      if (marks[slot] !== bucket) {
+        marks[slot] = bucket;
+        all[bucket]++;
+      }
     }
   };
   const rankByUsers = math === "unique";
-  const countValueUsers: RowVisit = (slot, _mask, value, _number, bucket) => {
-    const cell = value * bucketCount + bucket;
-    events[bucket]++;
-    valueEvents[cell]++;
-    const base = slot * words;
-    if (marks[slot] !== bucket) {
-      marks[slot] = bucket;
-      all[bucket]++;
-      for (let word = 0; word < words; word++) bucketValues[base + word] = 0;
-    }
-    const word = base + (value >>> 5);
-    const bit = 1 << (value & 31);
-    if ((bucketValues[word] & bit) === 0) {
-      bucketValues[word] |= bit;
-      valueCells[cell]++;
-    }
-    if ((rangeValues[word] & bit) === 0) {
-      rangeValues[word] |= bit;
-      if (rankByUsers) weights[value]++;
+  // avg_per_user also counts events; unique ranks by users, counted from rangeValues after the scan.
+  const countsEvents = !rankByUsers;
+  const countValueUsers: BatchVisit = ({ count, slots, values, buckets }) => {
+    for (let index = 0; index < count; index++) {
+      const slot = slots[index];
+      const value = values[index];
+      const bucket = buckets[index];
+      const cell = value * bucketCount + bucket;
+      if (countsEvents) {
+        events[bucket]++;
+        valueEvents[cell]++;
+      }
+      const base = slot * words;
+      if (marks[slot] !== bucket) {
+        marks[slot] = bucket;
+        all[bucket]++;
+        for (let word = 0; word < words; word++) bucketValues[base + word] = 0;
+      }
+      const word = base + (value >>> 5);
+      const shift = value & 31;
+      // Without branches: a new bit adds 1 to its cell (the bits' difference shifted down), a known one 0.
+      const before = bucketValues[word];
+      const after = before | (1 << shift);
+      bucketValues[word] = after;
+      valueCells[cell] += (after ^ before) >>> shift;
+      rangeValues[word] |= 1 << shift;
     }
   };
-  scanAll(numeric ? countNumbers : !distinct ? countEvents : breakdown ? countValueUsers : countUsers);
+  // Unique counts users: a row that repeats the previous one's user, bucket and value adds nothing.
+  scanAll(numeric ? countNumbers : !distinct ? countEvents : breakdown ? countValueUsers : countUsers, math === "unique" ? "skip" : "visit");
+  if (rankByUsers && breakdown) {
+    for (let word = 0; word < rangeValues.length; word++) {
+      let bits = rangeValues[word];
+      while (bits !== 0) {
+        const lowest = bits & -bits;
+        weights[(word % words) * 32 + 31 - Math.clz32(lowest)]++;
+        bits ^= lowest;
+      }
+    }
+  }
   if (math === "avg_per_user" && breakdown) {
     // Ranked by events, like every math but unique.
     for (let value = 0; value < valueCount; value++) for (let bucket = 0; bucket < bucketCount; bucket++) weights[value] += valueEvents[value * bucketCount + bucket];
@@ -178,11 +210,15 @@ export function trendColumns(segments: readonly SegmentView[], gather: GatherPla
     // A user with two left-out values counts once: a second scan, marks reused with buckets shifted past the first scan's.
     const isOther = new Uint8Array(valueCount);
     for (let value = 0; value < valueCount; value++) isOther[value] = left(value) ? 1 : 0;
-    scanAll((slot, _mask, value, _number, bucket) => {
-      if (isOther[value] === 0 || marks[slot] === bucketCount + bucket) return;
-      marks[slot] = bucketCount + bucket;
-      otherUsers[bucket]++;
-    });
+    scanAll(({ count, slots, values, buckets }) => {
+      for (let index = 0; index < count; index++) {
+        const slot = slots[index];
+        const bucket = buckets[index];
+        if (isOther[values[index]] === 0 || marks[slot] === bucketCount + bucket) continue;
+        marks[slot] = bucketCount + bucket;
+        otherUsers[bucket]++;
+      }
+    }, "skip");
   }
   return { values, series, other: finish(otherUsers, otherEvents, otherSums, otherExtremes, 0) };
 }
