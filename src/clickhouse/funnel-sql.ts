@@ -2,8 +2,8 @@
  * Funnels (SPEC §4, §7.5) aggregated by ClickHouse, exact (not windowFunnel):
  * per user (GROUP BY user; over a Distributed table the shards' partial
  * arrays merge on the entry server) arrays of times, then per entry one
- * array element per formula below, unrolled over the steps (at most 20), so
- * 18.16's arrayMap / arrayFirstIndex / arrayExists suffice without a fold.
+ * array element per formula below, unrolled over the steps (at most 20), one
+ * SELECT level per step (Levels), so 18.16's arrays suffice without a fold.
  * Then users are counted per (depth, breakdown candidates) and ranked here.
  *
  * Steps that name the same event must be the same reference (same filters):
@@ -15,7 +15,7 @@
  *   previous step's time and after the class's event the chain already used.
  *   With disjoint classes of interchangeable events this greedy chain reaches
  *   the least possible time at every step; e1 reaches step k exactly when its
- *   t_k - e1 is within the window.
+ *   t_k - e1 is within the window. Exclusions: orderedSql.
  * - unordered: from every entry time T (an event of any step in the range),
  *   step s takes the r-th event at or after T of its class (r: how many
  *   steps of that class up to s), the least time a set can give it; k steps
@@ -32,37 +32,48 @@
  *   step j+1 within the window. The shortest time to convert is the lowest
  *   bit's group.
  *
- * Cost per user: ordered and unordered scan a class's times once per entry
- * (entries × events, as the ordered SQL always did); strict reads at most
- * steps² group masks per entry.
+ * Cost per user: "the first event at or after" for all entries at once is
+ * one sort of the entries among the class's events (nextElements), so
+ * ordered and unordered cost (entries + events) · log per step; strict reads
+ * steps² aligned group masks per group.
  *
  * Kept on the kernel path (funnel-chains.ts over selected rows), by
  * funnelSqlPlan returning undefined:
  *
  * | field                                | why                                                              |
  * |--------------------------------------|------------------------------------------------------------------|
- * | exclusions                           | a chain's validity links two steps' times: needs a search over    |
- * |                                      | the user's groups that 18.16's arrays cannot fold                 |
+ * | exclusions but those of an ordered   | a chain's validity links two steps' times; orderedSql searches   |
+ * | funnel of distinct steps, names no   | one range at a time, which needs the ranges apart, and excluded  |
+ * | step has, ranges equal or apart      | events that no step of the chain can be                          |
  * | one name in steps with other filters | events may match several steps: a matching per timestamp          |
  * | strict with a repeated step          | as above, inside a group of equal timestamps                      |
- * | ordered, more repeated steps than    | each repeated step reads two earlier steps' arrays, and 18.16     |
- * | clickhouseFunnelRepeatedStepsMax     | expands aliases: the query's text doubles per such step           |
- * | strict or unordered, more steps than | the text grows with the cube of the steps: ClickHouse analyses    |
- * | clickhouseFunnelSqlStepsMax          | it for seconds, and refuses a strict one of 20 as too big         |
+ * | ordered, more repeated steps than    | kept as bounds on the SQL's size (two searches per repeated      |
+ * | clickhouseFunnelRepeatedStepsMax;    | step; strict's arrayMap takes 2·steps arrays)                    |
+ * | strict or unordered, more steps than |                                                                  |
+ * | clickhouseFunnelSqlStepsMax          |                                                                  |
  * | gt/gte/lt/lte, too many texts        | as trend-sql.ts                                                   |
  */
 import { limits } from "../config/limits.js";
 import { timesToConvert, type FunnelChainsAnswer, type StepCounts } from "../query/kernels/funnel-chains.js";
 import { rankSeries, valueOf } from "../query/kernels/series.js";
-import type { FunnelRequest } from "../query/schemas.js";
+import type { EventReference, FunnelRequest } from "../query/schemas.js";
 import { candidateValues, LeastValues, property, rangeConditions, referenceCondition } from "./sql-parts.js";
 import type { ComparisonTexts } from "./sql-parts.js";
 
 /** Past every time: a step with no event left takes it, and it is never within a window. */
 const noTime = "toInt64(9000000000000000000)";
 
+/** An exclusion's steps (1-based, as in the request) and its references' condition (several exclusions of one range: OR). */
+interface Segment {
+  fromStep: number;
+  toStep: number;
+  references: EventReference[];
+}
+
 /** Which SQL answers a funnel, or why the kernel path does. */
-export type FunnelRoute = { kind: "sql"; classOfStep: number[] } | { kind: "kernel"; reason: "exclusions" | "overlapping steps" | "too many repeated steps" | "too many steps" };
+export type FunnelRoute =
+  | { kind: "sql"; classOfStep: number[]; segments: Segment[] }
+  | { kind: "kernel"; reason: "exclusions" | "overlapping steps" | "too many repeated steps" | "too many steps" };
 
 /**
  * Steps' classes (class i: the i-th distinct reference among the steps) and
@@ -70,7 +81,6 @@ export type FunnelRoute = { kind: "sql"; classOfStep: number[] } | { kind: "kern
  * filters aside).
  */
 export function funnelRoute(request: FunnelRequest): FunnelRoute {
-  if (request.exclusions.length > 0) return { kind: "kernel", reason: "exclusions" };
   const classes: Array<{ event: string; filters: string }> = [];
   const classOfStep: number[] = [];
   for (const step of request.steps) {
@@ -84,7 +94,31 @@ export function funnelRoute(request: FunnelRequest): FunnelRoute {
   if (request.order === "strict" && repeatedSteps > 0) return { kind: "kernel", reason: "overlapping steps" };
   if (request.order === "ordered" && repeatedSteps > limits.clickhouseFunnelRepeatedStepsMax) return { kind: "kernel", reason: "too many repeated steps" };
   if (request.order !== "ordered" && request.steps.length > limits.clickhouseFunnelSqlStepsMax) return { kind: "kernel", reason: "too many steps" };
-  return { kind: "sql", classOfStep };
+  const segments = exclusionSegments(request, repeatedSteps);
+  if (segments === undefined) return { kind: "kernel", reason: "exclusions" };
+  return { kind: "sql", classOfStep, segments };
+}
+
+/**
+ * Exclusions the SQL answers exactly: ordered, distinct steps, no excluded
+ * name among the steps' (so no step event is ever an excluded one), and
+ * ranges that are equal (one segment, their references OR-ed) or apart (one
+ * ends before the next begins). Sorted by range; undefined: the row path.
+ */
+function exclusionSegments(request: FunnelRequest, repeatedSteps: number): Segment[] | undefined {
+  if (request.exclusions.length === 0) return [];
+  if (request.order !== "ordered" || repeatedSteps > 0) return undefined;
+  const stepNames = new Set(request.steps.map((step) => step.event));
+  const segments: Segment[] = [];
+  for (const exclusion of request.exclusions) {
+    if (stepNames.has(exclusion.event.event)) return undefined;
+    const same = segments.find((segment) => segment.fromStep === exclusion.fromStep && segment.toStep === exclusion.toStep);
+    if (same !== undefined) same.references.push(exclusion.event);
+    else segments.push({ fromStep: exclusion.fromStep, toStep: exclusion.toStep, references: [exclusion.event] });
+  }
+  segments.sort((left, right) => left.fromStep - right.fromStep);
+  for (let index = 1; index < segments.length; index++) if (segments[index - 1].toStep >= segments[index].fromStep) return undefined;
+  return segments;
 }
 
 /** Whether the funnel's order, exclusions and steps allow the SQL (its filters aside). */
@@ -103,10 +137,17 @@ export function funnelSqlPlan(table: string, workspaceId: string, request: Funne
     if (condition === undefined) return undefined;
     classes.push(condition);
   }
+  const excluded: ExcludedRange[] = [];
+  for (const segment of route.segments) {
+    const conditions = segment.references.map((reference) => referenceCondition(reference.event, [...reference.filters, ...request.filters], comparisons));
+    if (conditions.some((condition) => condition === undefined)) return undefined;
+    excluded.push({ fromStep: segment.fromStep, toStep: segment.toStep, condition: `(${conditions.join(" OR ")})` });
+  }
   const shape: FunnelShape = {
     table,
     classes,
     classOfStep: route.classOfStep,
+    excluded,
     windowMs: request.conversionWindow * 1000,
     toMsExclusive,
     range: rangeConditions(workspaceId, fromMs, Math.max(fromMs, toMsExclusive + request.conversionWindow * 1000)),
@@ -123,11 +164,18 @@ export function funnelSqlPlan(table: string, workspaceId: string, request: Funne
   }
 }
 
+interface ExcludedRange {
+  fromStep: number;
+  toStep: number;
+  condition: string;
+}
+
 interface FunnelShape {
   table: string;
   /** Per class, its reference as one condition. */
   classes: string[];
   classOfStep: number[];
+  excluded: ExcludedRange[];
   windowMs: number;
   toMsExclusive: number;
   range: string[];
@@ -135,14 +183,117 @@ interface FunnelShape {
   timeToConvert: boolean;
 }
 
-/** Per class, its sorted times, padded with as many noTimes as steps take from it (so every index a chain takes exists). */
-function classTimes(shape: FunnelShape): string {
-  return shape.classes
-    .map((condition, index) => {
-      const padding = Array.from({ length: shape.classOfStep.filter((owner) => owner === index).length }, () => noTime).join(", ");
-      return `, arrayConcat(arraySort(groupArrayIf(time_ms, ${condition})), [${padding}]) AS class_${index}`;
-    })
-    .join("");
+/**
+ * A SELECT built level by level: each level reads the one below by column
+ * name. 18.16 writes an alias's expression out at every use, so a chain of
+ * aliases in one SELECT grows its text exponentially; a level's columns are
+ * computed once. Each level passes on only the columns later levels read
+ * (a level selecting everything below copies every array column through every
+ * level), and computes only the columns read.
+ */
+class Levels {
+  private readonly levels: Array<Array<{ name: string; expression: string }>> = [];
+
+  constructor(private readonly base: string) {}
+
+  /** Columns as `expression AS name`. */
+  add(columns: string[]): void {
+    this.levels.push(
+      columns.map((column) => {
+        const split = column.lastIndexOf(" AS ");
+        return { name: column.slice(split + 4), expression: column.slice(0, split) };
+      }),
+    );
+  }
+
+  /** The SELECT whose columns include every name `reader` reads. */
+  select(reader: string): string {
+    const known = new Set([...this.base.matchAll(/ AS ([A-Za-z_][A-Za-z0-9_]*)/g)].map((match) => match[1]));
+    for (const level of this.levels) for (const column of level) known.add(column.name);
+    const read = (expression: string) => [...identifiers(expression)].filter((name) => known.has(name));
+    let needed = new Set(read(reader));
+    const kept: Array<{ passed: string[]; computed: Array<{ name: string; expression: string }> }> = [];
+    for (let index = this.levels.length - 1; index >= 0; index--) {
+      const level = this.levels[index];
+      const defined = new Set(level.map((column) => column.name));
+      // A column read by another of its level is computed too (its alias is written out there).
+      const wanted = new Set([...needed].filter((name) => defined.has(name)));
+      for (let grown = true; grown; ) {
+        grown = false;
+        for (const column of level) {
+          if (!wanted.has(column.name)) continue;
+          for (const name of read(column.expression)) if (defined.has(name) && !wanted.has(name)) grown = wanted.add(name) !== undefined;
+        }
+      }
+      const computed = level.filter((column) => wanted.has(column.name));
+      const below = new Set([...needed].filter((name) => !defined.has(name)));
+      const passed = [...below];
+      for (const column of computed) for (const name of read(column.expression)) if (!defined.has(name)) below.add(name);
+      kept.unshift({ passed, computed });
+      needed = below;
+    }
+    let sql = this.base;
+    for (const { passed, computed } of kept) {
+      const columns = [...passed, ...computed.map((column) => `${column.expression} AS ${column.name}`)];
+      sql = `SELECT ${columns.join(", ")} FROM (${sql})`;
+    }
+    return sql;
+  }
+}
+
+/** The words of an expression outside its string literals (functions and lambda parameters too: only defined names are kept). */
+function identifiers(expression: string): Set<string> {
+  return new Set(expression.replace(/'(?:[^'\\]|\\.)*'/g, "").match(/[A-Za-z_][A-Za-z0-9_]*/g) ?? []);
+}
+
+/** Per element i: value[i] - value[i + 1], the last minus noTime (suffix sums telescope to value[j] - noTime). */
+function increments(values: string): string {
+  return `arrayMap((here, after) -> here - after, ${values}, arrayPopFront(arrayPushBack(${values}, ${noTime})))`;
+}
+
+/** Queries at noTime are clamped here, so twice a time fits in Int64. */
+const latestQuery = "toInt64(4000000000000000000)";
+
+/**
+ * For every query q (a time), the first element j of the ascending `sorted`
+ * at or after it: `${name}_index` (j; past the end, length + 1) and, per
+ * value array aligned with `sorted`, `${name}_${v}` (values[v][j]; past the
+ * end, noTime), aligned with the queries.
+ *
+ * One sort of the queries among the elements, no lambda over a captured
+ * array: 18.16 copies a captured array for every element it maps, so a search
+ * per query inside arrayMap costs queries × elements copies. Keys are 2t + 1
+ * for an element and 2q for a query (a query sorts before an element of its
+ * time; ties among elements or among queries change no sum below). The index
+ * is the count of elements before the query plus one; a value is noTime plus
+ * the suffix sum of its increments from the query on. `ascending`: the
+ * queries are in order already, so the sorted queries are in their order;
+ * otherwise each query's place sorts the answers back.
+ */
+function nextElements(levels: Levels, name: string, sorted: string, queries: string, values: string[], ascending: "ascending" | "any order"): void {
+  const keys = `arrayConcat(arrayMap(t -> toInt64(t) * 2 + 1, ${sorted}), arrayMap(q -> least(toInt64(q), ${latestQuery}) * 2, ${queries}))`;
+  const queryZeros = `arrayMap(q -> toInt64(0), ${queries})`;
+  const sortedColumns = [`arraySort(${keys}) AS ${name}_keys`, ...values.map((value, index) => `arraySort((d, k) -> k, arrayConcat(${increments(value)}, ${queryZeros}), ${keys}) AS ${name}_increments${index}`)];
+  if (ascending === "any order") {
+    sortedColumns.push(`arraySort((p, k) -> k, arrayConcat(arrayMap(t -> toInt64(0), ${sorted}), arrayMap(p -> toInt64(p), arrayEnumerate(${queries}))), ${keys}) AS ${name}_places`);
+  }
+  levels.add(sortedColumns);
+  const asked = (column: string) => `arrayFilter((x, k) -> bitAnd(k, 1) = 0, ${column}, ${name}_keys)`;
+  const inQueryOrder = (column: string) => (ascending === "ascending" ? asked(column) : `arraySort((x, p) -> p, ${asked(column)}, ${asked(`${name}_places`)})`);
+  levels.add([
+    `${inQueryOrder(`arrayMap(below -> below + 1, arrayCumSum(arrayMap(k -> bitAnd(k, 1), ${name}_keys)))`)} AS ${name}_index`,
+    ...values.map((_, index) => `${inQueryOrder(`arrayMap(suffix -> ${noTime} + suffix, arrayReverse(arrayCumSum(arrayReverse(${name}_increments${index}))))`)} AS ${name}_${index}`),
+  ]);
+}
+
+/** `array` from index offset + 1 on, padded with `filler` to its own length. */
+function shifted(array: string, offset: number, filler: string): string {
+  return `arraySlice(arrayConcat(${array}, arrayMap(i -> ${filler}, range(${offset}))), ${offset + 1}, length(${array}))`;
+}
+
+/** Per class, its sorted times. */
+function classTimes(shape: FunnelShape, prefix = "class"): string {
+  return shape.classes.map((condition, index) => `, arraySort(groupArrayIf(time_ms, ${condition})) AS ${prefix}_${index}`).join("");
 }
 
 /** How many steps before `step` (0-based) take from its class: its event is the (that + 1)-th of the class it may use. */
@@ -156,91 +307,174 @@ function previousOfClass(shape: FunnelShape, step: number): number | undefined {
   return undefined;
 }
 
-/** The per-user SELECT's columns and the outer SELECT over (depth, candidates); `reached(k)` says a user reached step k itself. */
-function countedPerCell(perUser: string, shape: FunnelShape, reached: (step: number) => string): string {
-  const convertLists: string[] = [];
-  if (shape.timeToConvert) for (let step = 2; step <= shape.classOfStep.length; step++) convertLists.push(`, groupArrayIf(convert_${step}, ${reached(step)})`);
-  return `SELECT depth, candidates, count()${convertLists.join("")} FROM (${perUser}) GROUP BY depth, candidates`;
+/** Rows any step (or exclusion) reads: the range, and the names first so the primary key narrows the read. */
+function readRows(shape: FunnelShape, conditions: string[]): string {
+  return [...shape.range, `(${conditions.join(" OR ")})`].join(" AND ");
 }
 
+/**
+ * The outer SELECT over (depth, candidates) of the per-user levels;
+ * `reached(k)` says a user reached step k itself. `atDepthOne`: a SELECT of
+ * (depth, candidates, convert_2…) for users the levels leave out.
+ */
+function countedPerCell(perUser: Levels, shape: FunnelShape, reached: (step: number) => string, atDepthOne?: string): string {
+  const convertLists: string[] = [];
+  const converts: string[] = [];
+  if (shape.timeToConvert) {
+    for (let step = 2; step <= shape.classOfStep.length; step++) {
+      convertLists.push(`, groupArrayIf(convert_${step}, ${reached(step)})`);
+      converts.push(`, convert_${step}`);
+    }
+  }
+  const outer = `SELECT depth, candidates, count()${convertLists.join("")} FROM (%s) GROUP BY depth, candidates`;
+  if (atDepthOne === undefined) return outer.replace("%s", perUser.select(outer));
+  const columns = `toUInt32(depth) AS depth, candidates${converts.join("")}`;
+  return outer.replace("%s", `SELECT ${columns} FROM (${perUser.select(`${outer} ${columns}`)}) UNION ALL SELECT ${columns} FROM (${atDepthOne})`);
+}
+
+/**
+ * Ordered: per entry the greedy chain (times_k), each step one nextElements
+ * over its class. Exclusions (see exclusionSegments) make chain_k, the
+ * earliest step-k time over the chains valid for every range ending by k:
+ * for a range (a, b), a chain's e_a…e_b must lie between two excluded events
+ * x (ends included). From chain_(a-1), the greedy run a…b is the earliest
+ * when it holds no x strictly inside; otherwise the earliest is the greedy
+ * run from the first x after chain_(a-1) whose own run holds none (runs
+ * from later starts end no earlier, and any valid run is matched by the run
+ * from the last x before its e_a). With a = 1 the entry is fixed: its run or
+ * none. Steps before b take the earlier chain; after b, greedy from chain_b.
+ */
 function orderedSql(shape: FunnelShape): string {
   const stepCount = shape.classOfStep.length;
   const windowMs = shape.windowMs;
-  const entryClass = `class_${shape.classOfStep[0]}`;
   const entry = `${shape.classes[shape.classOfStep[0]]} AND time_ms < ${shape.toMsExclusive}`;
   const { perUser: entryValues, candidates } = candidateValues(shape.breakdown, entry, "first_ms");
-  const repeated = stepCount - shape.classes.length;
-  // index_k: per entry, the index in step k's class of the event the chain takes; times_k its time.
-  const columns = [`arrayFilter(i -> ${entryClass}[i] < ${shape.toMsExclusive}, arrayEnumerate(${entryClass})) AS index_1`, `arrayMap(i -> ${entryClass}[i], index_1) AS times_1`];
+  const excludedTimes = shape.excluded.map((range, index) => `, arraySort(groupArrayIf(time_ms, ${range.condition})) AS held_excluded_${index}`).join("");
+  const levels = new Levels(
+    `SELECT user, minIf(time_ms, ${entry}) AS first_ms${entryValues}${classTimes(shape, "held")}${excludedTimes}, ${candidates} AS candidates` +
+      ` FROM ${shape.table} WHERE ${readRows(shape, [...shape.classes, ...shape.excluded.map((range) => range.condition)])} GROUP BY user HAVING countIf(${entry}) > 0`,
+  );
+  // A user without a step-2 event is at depth 1 (it has an entry): its arrays are emptied, so every later level is cheap for it.
+  const live = stepCount === 1 ? "0" : `notEmpty(held_${shape.classOfStep[1]})`;
+  levels.add([
+    ...shape.classes.map((_, index) => `if(${live}, held_${index}, emptyArrayInt64()) AS class_${index}`),
+    ...shape.excluded.map((_, index) => `if(${live}, held_excluded_${index}, emptyArrayInt64()) AS excluded_${index}`),
+  ]);
+  // The entries are a prefix of step 1's class (sorted, and in the range from below).
+  levels.add([`arrayFilter(t -> t < ${shape.toMsExclusive}, class_${shape.classOfStep[0]}) AS times_1`, `arrayEnumerate(times_1) AS index_1`]);
+  // Greedy: step k takes the first event of its class at or after step k - 1, past the class's event used before.
   for (let step = 2; step <= stepCount; step++) {
     const own = `class_${shape.classOfStep[step - 1]}`;
-    const after = `arrayFirstIndex(t -> t >= previous, ${own})`;
     const same = previousOfClass(shape, step - 1);
-    // Distinct steps take times directly (a shorter SQL: 18.16 writes the chain of aliases out at every use).
-    if (repeated === 0) {
-      columns.push(`arrayMap(previous -> arrayFirst(t -> t >= previous, ${own}), times_${step - 1}) AS times_${step}`);
+    nextElements(levels, `step_${step}`, own, `times_${step - 1}`, [own], "ascending");
+    if (same === undefined) {
+      levels.add([`step_${step}_index AS index_${step}`, `step_${step}_0 AS times_${step}`]);
       continue;
     }
-    columns.push(
-      same === undefined
-        ? `arrayMap(previous -> ${after}, times_${step - 1}) AS index_${step}`
-        : `arrayMap((previous, used) -> greatest(used + 1, ${after}), times_${step - 1}, index_${same + 1}) AS index_${step}`,
-      `arrayMap(i -> ${own}[i], index_${step}) AS times_${step}`,
-    );
+    // Past the event the class's earlier step used (at or before step k - 1's time): the later of the two indexes, then its time.
+    levels.add([`arrayMap((first, used) -> greatest(first, used + 1), step_${step}_index, index_${same + 1}) AS index_${step}`]);
+    nextElements(levels, `taken_${step}`, `arrayEnumerate(${own})`, `index_${step}`, [own], "ascending");
+    levels.add([`taken_${step}_0 AS times_${step}`]);
   }
+  // chain_k: as times_k until the first range; each range re-times its own end and the steps after it.
+  const chain = Array.from({ length: stepCount + 1 }, (_, step) => `times_${step}`);
+  shape.excluded.forEach((range, index) => {
+    const { fromStep: a, toStep: b } = range;
+    const excluded = `excluded_${index}`;
+    // The greedy run a…b from chain_(a-1) is chain_a…chain_b: chain is greedy past the last range's end.
+    // Greedy chains are in their entries' order; a re-timed one (after an earlier range) need not be.
+    const order = index === 0 ? "ascending" : "any order";
+    // No excluded event strictly inside (chain_a, chain_b): no more before chain_b than at or before chain_a (the two may be equal).
+    nextElements(levels, `own${index}_end`, excluded, chain[b], [], order);
+    nextElements(levels, `own${index}_start`, excluded, `arrayMap(t -> t + 1, ${chain[a]})`, [], order);
+    let end = `arrayMap((valid, t) -> if(valid, t, ${noTime}), arrayMap((before, after) -> before <= after, own${index}_end_index, own${index}_start_index), ${chain[b]})`;
+    if (a > 1) {
+      // Runs from each excluded event x: x_a… x_b, kept where none lies strictly inside.
+      let from = excluded;
+      for (let step = a; step <= b; step++) {
+        nextElements(levels, `x${index}_${step}`, `class_${shape.classOfStep[step - 1]}`, from, [`class_${shape.classOfStep[step - 1]}`], "ascending");
+        from = `x${index}_${step}_0`;
+      }
+      nextElements(levels, `x${index}_end`, excluded, `x${index}_${b}_0`, [], "ascending");
+      nextElements(levels, `x${index}_start`, excluded, `arrayMap(t -> t + 1, x${index}_${a}_0)`, [], "ascending");
+      levels.add([`arrayMap((before, after) -> before <= after, x${index}_end_index, x${index}_start_index) AS x${index}_valid`]);
+      levels.add([`arrayFilter((x, valid) -> valid, ${excluded}, x${index}_valid) AS x${index}_starts`, `arrayFilter((t, valid) -> valid, x${index}_${b}_0, x${index}_valid) AS x${index}_ends`]);
+      // The first valid start strictly after chain_(a-1): its run's end.
+      nextElements(levels, `x${index}_after`, `x${index}_starts`, `arrayMap(t -> t + 1, ${chain[a - 1]})`, [`x${index}_ends`], order);
+      end = `arrayMap((own, other) -> if(own != ${noTime}, own, other), ${end}, x${index}_after_0)`;
+    }
+    levels.add([`${end} AS chain${index}_${b}`]);
+    chain[b] = `chain${index}_${b}`;
+    for (let step = b + 1; step <= stepCount; step++) {
+      nextElements(levels, `chain${index}_${step}`, `class_${shape.classOfStep[step - 1]}`, chain[step - 1], [`class_${shape.classOfStep[step - 1]}`], "any order");
+      chain[step] = `chain${index}_${step}_0`;
+    }
+  });
   const parameters = ["e"];
   const reached = ["1"];
   for (let step = 2; step <= stepCount; step++) {
     parameters.push(`t${step}`);
     reached.push(`(t${step} - e <= ${windowMs})`);
   }
-  const timeLists = parameters.map((_, index) => `times_${index + 1}`).join(", ");
-  const depth = `arrayReduce('max', arrayMap((${parameters.join(", ")}) -> ${reached.join(" + ")}, ${timeLists}))`;
-  // Time to convert to step k: the least t_k - e over the entries within the window (read only when depth >= k).
-  const converts: string[] = [];
+  const columns = [`greatest(1, arrayReduce('max', arrayMap((${parameters.join(", ")}) -> ${reached.join(" + ")}, ${chain.slice(1).join(", ")}))) AS depth`];
+  // Time to convert to step k: the least chain_k - e over the entries within the window (read only when depth >= k).
   if (shape.timeToConvert) {
     for (let step = 2; step <= stepCount; step++) {
-      converts.push(`, arrayReduce('min', arrayFilter(span -> span <= ${windowMs}, arrayMap((e, t) -> t - e, times_1, times_${step}))) AS convert_${step}`);
+      columns.push(`arrayReduce('min', arrayFilter(span -> span <= ${windowMs}, arrayMap((e, t) -> t - e, times_1, ${chain[step]}))) AS convert_${step}`);
     }
   }
-  const where = [...shape.range, `(${shape.classes.join(" OR ")})`].join(" AND ");
-  const perUser =
-    `SELECT minIf(time_ms, ${entry}) AS first_ms${entryValues}${classTimes(shape)}, ${columns.join(", ")},` +
-    ` ${depth} AS depth, ${candidates} AS candidates${converts.join("")} FROM ${shape.table} WHERE ${where} GROUP BY user HAVING countIf(${entry}) > 0`;
-  return countedPerCell(perUser, shape, (step) => `depth >= ${step}`);
+  levels.add(columns);
+  return countedPerCell(levels, shape, (step) => `depth >= ${step}`);
 }
 
+/**
+ * Unordered: per entry time T and class, the index of the class's first
+ * event at or after T (nextElements, with the class shifted by r as values:
+ * step s reads its class's r-th event from there, r its earlier steps of the
+ * class), then per step the window and at-T tests, aligned with the entries.
+ */
 function unorderedSql(shape: FunnelShape): string {
   const stepCount = shape.classOfStep.length;
   const windowMs = shape.windowMs;
   const entry = `(${shape.classes.join(" OR ")}) AND time_ms < ${shape.toMsExclusive}`;
   const { perUser: entryValues, candidates } = candidateValues(shape.breakdown, entry, "first_ms");
-  // entries: the distinct entry times T; first_c: per T the index of class c's first event at or after T.
-  const columns = [`arraySort(groupUniqArrayIf(time_ms, ${entry})) AS entries`];
-  for (let index = 0; index < shape.classes.length; index++) columns.push(`arrayMap(origin -> arrayFirstIndex(t -> t >= origin, class_${index}), entries) AS first_${index}`);
-  const reaches: string[] = [];
-  const converts: string[] = [];
-  for (let step = 1; step <= stepCount; step++) {
-    const owner = shape.classOfStep[step - 1];
-    columns.push(`arrayMap(i -> class_${owner}[i + ${earlierOfClass(shape, step - 1)}], first_${owner}) AS times_${step}`);
-    // inside_k: steps 1…k all within the window of T; at_k: one of them at T.
-    columns.push(
-      step === 1 ? `arrayMap((origin, t) -> t - origin <= ${windowMs}, entries, times_1) AS inside_1` : `arrayMap((origin, t, before) -> before AND t - origin <= ${windowMs}, entries, times_${step}, inside_${step - 1}) AS inside_${step}`,
-      step === 1 ? `arrayMap((origin, t) -> t = origin, entries, times_1) AS at_1` : `arrayMap((origin, t, before) -> before OR t = origin, entries, times_${step}, at_${step - 1}) AS at_${step}`,
-      `arrayExists((within, here) -> within AND here, inside_${step}, at_${step}) AS reach_${step}`,
+  const levels = new Levels(
+    `SELECT user, minIf(time_ms, ${entry}) AS first_ms${entryValues}${classTimes(shape)}, arraySort(groupUniqArrayIf(time_ms, ${entry})) AS entries, ${candidates} AS candidates` +
+      ` FROM ${shape.table} WHERE ${readRows(shape, shape.classes)} GROUP BY user HAVING countIf(${entry}) > 0`,
+  );
+  for (let index = 0; index < shape.classes.length; index++) {
+    const taken = shape.classOfStep.filter((owner) => owner === index).length;
+    const shiftedClasses = Array.from({ length: taken }, (_, shift) =>
+      shift === 0 ? `class_${index}` : shifted(`class_${index}`, shift, noTime),
     );
-    if (!shape.timeToConvert || step === 1) continue;
-    columns.push(step === 2 ? `arrayMap((a, b) -> greatest(a, b), times_1, times_2) AS latest_2` : `arrayMap((a, b) -> greatest(a, b), latest_${step - 1}, times_${step}) AS latest_${step}`);
-    converts.push(`arrayReduce('min', arrayFilter((span, within, here) -> within AND here, arrayMap((latest, origin) -> latest - origin, latest_${step}, entries), inside_${step}, at_${step})) AS convert_${step}`);
+    nextElements(levels, `first_${index}`, `class_${index}`, "entries", shiftedClasses, "ascending");
   }
+  for (let step = 1; step <= stepCount; step++) {
+    const times = `first_${shape.classOfStep[step - 1]}_${earlierOfClass(shape, step - 1)}`;
+    // inside_k: steps 1…k all within the window of T; at_k: one of them at T.
+    const columns = [
+      step === 1 ? `arrayMap((origin, t) -> t - origin <= ${windowMs}, entries, ${times}) AS inside_1` : `arrayMap((origin, t, before) -> before AND t - origin <= ${windowMs}, entries, ${times}, inside_${step - 1}) AS inside_${step}`,
+      step === 1 ? `arrayMap((origin, t) -> t = origin, entries, ${times}) AS at_1` : `arrayMap((origin, t, before) -> before OR t = origin, entries, ${times}, at_${step - 1}) AS at_${step}`,
+    ];
+    if (shape.timeToConvert && step > 1) columns.push(`arrayMap((a, b) -> greatest(a, b), ${step === 2 ? `first_${shape.classOfStep[0]}_0` : `latest_${step - 1}`}, ${times}) AS latest_${step}`);
+    levels.add(columns);
+    const reach = [`arrayExists((within, here) -> within AND here, inside_${step}, at_${step}) AS reach_${step}`];
+    if (shape.timeToConvert && step > 1) {
+      reach.push(`arrayReduce('min', arrayFilter((span, within, here) -> within AND here, arrayMap((latest, origin) -> latest - origin, latest_${step}, entries), inside_${step}, at_${step})) AS convert_${step}`);
+    }
+    levels.add(reach);
+  }
+  const reaches: string[] = [];
   for (let step = stepCount; step >= 1; step--) reaches.push(`reach_${step}, ${step}`);
-  const depth = `multiIf(${reaches.join(", ")}, 0)`;
-  const perUser =
-    `SELECT minIf(time_ms, ${entry}) AS first_ms${entryValues}${classTimes(shape)}, ${columns.join(", ")}, ${depth} AS depth, ${candidates} AS candidates` +
-    `${converts.map((convert) => `, ${convert}`).join("")} FROM ${shape.table} WHERE ${[...shape.range, `(${shape.classes.join(" OR ")})`].join(" AND ")} GROUP BY user HAVING countIf(${entry}) > 0`;
-  return countedPerCell(perUser, shape, (step) => `reach_${step}`);
+  levels.add([`multiIf(${reaches.join(", ")}, 0) AS depth`]);
+  return countedPerCell(levels, shape, (step) => `reach_${step}`);
 }
 
+/**
+ * Strict: per user its groups of equal timestamps with a mask of the steps
+ * present, and the masks and times shifted by each offset o (group i + o at
+ * index i), so a step's bit set of offsets is one aligned arrayMap.
+ */
 function strictSql(shape: FunnelShape): string {
   const stepCount = shape.classOfStep.length;
   const windowMs = shape.windowMs;
@@ -257,33 +491,48 @@ function strictSql(shape: FunnelShape): string {
     entryValues = `, groupArrayIf(values_here, notEmpty(values_here)) AS value_lists, groupArrayIf(time_ms, notEmpty(values_here)) AS value_times`;
     candidates = `arrayDistinct(arrayFirst((list, listed_ms) -> listed_ms = first_ms, value_lists, value_times))`;
   }
-  const groups = `SELECT user, time_ms, groupBitOr(toUInt32(${bits})) AS mask${valuesHere} FROM ${shape.table} WHERE ${shape.range.join(" AND ")} GROUP BY user, time_ms`;
+  // Users without a step-2 event are at depth 1: only the others are grouped by timestamp (every event of theirs, the costly part).
+  const steppers = `SELECT user FROM ${shape.table} WHERE ${readRows(shape, [shape.classes[1] ?? "0"])}`;
+  const reading = stepCount === 1 ? shape.range : [...shape.range, `user GLOBAL IN (${steppers})`];
+  const groups = `SELECT user, time_ms, groupBitOr(toUInt32(${bits})) AS mask${valuesHere} FROM ${shape.table} WHERE ${reading.join(" AND ")} GROUP BY user, time_ms`;
   const entryGroup = `bitAnd(mask, 1) != 0 AND time_ms < ${shape.toMsExclusive}`;
-  const columns = [
-    `arraySort(groupArray((time_ms, mask))) AS groups`,
-    `arrayMap(pair -> pair.1, groups) AS group_times`,
-    `arrayMap(pair -> pair.2, groups) AS group_masks`,
-    `arrayFilter(i -> bitAnd(group_masks[i], 1) != 0 AND group_times[i] < ${shape.toMsExclusive}, arrayEnumerate(group_times)) AS entry_groups`,
-    `arrayMap(i -> toUInt32(1), entry_groups) AS chains_1`,
-  ];
-  const converts: string[] = [];
-  for (let step = 2; step <= stepCount; step++) {
-    // Bit o: the o-th group from the entry holds step `step` within the window (past the last group a mask reads 0).
-    // Step `step` sits at most step - 1 groups after the entry.
-    const present = Array.from({ length: step }, (_, offset) => `if(bitAnd(group_masks[i + ${offset}], ${2 ** (step - 1)}) != 0 AND group_times[i + ${offset}] - group_times[i] <= ${windowMs}, ${2 ** offset}, 0)`);
-    columns.push(`arrayMap((before, i) -> bitAnd(bitOr(before, bitShiftLeft(before, 1)), toUInt32(${present.join(" + ")})), chains_${step - 1}, entry_groups) AS chains_${step}`);
-    if (!shape.timeToConvert) continue;
-    const lowest = `arrayFirst(shift -> bitAnd(chains, bitShiftLeft(toUInt32(1), shift)) != 0, range(${stepCount}))`;
-    converts.push(
-      `, arrayReduce('min', arrayFilter((span, chains) -> chains != 0, arrayMap((i, chains) -> group_times[i + ${lowest}] - group_times[i], entry_groups, chains_${step}), chains_${step})) AS convert_${step}`,
+  const levels = new Levels(
+    `SELECT user, minIf(time_ms, ${entryGroup}) AS first_ms${entryValues}, arraySort(groupArray((time_ms, mask))) AS groups, ${candidates} AS candidates` +
+      ` FROM (${groups}) GROUP BY user HAVING countIf(${entryGroup}) > 0`,
+  );
+  levels.add([`arrayMap(pair -> pair.1, groups) AS times_0`, `arrayMap(pair -> pair.2, groups) AS masks_0`]);
+  const shifts: string[] = [];
+  for (let offset = 1; offset < stepCount; offset++) {
+    shifts.push(
+      `${shifted("times_0", offset, noTime)} AS times_${offset}`,
+      `${shifted("masks_0", offset, "toUInt32(0)")} AS masks_${offset}`,
     );
+  }
+  if (shifts.length > 0) levels.add(shifts);
+  levels.add([`arrayMap((m, t) -> toUInt32(if(bitAnd(m, 1) != 0 AND t < ${shape.toMsExclusive}, 1, 0)), masks_0, times_0) AS chains_1`]);
+  for (let step = 2; step <= stepCount; step++) {
+    // Bit o: the o-th group from the entry holds step `step` within the window (step `step` sits at most step - 1 groups after the entry).
+    const offsets = Array.from({ length: step }, (_, offset) => offset);
+    const present = offsets.map((offset) => `if(bitAnd(m${offset}, ${2 ** (step - 1)}) != 0 AND g${offset} - g0 <= ${windowMs}, ${2 ** offset}, 0)`).join(" + ");
+    const parameters = ["before", ...offsets.map((offset) => `m${offset}`), ...offsets.map((offset) => `g${offset}`)].join(", ");
+    const arrays = [`chains_${step - 1}`, ...offsets.map((offset) => `masks_${offset}`), ...offsets.map((offset) => `times_${offset}`)].join(", ");
+    levels.add([`arrayMap((${parameters}) -> toUInt32(bitAnd(bitOr(before, bitShiftLeft(before, 1)), toUInt32(${present}))), ${arrays}) AS chains_${step}`]);
+    if (!shape.timeToConvert) continue;
+    // The shortest time to convert from an entry: its chain's lowest offset.
+    const lowest = offsets.map((offset) => `bitAnd(c, ${2 ** offset}) != 0, g${offset}`).join(", ");
+    const spans = `arrayMap((c, ${offsets.map((offset) => `g${offset}`).join(", ")}) -> multiIf(${lowest}, g0) - g0, chains_${step}, ${offsets.map((offset) => `times_${offset}`).join(", ")})`;
+    levels.add([`arrayReduce('min', arrayFilter((span, c) -> c != 0, ${spans}, chains_${step})) AS convert_${step}`]);
   }
   const chainLists = Array.from({ length: stepCount - 1 }, (_, index) => `chains_${index + 2}`);
   const depth = stepCount === 1 ? "1" : `arrayReduce('max', arrayMap((${chainLists.map((_, index) => `c${index + 2}`).join(", ")}) -> 1 + ${chainLists.map((_, index) => `(c${index + 2} != 0)`).join(" + ")}, ${chainLists.join(", ")}))`;
-  const perUser =
-    `SELECT minIf(time_ms, ${entryGroup}) AS first_ms${entryValues}, ${columns.join(", ")}, ${depth} AS depth, ${candidates} AS candidates${converts.join("")}` +
-    ` FROM (${groups}) GROUP BY user HAVING countIf(${entryGroup}) > 0`;
-  return countedPerCell(perUser, shape, (step) => `depth >= ${step}`);
+  levels.add([`${depth} AS depth`]);
+  if (stepCount === 1) return countedPerCell(levels, shape, (step) => `depth >= ${step}`);
+  const { perUser: firstValues, candidates: firstCandidates } = candidateValues(shape.breakdown, entryRow, "first_ms");
+  const noConverts = Array.from({ length: shape.timeToConvert ? stepCount - 1 : 0 }, (_, index) => `, toInt64(0) AS convert_${index + 2}`).join("");
+  const atDepthOne =
+    `SELECT 1 AS depth, candidates${noConverts} FROM (SELECT user, minIf(time_ms, ${entryRow}) AS first_ms${firstValues}, ${firstCandidates} AS candidates FROM ${shape.table}` +
+    ` WHERE ${[...shape.range, entryRow, `user GLOBAL NOT IN (${steppers})`].join(" AND ")} GROUP BY user)`;
+  return countedPerCell(levels, shape, (step) => `depth >= ${step}`, atDepthOne);
 }
 
 type Rows = (sql: string) => Promise<unknown[][]>;

@@ -15,8 +15,13 @@
  *
  * uuid retries: each front end remembers the uuids of the last
  * EVENTIDE_UUID_HORIZON_DAYS (read back from ClickHouse at start) and drops
- * repeats before the outbox, as the embedded store does; two front ends do
- * not share that memory.
+ * repeats before the outbox, as the embedded store does. Front ends do not
+ * share that memory; instead each block, before its INSERT, drops the rows
+ * whose uuid ClickHouse already holds from another block within the horizon
+ * (uuidsStoredElsewhere). So a uuid sent to two front ends is counted once
+ * when one copy's INSERT ends before the other's block is checked — always
+ * when the second copy is acknowledged after the first is visible in queries;
+ * two copies forwarded at the same moment may both be counted.
  *
  * Cardinality caps (EVENTIDE_WORKSPACE_EVENT_NAMES_MAX, …_PROPERTY_KEYS_MAX):
  * refused as in the embedded store (storage/cardinality.ts), against the
@@ -82,8 +87,8 @@ function dayOf(timeMs: number): number {
   return Math.floor(timeMs / 86_400_000);
 }
 
-/** One JSONEachRow line per row of the chunk; `keep(day, shard)` selects the rows to write. */
-function chunkRows(workspaceId: string, chunk: DecodedChunk, blockId: string, shardCount: number, keep: (day: number, shard: number) => boolean): string[] {
+/** One JSONEachRow line per row of the chunk; `keep(day, shard, uuid)` selects the rows to write ('' when the row has no uuid). */
+function chunkRows(workspaceId: string, chunk: DecodedChunk, blockId: string, shardCount: number, keep: (day: number, shard: number, uuid: string) => boolean): string[] {
   const keys: string[][] = Array.from({ length: chunk.rowCount }, () => []);
   const values: string[][] = Array.from({ length: chunk.rowCount }, () => []);
   for (let key = 0; key < chunk.keyStrings.length; key++) {
@@ -98,8 +103,8 @@ function chunkRows(workspaceId: string, chunk: DecodedChunk, blockId: string, sh
     const user = chunk.string(chunk.distinctIdString[row]);
     const day = dayOf(chunk.timeMs[row]);
     const shard = shardOf(user, shardCount);
-    if (!keep(day, shard)) continue;
     const uuid = chunk.uuidPresent?.[row] ? uuidText(chunk.uuidBytes!, row) : "";
+    if (!keep(day, shard, uuid)) continue;
     lines.push(
       JSON.stringify({
         workspace: workspaceId,
@@ -421,14 +426,40 @@ export class ClickHouseOutbox {
       );
       present = new Set(found.map(([day, shard]) => `${day as number}/${shard as number}`));
     }
+    const stored = await this.uuidsStoredElsewhere(chunks, blockId);
     const lines: string[] = [];
     for (const { workspaceId, chunk } of chunks) {
-      lines.push(...chunkRows(workspaceId, chunk, blockId, this.schema.shardCount, (day, shard) => !present.has(`${day}/${shard}`)));
+      lines.push(...chunkRows(workspaceId, chunk, blockId, this.schema.shardCount, (day, shard, uuid) => !present.has(`${day}/${shard}`) && !(uuid !== "" && stored.has(`${workspaceId}:${uuid}`))));
       // One record (one request's chunk) at a time: a block of 200 000 rows must not hold the main thread, which answers ingest, for seconds.
       await new Promise((resolve) => setImmediate(resolve));
     }
     if (lines.length === 0) return;
     await this.client.run(`INSERT INTO ${this.database}.${eventsTable} (workspace, event, user, time_ms, day, uuid, prop_keys, prop_values, block_id, shard) FORMAT JSONEachRow`, `${lines.join("\n")}\n`, this.insertSettings);
+  }
+
+  /**
+   * The block's uuids that ClickHouse already holds from another block (another
+   * front end, or this one before its uuid memory was lost) stored within the
+   * horizon, as `workspace:uuid`: those rows are not inserted again. Read on
+   * the days the block's rows fall on (a retry carries its timestamp).
+   */
+  private async uuidsStoredElsewhere(chunks: ReadonlyArray<{ workspaceId: string; chunk: DecodedChunk }>, blockId: string): Promise<Set<string>> {
+    const uuids = new Set<string>();
+    const days = new Set<number>();
+    for (const { chunk } of chunks) {
+      if (chunk.uuidPresent === undefined) continue;
+      for (let row = 0; row < chunk.rowCount; row++) {
+        if (!chunk.uuidPresent[row]) continue;
+        uuids.add(uuidText(chunk.uuidBytes!, row));
+        days.add(dayOf(chunk.timeMs[row]));
+      }
+    }
+    if (uuids.size === 0) return new Set();
+    const found = await this.client.rows(
+      `SELECT workspace, uuid FROM ${this.database}.${eventsTable} WHERE day IN (${[...days].join(",")}) AND uuid IN (${[...uuids].map(sqlString).join(",")})` +
+        ` AND block_id != ${sqlString(blockId)} AND stored_at >= now() - ${limits.uuidHorizonDays * 86_400} GROUP BY workspace, uuid`,
+    );
+    return new Set(found.map(([workspace, uuid]) => `${workspace as string}:${uuid as string}`));
   }
 
   /** Stops forwarding (what is left is forwarded at the next start) and closes the outbox WAL. */

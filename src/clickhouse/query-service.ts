@@ -15,9 +15,10 @@
  * | trend     | every math, breakdowns, zones, filters               | a slot table over the slots limit; a gt/gte/lt/lte filter   |
  * |           |                                                       | on a property of too many numeric texts                     |
  * | retention | everything, breakdowns included                       | as the trend                                                |
- * | funnel    | ordered, strict, unordered; breakdowns, zones,         | exclusions; one name in steps with different filters;       |
+ * | funnel    | ordered, strict, unordered; breakdowns, zones,         | other exclusions; one name in steps with different filters; |
  * |           | filters, timeToConvert; a repeated step (same filters) | strict with a repeated step; a comparison filter as the     |
- * |           | except with strict                                     | trend's; many steps (limits.ts); funnel-sql.ts says why     |
+ * |           | except with strict; exclusions of an ordered funnel    | trend's; many steps (limits.ts); funnel-sql.ts says why     |
+ * |           | of distinct steps, ranges equal or apart               |                                                             |
  *
  * eventide_clickhouse_queries_total counts the queries by path.
  */
@@ -128,7 +129,7 @@ export class ClickHouseQueryService {
         case "funnel": {
           const request = query.request;
           const { fromMs, toMsExclusive } = zonedRange(request.dateFrom, request.dateTo, zoneClock(request.timezone));
-          const filters = [...request.steps.flatMap((step) => step.filters), ...request.filters];
+          const filters = [...request.steps.flatMap((step) => step.filters), ...request.exclusions.flatMap((exclusion) => exclusion.event.filters), ...request.filters];
           const comparisons = funnelTranslates(request) ? await this.comparisons(workspaceId, fromMs, Math.max(fromMs, toMsExclusive + request.conversionWindow * 1000), filters) : new Map();
           const sql = funnelSqlPlan(this.table, workspaceId, request, fromMs, toMsExclusive, comparisons);
           countPath("funnel", request, sql !== undefined);

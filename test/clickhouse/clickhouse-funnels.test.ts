@@ -4,7 +4,9 @@
  * one of a few instants a second apart, so chains meet equal timestamps,
  * several events of one step at one instant and windows of 1 or 2 s at every
  * turn. Every answer must equal the reference's, and the server must say that
- * every one of these funnels took the SQL path (none selected rows).
+ * every one of these funnels took the SQL path (none selected rows). The
+ * same for ordered funnels with exclusions, on ties of step events and
+ * excluded events.
  */
 import { describe, expect, it } from "vitest";
 import { referenceFunnelV2, type EventReference, type FunnelQueryV2 } from "../reference/reference-v2.js";
@@ -22,14 +24,15 @@ const queryCount = 160;
 const names = ["a", "b", "c"];
 const startMs = Date.UTC(2024, 2, 30, 23, 59, 50);
 
-function tiedEvents(random: Random): StoredEvent[] {
+/** Per user 2…eventsMax events of `eventNames`, at one of `instants` instants a second apart. */
+function tiedEvents(random: Random, eventNames: readonly string[] = names, instants = 15, eventsMax = 30): StoredEvent[] {
   const events: StoredEvent[] = [];
   for (let user = 0; user < 40; user++) {
-    for (let index = random.integer(2, 30); index > 0; index--) {
+    for (let index = random.integer(2, eventsMax); index > 0; index--) {
       // Instants a second apart around midnight UTC, and a few a day later.
-      const timestampMs = startMs + random.integer(0, 14) * 1000 + (random.chance(0.1) ? 86_400_000 : 0);
+      const timestampMs = startMs + random.integer(0, instants - 1) * 1000 + (random.chance(0.1) ? 86_400_000 : 0);
       const properties = random.chance(0.3) ? {} : { plan: random.pick(["x", "y", "z"]) };
-      events.push({ event: random.pick(names), distinctId: `u${user}`, timestampMs, properties });
+      events.push({ event: random.pick(eventNames), distinctId: `u${user}`, timestampMs, properties });
     }
   }
   return events;
@@ -59,6 +62,60 @@ function randomFunnel(random: Random): FunnelQueryV2 {
   return body;
 }
 
+const exclusionStepNames = ["a", "b", "c", "d"];
+const excludedNames = ["x", "y"];
+
+/** An ordered funnel of distinct steps with exclusions the SQL answers: names no step has, ranges equal or apart. */
+function randomExclusionFunnel(random: Random): FunnelQueryV2 {
+  const stepCount = random.integer(2, 4);
+  const steps: EventReference[] = shuffled(random, exclusionStepNames)
+    .slice(0, stepCount)
+    .map((name) => (random.chance(0.2) ? { event: name, filters: [{ property: "plan", op: "neq", value: "x" }] } : name));
+  const excluded = (): EventReference => (random.chance(0.3) ? { event: random.pick(excludedNames), filters: [{ property: "plan", op: random.pick(["eq", "is_set"] as const), value: "y" }] } : random.pick(excludedNames));
+  const fromStep = random.integer(1, stepCount - 1);
+  const toStep = random.integer(fromStep + 1, stepCount);
+  const exclusions = [{ event: excluded(), fromStep, toStep }];
+  if (random.chance(0.3)) exclusions.push({ event: excluded(), fromStep, toStep });
+  if (toStep < stepCount - 1 && random.chance(0.7)) exclusions.push({ event: excluded(), fromStep: toStep + 1, toStep: stepCount });
+  const body: FunnelQueryV2 = { steps, dateFrom: "2024-03-30", dateTo: random.pick(["2024-03-30", "2024-03-31"]), exclusions, conversionWindow: random.pick([1, 2, 5, 3600, 172_800]) };
+  if (random.chance(0.5)) body.order = "ordered";
+  if (random.chance(0.6)) body.timeToConvert = true;
+  if (random.chance(0.4)) body.breakdown = random.pick(["plan", "missing"]);
+  if (random.chance(0.3)) body.timezone = random.pick(["Europe/Berlin", "Pacific/Chatham"]);
+  return body;
+}
+
+/** Asks every funnel, compares with the reference, and returns the funnels the server counted by path. */
+async function askAll(store: string, events: StoredEvent[], queries: FunnelQueryV2[], seedNote: string): Promise<{ sql: number; rows: number }> {
+  const dataDir = makeDataDir();
+  const server = await startServer({ dataDir, env: { EVENTIDE_STORE: store, EVENTIDE_CLICKHOUSE_FORWARD_DELAY_MS: "20" }, startTimeoutMs: 90_000 });
+  try {
+    await ingestAll(server, events.map((event) => ({ event: event.event, distinctId: event.distinctId, timestamp: new Date(event.timestampMs).toISOString(), properties: event.properties })));
+    for (;;) {
+      const answer = await post(`${server.queryUrl}/api/v1/events`, undefined, { token: server.token, method: "GET" });
+      if (answer.status === 200 && (answer.body.data as { count: number }[]).reduce((sum, entry) => sum + entry.count, 0) === events.length) break;
+      await new Promise((resolve) => setTimeout(resolve, 100));
+    }
+    const problems: string[] = [];
+    await runConcurrently(queries, 4, async (query) => {
+      const want = JSON.parse(JSON.stringify(referenceFunnelV2(events, query)));
+      const answer = await post(`${server.queryUrl}/api/v1/query/funnel`, query, { token: server.token });
+      if (answer.status !== 200 || JSON.stringify(answer.body) !== JSON.stringify(want)) {
+        problems.push(`${JSON.stringify(query)}\n  got ${answer.status} ${truncate(answer.text, 800)}\n  want ${truncate(JSON.stringify(want), 800)}`);
+      }
+    });
+    expect(problems.slice(0, 5), `${problems.length} of ${queries.length} funnels differ (${seedNote})\n${problems.slice(0, 5).join("\n")}`).toEqual([]);
+    const counted = (await post(`${server.queryUrl}/metrics`, undefined, { method: "GET", raw: true })).text
+      .split("\n")
+      .filter((line) => line.startsWith('eventide_clickhouse_queries_total{query="funnel"'));
+    const total = (path: string) => counted.filter((line) => line.includes(`path="${path}"`)).reduce((sum, line) => sum + Number(line.slice(line.lastIndexOf(" ") + 1)), 0);
+    return { sql: total("sql"), rows: total("rows") };
+  } finally {
+    await server.stop();
+    removeDataDir(dataDir);
+  }
+}
+
 describe.skipIf(binary === undefined)("the ClickHouse store's funnel SQL on tied timestamps", () => {
   const clickhouse = clickhousePerSuite();
 
@@ -77,32 +134,15 @@ describe.skipIf(binary === undefined)("the ClickHouse store's funnel SQL on tied
       { steps: cycle(20), ...range },
     ];
     const queries = [...Array.from({ length: queryCount }, () => randomFunnel(random)), ...long];
-    const dataDir = makeDataDir();
-    const server = await startServer({ dataDir, env: { EVENTIDE_STORE: storeUrl(clickhouse, "tied_funnels"), EVENTIDE_CLICKHOUSE_FORWARD_DELAY_MS: "20" }, startTimeoutMs: 90_000 });
-    try {
-      await ingestAll(server, events.map((event) => ({ event: event.event, distinctId: event.distinctId, timestamp: new Date(event.timestampMs).toISOString(), properties: event.properties })));
-      for (;;) {
-        const answer = await post(`${server.queryUrl}/api/v1/events`, undefined, { token: server.token, method: "GET" });
-        if (answer.status === 200 && (answer.body.data as { count: number }[]).reduce((sum, entry) => sum + entry.count, 0) === events.length) break;
-        await new Promise((resolve) => setTimeout(resolve, 100));
-      }
-      const problems: string[] = [];
-      await runConcurrently(queries, 4, async (query) => {
-        const want = JSON.parse(JSON.stringify(referenceFunnelV2(events, query)));
-        const answer = await post(`${server.queryUrl}/api/v1/query/funnel`, query, { token: server.token });
-        if (answer.status !== 200 || JSON.stringify(answer.body) !== JSON.stringify(want)) {
-          problems.push(`${JSON.stringify(query)}\n  got ${answer.status} ${truncate(answer.text, 800)}\n  want ${truncate(JSON.stringify(want), 800)}`);
-        }
-      });
-      expect(problems.slice(0, 5), `${problems.length} of ${queries.length} funnels differ (replay with EVENTIDE_TEST_SEEDS=${seed})\n${problems.slice(0, 5).join("\n")}`).toEqual([]);
-      const counted = (await post(`${server.queryUrl}/metrics`, undefined, { method: "GET", raw: true })).text
-        .split("\n")
-        .filter((line) => line.startsWith('eventide_clickhouse_queries_total{query="funnel"'));
-      const total = (path: string) => counted.filter((line) => line.includes(`path="${path}"`)).reduce((sum, line) => sum + Number(line.slice(line.lastIndexOf(" ") + 1)), 0);
-      expect({ sql: total("sql"), rows: total("rows") }).toEqual({ sql: queries.length - 2, rows: 2 });
-    } finally {
-      await server.stop();
-      removeDataDir(dataDir);
-    }
+    const paths = await askAll(storeUrl(clickhouse, "tied_funnels"), events, queries, `replay with EVENTIDE_TEST_SEEDS=${seed}`);
+    expect(paths).toEqual({ sql: queries.length - 2, rows: 2 });
+  });
+
+  it(`answers ordered funnels with exclusions (names no step has, ranges equal or apart) as the reference, all in SQL (seed ${seed})`, { timeout: 300_000 }, async () => {
+    const random = new Random(seed);
+    const events = tiedEvents(random, [...exclusionStepNames, ...excludedNames], 13, 24);
+    const queries = Array.from({ length: 120 }, () => randomExclusionFunnel(random));
+    const paths = await askAll(storeUrl(clickhouse, "tied_exclusions"), events, queries, `replay with EVENTIDE_TEST_SEEDS=${seed}`);
+    expect(paths).toEqual({ sql: queries.length, rows: 0 });
   });
 });

@@ -4,10 +4,12 @@
  * time) and is idempotent; names and values that would break a SQL literal
  * (quotes, backslashes, control bytes, a statement after a quote) are stored
  * and queried as the text they are, answers equal the reference's; a uuid
- * retry is stored once, also after a restart; an unreachable ClickHouse makes
+ * retry is stored once, also after a restart and across two front ends; an unreachable ClickHouse makes
  * queries answer 503.
  */
 import { execFile } from "node:child_process";
+import { copyFileSync } from "node:fs";
+import { join } from "node:path";
 import { promisify } from "node:util";
 import { describe, expect, it } from "vitest";
 import { referenceFunnelV2, referenceRetentionV2, referenceTrendV2 } from "../reference/reference-v2.js";
@@ -124,6 +126,35 @@ describe.skipIf(binary === undefined)("the ClickHouse store", () => {
     } finally {
       await server.stop();
       removeDataDir(dataDir);
+    }
+  });
+
+  it("counts a uuid once across two front ends: the second front end's copy, acknowledged after the first is visible, is not inserted", { timeout: 180_000 }, async () => {
+    const firstDir = makeDataDir();
+    const secondDir = makeDataDir();
+    const env = { EVENTIDE_STORE: storeUrl(clickhouse, "two_front_ends"), EVENTIDE_CLICKHOUSE_FORWARD_DELAY_MS: "20" };
+    const first = await startServer({ dataDir: firstDir, env, startTimeoutMs: 90_000 });
+    let second: Awaited<ReturnType<typeof startServer>> | undefined;
+    try {
+      // Front ends share the workspaces: the second one starts on a copy of the first one's registry.
+      copyFileSync(join(firstDir, "_registry.json"), join(secondDir, "_registry.json"));
+      second = await startServer({ dataDir: secondDir, env, credentials: { apiKey: first.apiKey, token: first.token, workspaceId: first.workspaceId }, startTimeoutMs: 90_000 });
+      const event = { event: "paid", distinctId: "u1", timestamp: "2024-05-01T10:00:00Z", uuid: "6e3a1c2e-0000-4000-8000-000000000001" };
+      expect((await post(`${first.ingestUrl}/ingest/batch`, { apiKey: first.apiKey, events: [event] })).body).toEqual({ ok: true, accepted: 1 });
+      await visible(first.queryUrl, first.token, 1);
+      // The retry goes to the other front end, which has not seen the uuid; a second event in the same request shows when its block was forwarded.
+      const marker = { event: "paid", distinctId: "u2", timestamp: "2024-05-01T11:00:00Z", uuid: "6e3a1c2e-0000-4000-8000-000000000002" };
+      expect((await post(`${second.ingestUrl}/ingest/batch`, { apiKey: second.apiKey, events: [event, marker] })).body).toEqual({ ok: true, accepted: 2 });
+      // The marker's row shows the block is in; a duplicate would have come with it.
+      while ((await clickhouse.sql("SELECT count() FROM two_front_ends.events WHERE user = 'u2' FORMAT TSV")).trim() !== "1") await new Promise((resolve) => setTimeout(resolve, 100));
+      expect((await clickhouse.sql("SELECT count(), uniqExact(uuid) FROM two_front_ends.events FORMAT TSV")).trim()).toBe("2\t2");
+      const trend = await post(`${second.queryUrl}/api/v1/query/trend`, { event: "paid", dateFrom: "2024-05-01", dateTo: "2024-05-01" }, { token: second.token });
+      expect(trend.body.data[0].count).toBe(2);
+    } finally {
+      await second?.stop();
+      await first.stop();
+      removeDataDir(firstDir);
+      removeDataDir(secondDir);
     }
   });
 
