@@ -220,16 +220,9 @@ export class QueryService {
     const userCount = workspace.userCount;
     let bounds = [0, userCount];
     const shardCount = this.pool.threadCount;
-    let activeRows = 0;
-    for (const segment of segments) if (segment.kind === "active") activeRows += segment.rowCount;
     if (work.kind === "event-rows") {
-      const views = ownedSegmentViews(segments);
-      const sealedRows = sealedEventRowCount(views, work.eventId);
-      if (sealedRows + activeRows >= fanOutRowsMin) {
-        // Active rows are scanned whole by every shard, so they do not tell where to cut.
-        bounds = sealedRows >= activeRows ? shardBoundsByRows(views, work.eventId, userCount, shardCount) : evenShardBounds(userCount, shardCount);
-      }
-    } else if (activeRows >= fanOutRowsMin) {
+      bounds = scanShardBounds(segments, [work.eventId], userCount, shardCount, fanOutRowsMin) ?? bounds;
+    } else if (activeRowCount(segments) >= fanOutRowsMin) {
       bounds = evenShardBounds(userCount, shardCount);
     }
     const partials = await Promise.all(
@@ -330,10 +323,15 @@ export class QueryService {
       if (result.rows === undefined || result.rows.kind !== plan.kind) throw new Error(`a rows task answered ${result.rows?.kind}, expected ${plan.kind}`);
       return result.rows;
     };
-    const reads = answer.kind === "funnel" ? { rows: rowCount, byEvent: undefined } : referencedRows(segments, gather);
-    if (reads.rows >= limits.rowsQueryShardRowsMin && this.pool.threadCount > 1 && shardable(answer)) {
-      // As fanOut's event-rows: equal shares of the rows to read, not of user ids (low ids are the busiest users).
-      const bounds = reads.byEvent === undefined ? evenShardBounds(userCount, this.pool.threadCount) : shardBoundsByRows(reads.byEvent.views, reads.byEvent.eventId, userCount, this.pool.threadCount);
+    const shardCount = this.pool.threadCount;
+    const bounds = !(shardCount > 1 && shardable(answer))
+      ? undefined
+      : answer.kind === "funnel"
+        ? rowCount >= limits.rowsQueryShardRowsMin
+          ? evenShardBounds(userCount, shardCount)
+          : undefined
+        : scanShardBounds(segments, referencedEventIds(gather), userCount, shardCount, limits.rowsQueryShardRowsMin);
+    if (bounds !== undefined) {
       const plan = shardPlan(answer);
       const shards = await Promise.all(Array.from({ length: bounds.length - 1 }, (_, shard) => run(plan, bounds[shard], bounds[shard + 1])));
       const merged = mergeRowsShards(answer, shards);
@@ -490,20 +488,32 @@ function cohortEntries(labels: readonly string[], counts: CohortCounts): Array<{
 /** Past every instant a Date holds: a listing's snapshot spans every day. */
 const wholeTimeMs = 8.64e15 + dayMs;
 
+/** The events a §7 trend or retention reads the rows of (column-scan.ts). */
+function referencedEventIds(gather: GatherPlan): number[] {
+  return [...new Set(gather.references.map((reference) => reference.eventId).filter((eventId) => eventId !== undefined))];
+}
+
+function activeRowCount(descriptors: readonly SegmentDescriptor[]): number {
+  let rows = 0;
+  for (const descriptor of descriptors) if (descriptor.kind === "active") rows += descriptor.rowCount;
+  return rows;
+}
+
 /**
- * What a §7 trend or retention reads (column-scan.ts): the sealed rows of its
- * events and every active row, not every row of the range (a trend of a rare
- * event over a busy range has few rows to read and runs in one task). Shards
- * are cut by the first event's rows when sealed rows are most of them.
+ * User shards for a scan of the sealed rows of `eventIds` and every active
+ * row, not every row of the range (a rare event over a busy range has few
+ * rows to read); undefined under `rowsMin` rows (one task). Cut into equal
+ * shares of the first event's sealed rows when they are most of the reading
+ * (low user ids are the busiest users), else into equal user ranges: active
+ * rows are scanned whole by every shard, so they do not tell where to cut.
  */
-function referencedRows(descriptors: readonly SegmentDescriptor[], gather: GatherPlan): { rows: number; byEvent: { views: SegmentView[]; eventId: number } | undefined } {
+function scanShardBounds(descriptors: readonly SegmentDescriptor[], eventIds: readonly number[], userCount: number, shardCount: number, rowsMin: number): number[] | undefined {
+  const activeRows = activeRowCount(descriptors);
   const views = ownedSegmentViews(descriptors);
-  const eventIds = [...new Set(gather.references.map((reference) => reference.eventId).filter((eventId) => eventId !== undefined))];
   let sealedRows = 0;
   for (const eventId of eventIds) sealedRows += sealedEventRowCount(views, eventId);
-  let activeRows = 0;
-  for (const descriptor of descriptors) if (descriptor.kind === "active") activeRows += descriptor.rowCount;
-  return { rows: sealedRows + activeRows, byEvent: eventIds.length > 0 && sealedRows >= activeRows ? { views, eventId: eventIds[0] } : undefined };
+  if (sealedRows + activeRows < rowsMin) return undefined;
+  return eventIds.length > 0 && sealedRows >= activeRows ? shardBoundsByRows(views, eventIds[0], userCount, shardCount) : evenShardBounds(userCount, shardCount);
 }
 
 /** Rows of eventId in the sealed segments. */
