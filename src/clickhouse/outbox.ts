@@ -177,7 +177,7 @@ export class ClickHouseOutbox {
       scan.records.forEach((record, index) => {
         const chunk = decodeChunk(record.payload);
         const rowCount = chunk.rowCount;
-        outbox.claimUuidsOf(record.workspaceId, record.payload, Date.now());
+        outbox.claimUuidsOf(record.workspaceId, chunk, Date.now());
         if (sequence === state.sequence && index < state.index) return;
         outbox.learnTexts(outbox.textsOf(record.workspaceId), chunk);
         outbox.queue.push({ sequence, index, workspaceId: record.workspaceId, payload: record.payload, rowCount, durableAtMs: 0 });
@@ -312,8 +312,7 @@ export class ClickHouseOutbox {
     }
   }
 
-  private claimUuidsOf(workspaceId: string, payload: Uint8Array, nowMs: number): void {
-    const chunk = decodeChunk(payload);
+  private claimUuidsOf(workspaceId: string, chunk: DecodedChunk, nowMs: number): void {
     if (chunk.uuidPresent === undefined) return;
     for (let row = 0; row < chunk.rowCount; row++) {
       if (chunk.uuidPresent[row]) this.claims.set(`${workspaceId}:${uuidText(chunk.uuidBytes!, row)}`, { claimedAtMs: nowMs, durable: undefined });
