@@ -90,6 +90,14 @@ function randomBreakdown(random: Random): PropertyRead {
   return random() < 0.15 ? { kind: "key", keyId: undefined } : { kind: "key", keyId: random() < 0.15 ? 7 : keyValue };
 }
 
+/** A zone and a local date range starting up to a day before the data and reaching up to its end or past it. */
+function randomRange(random: Random, data: Dataset): { zone: string; dateFrom: string; dateTo: string } {
+  const zone = pick(random, zones);
+  const dateFrom = addDays(data.firstDay, integer(random, 3) - 1);
+  const dateTo = addDays(dateFrom, integer(random, data.dayCount + 1));
+  return { zone, dateFrom, dateTo };
+}
+
 function shardBounds(random: Random, userCount: number): number[] {
   const shardCount = 1 + integer(random, 3);
   return Array.from({ length: shardCount + 1 }, (_, shard) => Math.round((shard * userCount) / shardCount));
@@ -116,9 +124,7 @@ describe("the §7 trend fast path answers as the gathered rows do", () => {
     const random = seededRandom(seed * 31);
     for (let query = 0; query < 12; query++) {
       const groupBy = pick(random, ["day", "day", "week", "month", "hour"] as GroupBy[]);
-      const zone = pick(random, zones);
-      const dateFrom = addDays(data.firstDay, integer(random, 3) - 1);
-      const dateTo = addDays(dateFrom, integer(random, data.dayCount + 1));
+      const { zone, dateFrom, dateTo } = randomRange(random, data);
       const startsMs = zonedTrendBoundaries(dateFrom, dateTo, groupBy, zoneClock(zone), 10_000)!.startsMs;
       const math = pick(random, mathsAll);
       const breakdown = random() < 0.7;
@@ -151,9 +157,7 @@ describe("the §7 retention fast path answers as the gathered rows do", () => {
     const data = dataset(seed);
     const random = seededRandom(seed * 17);
     for (let query = 0; query < 10; query++) {
-      const zone = pick(random, zones);
-      const dateFrom = addDays(data.firstDay, integer(random, 3) - 1);
-      const dateTo = addDays(dateFrom, integer(random, data.dayCount + 1));
+      const { zone, dateFrom, dateTo } = randomRange(random, data);
       const startsMs = zonedRetentionBoundaries(dateFrom, dateTo, pick(random, [1, 1, 2, 3]), zoneClock(zone)).startsMs;
       const breakdown = random() < 0.7;
       const cohortEvent = integer(random, 3);
@@ -184,9 +188,7 @@ describe("the §7 funnel fast path answers as the gathered rows do", () => {
     const data = dataset(seed);
     const random = seededRandom(seed * 13);
     for (let query = 0; query < 12; query++) {
-      const zone = pick(random, zones);
-      const dateFrom = addDays(data.firstDay, integer(random, 3) - 1);
-      const dateTo = addDays(dateFrom, integer(random, data.dayCount + 1));
+      const { zone, dateFrom, dateTo } = randomRange(random, data);
       const { startsMs } = zonedTrendBoundaries(dateFrom, dateTo, "day", zoneClock(zone), 10_000)!;
       const entryFromMs = startsMs[0];
       const entryToMsExclusive = startsMs[startsMs.length - 1];

@@ -94,10 +94,10 @@ export function summariseOutcomes(outcomes: Outcomes, valueTexts: readonly strin
   const depthUsers = new Float64Array(valueCount * (stepCount + 1));
   for (let outcome = 0; outcome < outcomes.count; outcome++) depthUsers[(breakdown ? outcomes.values[outcome] : 0) * (stepCount + 1) + outcomes.depths[outcome]]++;
 
-  const summarise = (groupOf: (value: number) => boolean): StepCounts => {
+  const summarise = (inGroup: (value: number) => boolean): StepCounts => {
     const groupDepths = new Float64Array(stepCount + 1);
     for (let value = 0; value < valueCount; value++) {
-      if (!groupOf(value)) continue;
+      if (!inGroup(value)) continue;
       for (let depth = 0; depth <= stepCount; depth++) groupDepths[depth] += depthUsers[value * (stepCount + 1) + depth];
     }
     const counts = new Array<number>(stepCount).fill(0);
@@ -111,7 +111,7 @@ export function summariseOutcomes(outcomes: Outcomes, valueTexts: readonly strin
     const times: number[][] = Array.from({ length: stepCount }, () => []);
     for (let outcome = 0; outcome < outcomes.count; outcome++) {
       const userTimes = outcomes.times[outcome];
-      if (userTimes === undefined || !groupOf(breakdown ? outcomes.values[outcome] : 0)) continue;
+      if (userTimes === undefined || !inGroup(breakdown ? outcomes.values[outcome] : 0)) continue;
       for (let step = 1; step < stepCount; step++) if (userTimes[step] !== Infinity) times[step].push(userTimes[step]);
     }
     return { counts, ...timesToConvert(times) };
