@@ -74,6 +74,8 @@ export class CredentialStore {
   private failedSignature: string | undefined;
   private pollTimer: NodeJS.Timeout | undefined;
   private refreshing: Promise<void> | undefined;
+  /** When the read in flight began; undefined while none is. */
+  private refreshStartedMs: number | undefined;
   /** An unexpected poll failure (say, EACCES) is reported when it first appears, not on every tick. */
   private pollErrorMessage: string | undefined;
   /** When the last successful check of the file began: the snapshot is known to hold no revocation older than this. */
@@ -116,21 +118,23 @@ export class CredentialStore {
     return this.snapshot.workspaceIdByTokenHash.get(secretHash(token));
   }
 
-  /**
-   * True when the registry could not be read (EMFILE, EIO, a hung disk) and
-   * was last read more than registryStaleMsMax ago: the snapshot may still hold a secret the
-   * CLI has revoked since, so the HTTP layer refuses credentials with 503
-   * rather than accept them. Polling goes on, and the first good read ends it.
-   */
   /** When the last poll of the registry file ended without a read error (an invalid file it keeps skipping counts). */
   get lastCheckedAtMs(): number {
     return this.checkedAtMs;
   }
 
+  /**
+   * True when the registry could not be read (EMFILE, EIO) for more than
+   * registryStaleMsMax, or one read has hung for more than registryReadHangMsMax:
+   * the snapshot may still hold a secret the CLI has revoked since, so the HTTP
+   * layer refuses credentials with 503 rather than accept them. Polling goes
+   * on, and the first good read ends it.
+   */
   get stale(): boolean {
-    // Only a failing or hanging read makes it stale: a main thread starved for seconds (a loaded machine) is not a reason.
-    const failing = this.pollErrorMessage !== undefined || this.refreshing !== undefined;
-    return failing && Date.now() - this.checkedAtMs > limits.registryStaleMsMax;
+    const nowMs = Date.now();
+    if (this.pollErrorMessage !== undefined && nowMs - this.checkedAtMs > limits.registryStaleMsMax) return true;
+    // A read merely slow (threads busy with fsyncs, a main thread starved on a loaded machine) is not a failing one.
+    return this.refreshStartedMs !== undefined && nowMs - this.refreshStartedMs > limits.registryReadHangMsMax;
   }
 
   /** The workspace's own retention from the registry (whole days, or "forever"); undefined when it sets none. */
@@ -162,7 +166,10 @@ export class CredentialStore {
 
   private async poll(): Promise<void> {
     // A slow disk must not pile up overlapping reloads.
-    if (this.refreshing !== undefined) return;
+    if (this.refreshing !== undefined) {
+      if (this.stale) this.reportStale(`a registry read has not ended for ${limits.registryReadHangMsMax} ms; credentials are refused (503) until it does`);
+      return;
+    }
     const startedMs = Date.now();
     try {
       await this.refresh({ throwOnInvalid: false });
@@ -174,16 +181,19 @@ export class CredentialStore {
       const message = (error as Error).message;
       if (message !== this.pollErrorMessage) this.onReloadError(error as Error);
       this.pollErrorMessage = message;
-      if (this.stale && !this.staleReported) {
-        this.staleReported = true;
-        const staleMessage = `the registry has not been readable for ${limits.registryStaleMsMax} ms; credentials are refused (503) until it is: ${message}`;
-        log.error({ event: "registry-stale", message: staleMessage }, "registry stale");
-      }
+      if (this.stale) this.reportStale(`the registry has not been readable for ${limits.registryStaleMsMax} ms; credentials are refused (503) until it is: ${message}`);
     }
+  }
+
+  private reportStale(message: string): void {
+    if (this.staleReported) return;
+    this.staleReported = true;
+    log.error({ event: "registry-stale", message }, "registry stale");
   }
 
   private async refresh(options: { throwOnInvalid: boolean; force?: boolean }): Promise<void> {
     while (this.refreshing !== undefined) await this.refreshing;
+    this.refreshStartedMs = Date.now();
     const running = this.reload(options);
     this.refreshing = running.then(
       () => undefined,
@@ -193,6 +203,7 @@ export class CredentialStore {
       await running;
     } finally {
       this.refreshing = undefined;
+      this.refreshStartedMs = undefined;
     }
   }
 

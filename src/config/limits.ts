@@ -223,6 +223,8 @@ export const limits = Object.freeze({
   registryPollIntervalMs: 250,
   /** A registry that cannot be read for this long may hide revocations: credentials are then refused with 503 until it reads again. */
   registryStaleMsMax: integerFromEnvironment("EVENTIDE_REGISTRY_STALE_MS_MAX", 2_000),
+  /** A registry read still in flight after this long is a hung disk (refused as above); shorter, it may just be a starved machine. */
+  registryReadHangMsMax: integerFromEnvironment("EVENTIDE_REGISTRY_READ_HANG_MS_MAX", 15_000),
   /** `eventide import`: batches posted at once, as many as the ingest bench's batch load uses; each holds its body (~250 KiB for 1 000 exported events). */
   importRequestsInFlightMax: integerFromEnvironment("EVENTIDE_IMPORT_REQUESTS_IN_FLIGHT_MAX", 16),
   /** A key's or token's label (`--label`): a note for lists, typed on command lines. */
@@ -285,6 +287,7 @@ assert(limits.shutdownTimeoutMs < 10_000, "SPEC: exit within 10 s of SIGTERM");
 assert(limits.workspaceListingCacheTtlMs <= 60_000, "SPEC §7.6: EVENTIDE_WORKSPACE_LISTING_CACHE_TTL_MS must be at most 60 000 (listings lag by at most 60 s)");
 assert(limits.httpDescriptorsSampleIntervalMs < limits.idleTimeoutSeconds * 1000, "open descriptors are counted more often than idle connections time out");
 assert(limits.registryStaleMsMax > limits.registryPollIntervalMs, `EVENTIDE_REGISTRY_STALE_MS_MAX must exceed the registry poll interval (${limits.registryPollIntervalMs} ms)`);
+assert(limits.registryReadHangMsMax >= limits.registryStaleMsMax, "EVENTIDE_REGISTRY_READ_HANG_MS_MAX must be at least EVENTIDE_REGISTRY_STALE_MS_MAX");
 assert(limits.liveMessageBytesMax <= limits.queryBodyBytesMax, "EVENTIDE_LIVE_MESSAGE_BYTES_MAX must not exceed EVENTIDE_QUERY_BODY_BYTES_MAX: a live message carries one query body");
 
 /**

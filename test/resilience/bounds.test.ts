@@ -5,7 +5,8 @@
  * the data directory is private and locked by the kernel; a transfer coding
  * the server does not decode is refused, not ignored.
  */
-import { mkdirSync, readdirSync, renameSync, rmdirSync, rmSync, statSync, writeFileSync } from "node:fs";
+import { execFileSync } from "node:child_process";
+import { closeSync, constants as fsConstants, mkdirSync, openSync, readdirSync, readFileSync, renameSync, rmdirSync, rmSync, statSync, writeFileSync, writeSync } from "node:fs";
 import { connect, type Socket } from "node:net";
 import { join } from "node:path";
 import { beforeAll, describe, expect, it } from "vitest";
@@ -164,6 +165,58 @@ describe("credentials when the registry cannot be read", () => {
     await elapsedUntil(async () => server.stderr().includes(`"event":"registry-stale"`), 20_000);
     rmdirSync(path);
     renameSync(`${path}.aside`, path);
+    await elapsedUntil(async () => (await trend(server, {})).status === 200, 20_000);
+  });
+});
+
+describe("credentials while a registry read hangs", () => {
+  // A FIFO where the file was: the server's open blocks until a writer comes, as a read on a hung disk does.
+  async function hangRegistryRead(server: ServerHandle): Promise<{ path: string; release: () => void }> {
+    const path = registryPath(server.dataDir);
+    const text = readFileSync(path);
+    renameSync(path, `${path}.aside`);
+    execFileSync("mkfifo", ["-m", "600", path]);
+    // A non-blocking open for writing succeeds only once a reader has the FIFO open: the server is then inside its read.
+    let writer = -1;
+    await elapsedUntil(async () => {
+      try {
+        writer = openSync(path, fsConstants.O_WRONLY | fsConstants.O_NONBLOCK);
+        return true;
+      } catch {
+        return false;
+      }
+    }, 20_000);
+    return {
+      path,
+      release: () => {
+        writeSync(writer, text);
+        closeSync(writer);
+        rmSync(path);
+        renameSync(`${path}.aside`, path);
+      },
+    };
+  }
+
+  it("keeps accepting credentials while one read is slower than the stale bound but within the hang bound", async () => {
+    const server = await start({ workers: 1, env: { EVENTIDE_REGISTRY_STALE_MS_MAX: "300", EVENTIDE_REGISTRY_READ_HANG_MS_MAX: "600000" } });
+    expectOk(await trend(server, {}));
+    const hung = await hangRegistryRead(server);
+    // Well past the stale bound, with no read error: a slow read (a starved machine) does not lock clients out.
+    await new Promise((resolve) => setTimeout(resolve, 1_500));
+    expectOk(await trend(server, {}));
+    expectOk(await ingestBatch(server, server.apiKey, []));
+    hung.release();
+    expectOk(await trend(server, {}));
+  });
+
+  it("refuses credentials with 503 once one read has hung past the hang bound, and accepts them once it ends", async () => {
+    const server = await start({ workers: 1, env: { EVENTIDE_REGISTRY_STALE_MS_MAX: "300", EVENTIDE_REGISTRY_READ_HANG_MS_MAX: "1000" } });
+    expectOk(await trend(server, {}));
+    const hung = await hangRegistryRead(server);
+    await elapsedUntil(async () => (await trend(server, {})).status === 503, 20_000);
+    expectError(await ingestBatch(server, server.apiKey, []), 503, "unavailable", "registry");
+    await elapsedUntil(async () => server.stderr().includes(`"event":"registry-stale"`), 20_000);
+    hung.release();
     await elapsedUntil(async () => (await trend(server, {})).status === 200, 20_000);
   });
 });
