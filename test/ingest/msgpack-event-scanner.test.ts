@@ -86,10 +86,17 @@ function pushBytes(out: number[], bytes: Uint8Array): void {
   for (const byte of bytes) out.push(byte);
 }
 
+/** The format msgpackr picks for an integer. */
+function narrowestFormat(value: number): IntegerFormat | "fix" {
+  if (value >= -32 && value <= 127) return "fix";
+  if (value >= 0) return value <= 0xff ? "uint8" : value <= 0xffff ? "uint16" : value <= 0xffffffff ? "uint32" : "uint64";
+  return value >= -128 ? "int8" : value >= -32768 ? "int16" : value >= -(2 ** 31) ? "int32" : "int64";
+}
+
 function writeInteger(out: number[], value: number, format: IntegerFormat): void {
   const buffer = Buffer.alloc(8);
   const fits = (min: number, max: number) => value >= min && value <= max;
-  switch (format === "narrowest" ? (fits(0, 127) || fits(-32, -1) ? "fix" : "int64") : format) {
+  switch (format === "narrowest" ? narrowestFormat(value) : format) {
     case "fix":
       return void out.push(value & 0xff);
     case "uint8":
@@ -196,7 +203,7 @@ const integerFormat = fc.constantFrom<IntegerFormat>("narrowest", "narrowest", "
 const integerValue = fc.oneof(
   fc.integer({ min: -40, max: 200 }),
   fc.integer(),
-  fc.constantFrom(0, -1, 255, 256, 65535, 65536, 2 ** 31 - 1, -(2 ** 31), 2 ** 32 - 1, 2 ** 32, 2 ** 53 - 1, 2 ** 53 + 2, -(2 ** 53) - 2, 2 ** 63, 2 ** 64 - 2 ** 11, -(2 ** 63)),
+  fc.constantFrom(0, -1, -33, -129, 128, 255, 256, 40000, -40000, 65535, 65536, 2 ** 31 - 1, -(2 ** 31), 2 ** 32 - 1, 2 ** 32, 2 ** 53 - 1, 2 ** 53 + 2, -(2 ** 53) - 2, 2 ** 63, 2 ** 64 - 2 ** 11, -(2 ** 63)),
   fc.maxSafeInteger(),
 );
 const numberNode: fc.Arbitrary<Node> = fc.oneof(
@@ -401,6 +408,12 @@ describe("the byte scanner of flat msgpack events", () => {
     // Keys are counted escaped too, and numbers as printed: 1e21 is stored as "1e+21".
     const padding = "x".repeat(limits.propertiesBytesMax - 8 - 10 - 5);
     for (const number of [100, 1e21, 1.5, -0]) expectSameAnswer(pack({ apiKey: "key", event: "e", distinctId: "u", properties: { k: padding, 'n"': number } }), "single");
+    // A nil is `null` in JSON: `,"n":null` is 9 bytes.
+    for (const extra of [0, 1]) {
+      const bytes = pack({ apiKey: "key", event: "e", distinctId: "u", properties: { k: "x".repeat(limits.propertiesBytesMax - 8 - 9 + extra), n: null } });
+      expectSameAnswer(bytes, "single");
+      expect(scanMsgpackBody(bytes, "single", receivedAtMs) !== undefined).toBe(extra === 0);
+    }
   });
 
   it("takes up to 4 096 properties in an event, repeated keys never, and a full batch but not one event more", () => {
