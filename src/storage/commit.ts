@@ -10,7 +10,7 @@ import { decodeChunk, filterChunk, type DecodedChunk } from "./chunk-codec.js";
 import type { Applier } from "./apply.js";
 import type { RowRefusal } from "./cardinality.js";
 import { uuidClaimedNow } from "./uuid-set.js";
-import { encodeRecord, type WriteAheadLog } from "./wal.js";
+import { encodeRecordParts, type WriteAheadLog } from "./wal.js";
 import type { Workspaces, WorkspaceStore } from "./workspace-store.js";
 
 export interface CommitResult {
@@ -103,7 +103,7 @@ export class Committer {
     claimedUuids: number[],
     commitId: number,
   ): Promise<void> {
-    const record = encodeRecord(workspace.id, bytes);
+    const record = encodeRecordParts(workspace.id, bytes);
     // A uuid's owner id stays in the set after its commit is durable; the
     // owner is "in flight" exactly while it is in commitsInFlight.
     let applied: Promise<void> | undefined;
