@@ -68,10 +68,10 @@ export class Committer {
     if (chunk.uuidPresent) {
       let keep: Uint8Array | undefined;
       const uuidBytes = chunk.uuidBytes!;
-      workspace.uuids.prefetchHomes(uuidBytes, chunk.uuidPresent, chunk.rowCount);
+      const hashes = workspace.uuids.prefetchHomes(uuidBytes, chunk.uuidPresent, chunk.rowCount);
       for (let row = 0; row < chunk.rowCount; row++) {
         if (!chunk.uuidPresent[row]) continue;
-        const owner = workspace.uuids.claim(uuidBytes, row * 16, commitId);
+        const owner = hashes === undefined ? workspace.uuids.claim(uuidBytes, row * 16, commitId) : workspace.uuids.claimHashed(uuidBytes, row * 16, commitId, hashes[row]);
         if (owner === uuidClaimedNow) {
           claimedUuids.push(row * 16);
           continue;
