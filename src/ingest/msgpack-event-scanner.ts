@@ -80,10 +80,11 @@ for (let byte = 0; byte < 0x20; byte++) escapeExtraBytes[byte] = 5;
 for (const byte of [0x08, 0x09, 0x0a, 0x0c, 0x0d, 0x22, 0x5c]) escapeExtraBytes[byte] = 1;
 
 const uuidLength = 36;
+const emptyView = new DataView(new ArrayBuffer(0));
 
 /** The msgpack grammar over ScannedEvents: one scanner per worker, reused for every body. */
 class MsgpackEventScanner extends ScannedEvents {
-  private view: DataView = new DataView(new ArrayBuffer(0));
+  private view: DataView = emptyView;
   /** What JSON.stringify would add to the string just read (text). */
   private stringEscapeBytes = 0;
 
@@ -96,6 +97,11 @@ class MsgpackEventScanner extends ScannedEvents {
     if (scanned && this.at === this.end) return this;
     this.release();
     return undefined;
+  }
+
+  protected override release(): void {
+    super.release();
+    this.view = emptyView;
   }
 
   private scanBatch(receivedAtMs: number): boolean {
