@@ -28,54 +28,13 @@
  * and checks every rule; only a body that passed is appended to the chunk, so
  * giving up halfway needs no undoing.
  */
-import { BatchDays, timestampWindowError } from "./batch-cardinality.js";
-import { limits, tuning } from "../config/limits.js";
-import { byteKeys, bytesEqual, finishHash, fnvPrime, hashBasis, hashBytes, type ChunkBuilder } from "../storage/chunk-codec.js";
+import { limits } from "../config/limits.js";
+import { byteKeys, bytesEqual, finishHash, fnvPrime, hashBasis, hashBytes } from "../storage/chunk-codec.js";
 import { parseTimestampBytes, parseUuidBytes } from "./event-fields.js";
-import { Byte, doubled } from "../json/bytes.js";
+import { Byte } from "../json/bytes.js";
+import { Field, propertiesScannedMax, ScannedEvents, ValueKind, type ScannedBody } from "./scanned-events.js";
 
-/**
- * Past this many properties in one event, the duplicate check would need a
- * larger table: JSON.parse reads it. Within 64 KiB of properties an event
- * holds at most ~13 k, and SDK events a few dozen.
- */
-const propertiesScannedMax = tuning.scannedEventPropertiesMax;
-
-/** What the scan of one body found; valid until the next scan. */
-export interface ScannedBody {
-  apiKey: string;
-  eventCount: number;
-  /** Appends the scanned events to `builder`; called once, before the next scan. */
-  appendTo(builder: ChunkBuilder): void;
-}
-
-/** Value kinds of a scanned property (and what numberValue found). */
-const enum ValueKind {
-  /** The text is valueStart..valueEnd of the body. */
-  Bytes = 0,
-  /** The text is printedTexts[valueStart] (a number String() prints otherwise). */
-  Printed = 1,
-  /** Not set. */
-  Null = 2,
-  /** Not a value this scanner takes (not JSON, or a number not finite): the JSON.parse path reads the body. */
-  Unscannable = 3,
-}
-
-
-/**
- * Top-level and event fields, one bit each. A const enum, so that `switch`
- * compares small integer constants; a lookup by field name in an object went
- * megamorphic in the event loop and showed in worker profiles.
- */
-const enum Field {
-  ApiKey = 1,
-  Events = 2,
-  Event = 4,
-  DistinctId = 8,
-  Timestamp = 16,
-  Uuid = 32,
-  Properties = 64,
-}
+export type { ScannedBody } from "./scanned-events.js";
 
 /**
  * A field name's bytes with its closing quote, so that one compare both
@@ -95,128 +54,15 @@ const propertiesName = quotedName("properties");
 const isoTimestampLength = 24;
 const uuidLength = 36;
 
-const emptyBytes = new Uint8Array(0);
-const emptyBuffer = Buffer.alloc(0);
-
-
-/**
- * One scanner per worker, reused for every body: its scratch arrays are sized
- * by the largest body seen, so a steady stream of batches allocates nothing
- * but the apiKey string and the odd printed number.
- */
-class EventScanner implements ScannedBody {
-  private source: Uint8Array = emptyBytes;
-  private sourceText: Buffer = emptyBuffer;
-  private at = 0;
-  private end = 0;
-
-  apiKey = "";
-  eventCount = 0;
-
-  // Per event.
-  private timeMs = new Float64Array(limits.batchEventsMax);
-  private nameStart = new Int32Array(limits.batchEventsMax);
-  private nameEnd = new Int32Array(limits.batchEventsMax);
-  private nameHash = new Uint32Array(limits.batchEventsMax);
-  /** distinctId: a byte range, or (idStart < 0) printedTexts[-idStart - 1]. */
-  private idStart = new Int32Array(limits.batchEventsMax);
-  private idEnd = new Int32Array(limits.batchEventsMax);
-  private idHash = new Uint32Array(limits.batchEventsMax);
-  private hasUuid = new Uint8Array(limits.batchEventsMax);
-  private uuids = new Uint8Array(16 * limits.batchEventsMax);
-  private firstProperty = new Int32Array(limits.batchEventsMax + 1);
-
-  // Per property, all events in a row.
-  private keyStart = new Int32Array(1024);
-  private keyEnd = new Int32Array(1024);
-  private keyHash = new Uint32Array(1024);
-  private valueKind = new Int32Array(1024);
-  private valueStart = new Int32Array(1024);
-  private valueEnd = new Int32Array(1024);
-  private valueHash = new Uint32Array(1024);
-  private propertyCount = 0;
-  private printedTexts: string[] = [];
-
-  /** The duplicate-key check of one event's properties: a stamped open-addressing table of property numbers. */
-  private readonly keySlots = new Int32Array(propertiesScannedMax * 2);
-  private readonly keySlotStamps = new Int32Array(propertiesScannedMax * 2);
-  private keyStamp = 0;
-  private readonly batchDays = new BatchDays();
-
+/** The JSON grammar over ScannedEvents: one scanner per worker, reused for every body. */
+class EventScanner extends ScannedEvents {
   scan(source: Uint8Array, shape: "batch" | "single", receivedAtMs: number): ScannedBody | undefined {
-    // A Buffer (an inflated body) is read through a plain Uint8Array view: one element kind keeps the scanner's loads monomorphic.
-    this.source = source instanceof Buffer ? new Uint8Array(source.buffer, source.byteOffset, source.byteLength) : source;
-    // Made when a text is decoded (textOf): most single events need none.
-    this.sourceText = emptyBuffer;
-    this.at = 0;
-    this.end = source.length;
-    this.eventCount = 0;
-    this.propertyCount = 0;
-    this.batchDays.reset();
-    if (this.printedTexts.length !== 0) this.printedTexts.length = 0;
-    this.firstProperty[0] = 0;
+    this.begin(source);
     const scanned = shape === "batch" ? this.scanBatch(receivedAtMs) : this.scanSingle(receivedAtMs);
     if (scanned) this.skipWhitespace();
     if (scanned && this.at === this.end) return this;
     this.release();
     return undefined;
-  }
-
-  /** The text of source[start, end) in `encoding`. */
-  private textOf(start: number, end: number, encoding: "utf8" | "latin1"): string {
-    if (this.sourceText === emptyBuffer) this.sourceText = Buffer.from(this.source.buffer, this.source.byteOffset, this.source.byteLength);
-    return this.sourceText.toString(encoding, start, end);
-  }
-
-  /**
-   * The apiKey at source[start, end). A task's single events mostly share one
-   * key: when its bytes are those of the last key, that string is returned
-   * again rather than decoded, and finding the key's chunk builder reuses its
-   * hash.
-   */
-  private apiKeyOf(start: number, end: number): string {
-    const length = end - start;
-    if (length === this.lastApiKeyLength && bytesEqual(this.lastApiKeyBytes, 0, this.source, start, length)) return this.lastApiKey;
-    const apiKey = this.textOf(start, end, "utf8");
-    if (length <= this.lastApiKeyBytes.length) {
-      this.lastApiKeyBytes.set(this.source.subarray(start, end));
-      this.lastApiKeyLength = length;
-      this.lastApiKey = apiKey;
-    }
-    return apiKey;
-  }
-
-  private readonly lastApiKeyBytes = new Uint8Array(128);
-  private lastApiKeyLength = -1;
-  private lastApiKey = "";
-
-  /** Drops the body, which may be 20 MiB, rather than hold it until the next one. */
-  private release(): void {
-    this.source = emptyBytes;
-    this.sourceText = emptyBuffer;
-  }
-
-  appendTo(builder: ChunkBuilder): void {
-    const source = this.source;
-    const eventCount = this.eventCount;
-    builder.reserve(eventCount, this.firstProperty[eventCount]);
-    for (let event = 0; event < eventCount; event++) {
-      const name = builder.internBytes(source, this.nameStart[event], this.nameEnd[event], this.nameHash[event]);
-      const idStart = this.idStart[event];
-      const distinctId = idStart >= 0 ? builder.internBytes(source, idStart, this.idEnd[event], this.idHash[event]) : builder.intern(this.printedTexts[-idStart - 1]);
-      const row = builder.addInternedRow(this.timeMs[event], name, distinctId, this.hasUuid[event] === 1 ? this.uuids : undefined, event * 16);
-      for (let property = this.firstProperty[event]; property < this.firstProperty[event + 1]; property++) {
-        const kind = this.valueKind[property];
-        if (kind === ValueKind.Null) continue;
-        const key = builder.internBytes(source, this.keyStart[property], this.keyEnd[property], this.keyHash[property]);
-        const text =
-          kind === ValueKind.Bytes
-            ? builder.internBytes(source, this.valueStart[property], this.valueEnd[property], this.valueHash[property])
-            : builder.intern(this.printedTexts[this.valueStart[property]]);
-        builder.addInternedProperty(row, key, text);
-      }
-    }
-    this.release();
   }
 
   private scanBatch(receivedAtMs: number): boolean {
@@ -243,14 +89,6 @@ class EventScanner implements ScannedBody {
     return true;
   }
 
-  private scanSingle(receivedAtMs: number): boolean {
-    // The event's own fields and the apiKey share one object.
-    const apiKey = this.event(receivedAtMs, true);
-    if (apiKey === undefined) return false;
-    this.apiKey = apiKey;
-    return true;
-  }
-
   private events(receivedAtMs: number): boolean {
     this.skipWhitespace();
     if (this.source[this.at] !== Byte.OpenBracket) return false;
@@ -272,12 +110,8 @@ class EventScanner implements ScannedBody {
     }
   }
 
-  /**
-   * Scans one event object at `at` (after whitespace) into slot eventCount.
-   * Returns the apiKey when `withApiKey` (required then), "" otherwise;
-   * undefined to give up.
-   */
-  private event(receivedAtMs: number, withApiKey: boolean): string | undefined {
+  /** An event object at `at` (after whitespace). */
+  protected event(receivedAtMs: number, withApiKey: boolean): string | undefined {
     if (!this.openObject()) return undefined;
     const event = this.eventCount;
     let seen = 0;
@@ -290,18 +124,12 @@ class EventScanner implements ScannedBody {
       seen |= field;
       switch (field) {
         case Field.Event: {
-          if (!this.stringValue() || !this.lengthWithin(limits.eventNameLengthMax)) return undefined;
-          this.nameStart[event] = this.stringStart;
-          this.nameEnd[event] = this.stringEnd;
-          this.nameHash[event] = this.stringHash;
+          if (!this.stringValue() || !this.takeName(event)) return undefined;
           break;
         }
         case Field.DistinctId: {
           if (this.source[this.at] === Byte.Quote) {
-            if (!this.stringValue() || !this.lengthWithin(limits.distinctIdLengthMax)) return undefined;
-            this.idStart[event] = this.stringStart;
-            this.idEnd[event] = this.stringEnd;
-            this.idHash[event] = this.stringHash;
+            if (!this.stringValue() || !this.takeDistinctId(event)) return undefined;
           } else {
             // A numeric distinctId is stored as String(number).
             const kind = this.numberValue();
@@ -347,14 +175,7 @@ class EventScanner implements ScannedBody {
           return undefined;
       }
     }
-    const required = Field.Event | Field.DistinctId | (withApiKey ? Field.ApiKey : 0);
-    if (this.failed || (seen & required) !== required) return undefined;
-    // An event over a cardinality bound is refused by the general path, which says why.
-    if (timestampWindowError(timeMs, receivedAtMs) !== undefined || (!withApiKey && !this.batchDays.admit(timeMs))) return undefined;
-    this.timeMs[event] = timeMs;
-    this.eventCount = event + 1;
-    this.firstProperty[event + 1] = this.propertyCount;
-    return apiKey;
+    return !this.failed && this.closeEvent(event, seen, withApiKey, timeMs, receivedAtMs) ? apiKey : undefined;
   }
 
   /**
@@ -436,43 +257,10 @@ class EventScanner implements ScannedBody {
     return !this.failed && compactBytes <= limits.propertiesBytesMax;
   }
 
-  /** Records a property key in this event's table; false when the event already has it. */
-  private claimKey(property: number, keyStart: number, keyEnd: number, hash: number, stamp: number): boolean {
-    const slots = this.keySlots;
-    const stamps = this.keySlotStamps;
-    const mask = slots.length - 1;
-    const length = keyEnd - keyStart;
-    for (let slot = hash & mask; ; slot = (slot + 1) & mask) {
-      if (stamps[slot] !== stamp) {
-        stamps[slot] = stamp;
-        slots[slot] = property;
-        return true;
-      }
-      const other = slots[slot];
-      if (this.keyHash[other] === hash && this.keyEnd[other] - this.keyStart[other] === length && bytesEqual(this.source, this.keyStart[other], this.source, keyStart, length)) {
-        return false;
-      }
-    }
-  }
-
-  private growProperties(): void {
-    this.keyStart = doubled(this.keyStart);
-    this.keyEnd = doubled(this.keyEnd);
-    this.keyHash = doubled(this.keyHash);
-    this.valueKind = doubled(this.valueKind);
-    this.valueStart = doubled(this.valueStart);
-    this.valueEnd = doubled(this.valueEnd);
-    this.valueHash = doubled(this.valueHash);
-  }
-
   // ---- JSON grammar, as far as the scanner takes it ----
 
   /** Set when a member list ended in something other than `,` or `}`. */
   private failed = false;
-  /** The string or number just scanned: bytes [stringStart, stringEnd). */
-  private stringStart = 0;
-  private stringEnd = 0;
-  private stringHash = 0;
   /** The key of the member just entered by firstMember/nextMember: a property's key, or a field's bit. */
   private memberField = 0;
   private memberKeyStart = 0;
@@ -654,24 +442,6 @@ class EventScanner implements ScannedBody {
     this.stringEnd = at;
     this.at = at + 1;
     return true;
-  }
-
-  /**
-   * True when the last string scanned is 1…`max` UTF-16 units long. Valid
-   * UTF-8 (the body was checked) counts a unit per byte that starts a
-   * character, two for a four-byte one; only texts longer than `max` bytes
-   * need counting.
-   */
-  private lengthWithin(max: number): boolean {
-    const bytes = this.stringEnd - this.stringStart;
-    if (bytes < 1) return false;
-    if (bytes <= max) return true;
-    let units = 0;
-    for (let at = this.stringStart; at < this.stringEnd; at++) {
-      const byte = this.source[at];
-      if ((byte & 0xc0) !== 0x80) units += byte >= 0xf0 ? 2 : 1;
-    }
-    return units <= max;
   }
 
   /** Consumes `word` at `at` when it is there. */

@@ -17,6 +17,7 @@ import { parseMsgpackObject, type BodyFormat } from "../json/msgpack-body.js";
 import { ChunkBuilder } from "../storage/chunk-codec.js";
 import { parseTimestampMs, parseUuid } from "./event-fields.js";
 import { scanBody } from "./event-scanner.js";
+import { scanMsgpackBody } from "./msgpack-event-scanner.js";
 import { BatchDays, batchDaysExceeded, timestampWindowError } from "./batch-cardinality.js";
 import { log } from "../log.js";
 
@@ -112,14 +113,15 @@ export function bodyBytesMax(shape: IngestShape): number {
  * ("bytes"), which does not build nested property values. "auto" first tries
  * event-scanner.ts, which reads flat events straight into the chunk, and for
  * the bodies it leaves picks between the other two by the body's shape.
- * "msgpack" reads a msgpack body (msgpack-body.ts) into the value JSON.parse
- * would have built, which is then validated exactly as a parsed JSON body.
+ * "msgpackr" reads a msgpack body (msgpack-body.ts) into the value JSON.parse
+ * would have built, which is then validated exactly as a parsed JSON body;
+ * "msgpack" first tries msgpack-event-scanner.ts, then msgpackr.
  */
-export type IngestParser = "native" | "bytes" | "auto" | "msgpack";
+export type IngestParser = "native" | "bytes" | "auto" | "msgpack" | "msgpackr";
 
 /** Parses an inflated, UTF-8-checked ingest body; validation cannot tell which parser read it. */
 function parsePlainBody(plain: Uint8Array, shape: IngestShape, parser: IngestParser): { value: unknown } | ServiceError {
-  if (parser === "msgpack") return parseMsgpackObject(plain);
+  if (parser === "msgpack" || parser === "msgpackr") return parseMsgpackObject(plain);
   if (parser === "native" || (parser === "auto" && !holdsManyContainersOrMembers(plain))) return parseJsonObject(plain);
   const parsed = parseBodyBytes(plain, shape);
   return parsed.kind === "object" ? { value: parsed.value } : parsed.kind === "not-object" ? notAnObject : invalidJson;
@@ -163,10 +165,11 @@ function checkMsgpackBatchApiKey(bytes: Uint8Array, gzip: boolean, unknownApiKey
 }
 
 export function validateBody(bytes: Uint8Array, gzip: boolean, shape: IngestShape, receivedAtMs: number, builderFor: BuilderFor, parser: IngestParser = "auto"): IngestBodyResult {
-  const plain = parser === "msgpack" ? inflatedBody(bytes, gzip, bodyBytesMax(shape)) : plainUtf8Body(bytes, gzip, bodyBytesMax(shape));
+  const msgpack = parser === "msgpack" || parser === "msgpackr";
+  const plain = msgpack ? inflatedBody(bytes, gzip, bodyBytesMax(shape)) : plainUtf8Body(bytes, gzip, bodyBytesMax(shape));
   if (!(plain instanceof Uint8Array)) return { kind: "rejected", error: plain };
-  if (parser === "auto") {
-    const scanned = scanBody(plain, shape, receivedAtMs);
+  if (parser === "auto" || parser === "msgpack") {
+    const scanned = parser === "msgpack" ? scanMsgpackBody(plain, shape, receivedAtMs) : scanBody(plain, shape, receivedAtMs);
     if (scanned !== undefined) {
       const target = builderFor(scanned.apiKey);
       scanned.appendTo(target.builder);

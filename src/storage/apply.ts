@@ -105,12 +105,19 @@ export class Applier {
     const rowIndex = new Uint32Array(rowCount);
     let segment: ActiveSegment | undefined;
     const uuidPresent = chunk.uuidPresent;
-    const uuidSource = chunk.uuidBytes;
     const { stringBytes, stringEnds } = chunk;
+    // Rows go to a segment in runs (a batch's events mostly share a day), each run's uuids copied at once.
+    let runStart = 0;
+    let runHasUuid = false;
     for (let row = 0; row < rowCount; row++) {
       const timeMs = chunk.timeMs[row];
       const dayStartMs = timeMs - (timeMs % dayMs);
-      if (segment === undefined || segment.dayStartMs !== dayStartMs) segment = workspace.activeSegment(dayStartMs);
+      if (segment === undefined || segment.dayStartMs !== dayStartMs) {
+        if (runHasUuid) copyUuids(segment!, chunk, runStart, row, rowIndex[runStart]);
+        segment = workspace.activeSegment(dayStartMs);
+        runStart = row;
+        runHasUuid = false;
+      }
       const nameString = chunk.eventNameString[row];
       let eventId = eventIdOfString[nameString];
       if (eventId === idNotInterned) eventId = eventIdOfString[nameString] = workspace.events.internUtf8(stringBytes, stringEnds[nameString], stringEnds[nameString + 1]);
@@ -121,16 +128,11 @@ export class Applier {
       segment.time.values[target] = timeMs - dayStartMs;
       segment.user.values[target] = userId;
       segment.event.values[target] = eventId;
-      if (uuidPresent !== undefined && uuidPresent[row] === 1) {
-        const uuids = segment.uuidColumns();
-        uuids.present.values[target] = 1;
-        // A byte loop: a subarray per row would allocate a view per event.
-        const uuidTarget = uuids.bytes.values;
-        for (let byte = 0; byte < 16; byte++) uuidTarget[target * 16 + byte] = uuidSource![row * 16 + byte];
-      }
+      if (uuidPresent !== undefined && uuidPresent[row] === 1) runHasUuid = true;
       rowSegment[row] = segment;
       rowIndex[row] = target;
     }
+    if (runHasUuid) copyUuids(segment!, chunk, runStart, rowCount, rowIndex[runStart]);
     return { rowSegment, rowIndex, textsAdded: 0 };
   }
 
@@ -184,4 +186,15 @@ export class Applier {
     this.growth.propertyEntries += chunk.entryRows.length;
     this.growth.propertyTexts += textsAdded;
   }
+}
+
+/**
+ * Copies the uuid columns of chunk rows [start, end), appended to `segment`
+ * from row `target` on, in one copy each (a row without a uuid is zeros in
+ * the chunk, as in the segment): one copy per run, not a byte loop per row.
+ */
+function copyUuids(segment: ActiveSegment, chunk: DecodedChunk, start: number, end: number, target: number): void {
+  const uuids = segment.uuidColumns();
+  uuids.present.values.set(chunk.uuidPresent!.subarray(start, end), target);
+  uuids.bytes.values.set(chunk.uuidBytes!.subarray(start * 16, end * 16), target * 16);
 }

@@ -10,7 +10,7 @@ import { decodeChunk, filterChunk, type DecodedChunk } from "./chunk-codec.js";
 import type { Applier } from "./apply.js";
 import type { RowRefusal } from "./cardinality.js";
 import { uuidClaimedNow } from "./uuid-set.js";
-import { encodeRecord, type WriteAheadLog } from "./wal.js";
+import { encodeRecordParts, type WriteAheadLog } from "./wal.js";
 import type { Workspaces, WorkspaceStore } from "./workspace-store.js";
 
 export interface CommitResult {
@@ -68,10 +68,10 @@ export class Committer {
     if (chunk.uuidPresent) {
       let keep: Uint8Array | undefined;
       const uuidBytes = chunk.uuidBytes!;
-      workspace.uuids.prefetchHomes(uuidBytes, chunk.uuidPresent, chunk.rowCount);
+      const hashes = workspace.uuids.prefetchHomes(uuidBytes, chunk.uuidPresent, chunk.rowCount);
       for (let row = 0; row < chunk.rowCount; row++) {
         if (!chunk.uuidPresent[row]) continue;
-        const owner = workspace.uuids.claim(uuidBytes, row * 16, commitId);
+        const owner = hashes === undefined ? workspace.uuids.claim(uuidBytes, row * 16, commitId) : workspace.uuids.claimHashed(uuidBytes, row * 16, commitId, hashes[row]);
         if (owner === uuidClaimedNow) {
           claimedUuids.push(row * 16);
           continue;
@@ -103,7 +103,7 @@ export class Committer {
     claimedUuids: number[],
     commitId: number,
   ): Promise<void> {
-    const record = encodeRecord(workspace.id, bytes);
+    const record = encodeRecordParts(workspace.id, bytes);
     // A uuid's owner id stays in the set after its commit is durable; the
     // owner is "in flight" exactly while it is in commitsInFlight.
     let applied: Promise<void> | undefined;

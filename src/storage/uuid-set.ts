@@ -354,6 +354,8 @@ export class UuidSet {
   /** Per home slot read ahead: its table, and the index of its first word; the current generation's, then the previous one's. */
   private prefetchTable = new Uint8Array(2048);
   private prefetchWord = new Int32Array(2048);
+  /** Per row of the batch read ahead, its uuid's hash (prefetchHomes' answer). */
+  private prefetchHash = new Uint32Array(1024);
   /** Sum of the words read ahead: kept, so the compiler cannot drop the loads as unused. */
   prefetchSink = 0;
 
@@ -369,13 +371,19 @@ export class UuidSet {
    * 1 000 events at 64 connections: 521–610 k events/s against 390–566 k
    * without it, ten alternated pairs, every one the same way. A claim looks
    * in both generations, so both are read ahead.
+   *
+   * Returns each row's hash (valid until the next call, undefined for the
+   * batches left alone), for claimHashed: the hash is the costliest part of a
+   * claim, and was computed both here and there.
    */
-  prefetchHomes(bytes: Uint8Array, present: Uint8Array, rowCount: number): void {
-    if (rowCount < prefetchRowsMin) return;
+  prefetchHomes(bytes: Uint8Array, present: Uint8Array, rowCount: number): Uint32Array | undefined {
+    if (rowCount < prefetchRowsMin) return undefined;
     if (this.prefetchWord.length < rowCount * 2) {
       this.prefetchTable = new Uint8Array(rowCount * 2);
       this.prefetchWord = new Int32Array(rowCount * 2);
     }
+    if (this.prefetchHash.length < rowCount) this.prefetchHash = new Uint32Array(rowCount);
+    const hashes = this.prefetchHash;
     const tableOfHome = this.prefetchTable;
     const wordOfHome = this.prefetchWord;
     const current = this.current.tables;
@@ -387,6 +395,7 @@ export class UuidSet {
       if (present[row] === 0) continue;
       const offset = row * 16;
       const hash = hashOf(word(bytes, offset), word(bytes, offset + 4), word(bytes, offset + 8), word(bytes, offset + 12));
+      hashes[row] = hash;
       const table = shardOf(hash);
       const home = current[table].homeWord(hash);
       if (home >= 0) {
@@ -405,6 +414,7 @@ export class UuidSet {
     for (let index = 0; index < currentCount; index++) sink += current[tableOfHome[index]].slots[wordOfHome[index]];
     for (let index = rowCount; index < rowCount + previousCount; index++) sink += previous[tableOfHome[index]].slots[wordOfHome[index]];
     this.prefetchSink = sink;
+    return hashes;
   }
 
   /**
@@ -431,8 +441,12 @@ export class UuidSet {
    * else the owner that claimed it first (0 once that commit is durable).
    */
   claim(bytes: Uint8Array, offset: number, owner: number): number {
+    return this.claimHashed(bytes, offset, owner, hashOf(word(bytes, offset), word(bytes, offset + 4), word(bytes, offset + 8), word(bytes, offset + 12)));
+  }
+
+  /** claim, the uuid's hash already known (prefetchHomes). */
+  claimHashed(bytes: Uint8Array, offset: number, owner: number, hash: number): number {
     const a = word(bytes, offset), b = word(bytes, offset + 4), c = word(bytes, offset + 8), d = word(bytes, offset + 12);
-    const hash = hashOf(a, b, c, d);
     if (this.previous.count > 0) {
       const earlier = this.previous.ownerOf(hash, a, b, c, d);
       if (earlier >= 0) return earlier;

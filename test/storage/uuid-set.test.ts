@@ -125,13 +125,15 @@ describe("UuidSet", () => {
         bytes.set(bytesOf(uuid), row * 16);
         present[row] = random.chance(0.9) ? 1 : 0;
       }
-      set.prefetchHomes(bytes, present, rowCount);
+      // Claimed as commits claim them: with the hashes read ahead, when there are some.
+      const hashes = set.prefetchHomes(bytes, present, rowCount);
       let wrong = 0;
       for (let row = 0; row < rowCount; row++) {
         if (!present[row]) continue;
         const isNew = !model.has(uuids[row]);
         model.add(uuids[row]);
-        if ((set.claim(bytes, row * 16, 1) === -1) !== isNew) wrong++;
+        const owner = hashes === undefined ? set.claim(bytes, row * 16, 1) : set.claimHashed(bytes, row * 16, 1, hashes[row]);
+        if ((owner === -1) !== isNew) wrong++;
       }
       expect(wrong, `batch of ${rowCount}`).toBe(0);
       expect(set.size, `batch of ${rowCount}`).toBe(model.size);
