@@ -72,10 +72,11 @@ const fanOutRowsMin = 1_000_000;
  *
  * `active-rows`: sealed segments answer without reading rows (a trend total
  * by day, week or month from the event's row-run bounds, a unique one and
- * retention from per-day user bitmaps); only active segments' rows are read.
- * Those run in one task unless the active rows are many: splitting by user
- * shard would repeat the per-segment and bitmap work in every shard (each
- * retention shard ORs the same day bitmaps) and wake more threads.
+ * retention from per-day user bitmaps), and active ones nearly so (their
+ * workers' indexes keep each event's rows and users: active-index.ts). Those
+ * run in one task: splitting by user shard would repeat the per-segment and
+ * bitmap work in every shard (each retention shard ORs the same day bitmaps)
+ * and wake more threads.
  */
 type Work = { kind: "event-rows"; eventId: number } | { kind: "active-rows" };
 
@@ -219,12 +220,8 @@ export class QueryService {
     if (segments.length === 0) return total;
     const userCount = workspace.userCount;
     let bounds = [0, userCount];
-    const shardCount = this.pool.threadCount;
-    if (work.kind === "event-rows") {
-      bounds = scanShardBounds(segments, [work.eventId], userCount, shardCount, fanOutRowsMin) ?? bounds;
-    } else if (activeRowCount(segments) >= fanOutRowsMin) {
-      bounds = evenShardBounds(userCount, shardCount);
-    }
+    const shardCount = this.pool.queryThreadCount;
+    if (work.kind === "event-rows" && shardCount > 1) bounds = scanShardBounds(segments, [work.eventId], userCount, shardCount, fanOutRowsMin) ?? bounds;
     const partials = await Promise.all(
       Array.from({ length: bounds.length - 1 }, (_, shard) => this.pool.query({ kind: "query", query, segments, userLo: bounds[shard], userHi: bounds[shard + 1] })),
     );
@@ -323,7 +320,7 @@ export class QueryService {
       if (result.rows === undefined || result.rows.kind !== plan.kind) throw new Error(`a rows task answered ${result.rows?.kind}, expected ${plan.kind}`);
       return result.rows;
     };
-    const shardCount = this.pool.threadCount;
+    const shardCount = this.pool.queryThreadCount;
     const bounds = !(shardCount > 1 && shardable(answer))
       ? undefined
       : answer.kind === "funnel"

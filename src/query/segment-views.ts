@@ -111,16 +111,19 @@ function lowerBound(values: Uint32Array, target: number): number {
 
 /**
  * An active segment's view for one task. Its event rows, user sets and
- * property columns come from `index`, which outlives the task in a worker
- * (the main thread's views, which only plan shards, never ask for them).
+ * property columns come from the index `indexOf` gives at first use, which
+ * outlives the task in a worker (the main thread's views, which only plan
+ * shards, never ask for one).
  */
-export function activeView(descriptor: ActiveSegmentDescriptor, index: ActiveIndex): SegmentView {
+export function activeView(descriptor: ActiveSegmentDescriptor, indexOf: () => ActiveIndex): SegmentView {
+  let index: ActiveIndex | undefined;
+  const indexed = () => (index ??= indexOf());
   const rows = descriptor.rowCount;
   const properties = new Map<number, PropertyColumn | undefined>();
   const column = (keyId: number): PropertyColumn | undefined => {
     if (properties.has(keyId)) return properties.get(keyId);
     const property = descriptor.properties.find((candidate) => candidate.keyId === keyId);
-    const built = property === undefined ? undefined : index.column(descriptor, property);
+    const built = property === undefined ? undefined : indexed().column(descriptor, property);
     properties.set(keyId, built);
     return built;
   };
@@ -132,7 +135,7 @@ export function activeView(descriptor: ActiveSegmentDescriptor, index: ActiveInd
     userIds: new Uint32Array(descriptor.user, 0, rows),
     eventRowStart: undefined,
     eventIds: new Uint32Array(descriptor.event, 0, rows),
-    eventRows: (eventId) => index.eventRows(descriptor, eventId),
+    eventRows: (eventId) => indexed().eventRows(descriptor, eventId),
     property: column,
     rowsWithProperty: (keyId, start, end) => {
       const valueIds = column(keyId)?.valueIds;
@@ -140,7 +143,7 @@ export function activeView(descriptor: ActiveSegmentDescriptor, index: ActiveInd
       if (valueIds !== undefined) for (let row = start; row < end; row++) if (valueIds[row] !== 0) count++;
       return count;
     },
-    userBitmap: (eventId) => index.userBitmap(descriptor, eventId),
+    userBitmap: (eventId) => indexed().userBitmap(descriptor, eventId),
   };
 }
 
@@ -185,7 +188,7 @@ export function segmentViews(descriptors: readonly SegmentDescriptor[]): Segment
     if (descriptor.kind === "active") activeKeys.add(descriptor.key);
   }
   activeIndexes.trim(activeKeys, days);
-  return descriptors.map((descriptor) => (descriptor.kind === "sealed" ? sealedView(descriptor) : activeView(descriptor, activeIndexes.get(descriptor.key))));
+  return descriptors.map((descriptor) => (descriptor.kind === "sealed" ? sealedView(descriptor) : activeView(descriptor, () => activeIndexes.get(descriptor.key))));
 }
 
 /** This thread's active-segment indexes, for tests. */
@@ -203,7 +206,7 @@ const ownedViews = new WeakMap<SharedArrayBuffer, SealedView>();
 
 export function ownedSegmentViews(descriptors: readonly SegmentDescriptor[]): SegmentView[] {
   return descriptors.map((descriptor) => {
-    if (descriptor.kind === "active") return activeView(descriptor, new ActiveIndex(descriptor.key));
+    if (descriptor.kind === "active") return activeView(descriptor, () => new ActiveIndex(descriptor.key));
     let view = ownedViews.get(descriptor.memory);
     if (view === undefined || view.key !== descriptor.key) {
       view = new SealedView(descriptor, JSON.parse(descriptor.layoutJson) as SegmentLayout, descriptor.memory);

@@ -173,9 +173,9 @@ export function activeSegment(key: string, input: SegmentInput, _valueIdWidth: V
   const earlier = later > 0 ? total : random !== undefined && random() < 0.5 ? draw(rowCount + 1) : 0;
   if (earlier > 0) {
     // What a task over that snapshot would have asked.
-    const view = activeView(describe(earlier), index);
+    const view = activeView(describe(earlier), () => index);
     for (const eventId of new Set(event.subarray(0, earlier))) view.userBitmap(eventId);
     for (const property of input.properties) view.property(property.keyId);
   }
-  return activeView(describe(rowCount), index);
+  return activeView(describe(rowCount), () => index);
 }

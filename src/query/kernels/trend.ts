@@ -94,6 +94,15 @@ export function trendPartial(segments: readonly SegmentView[], plan: TrendPlan, 
       if (shardRows.start === shardRows.end) continue;
     } else {
       const rows = segment.eventRows(eventId)!;
+      if (!unique && !hourly) {
+        // An active total by day, week or month counts the event's rows that pass, writing no selection.
+        const filterCount = segmentFilterPasses(segment, plan.filters, sealedFilters, segmentPasses, segmentValueIds);
+        if (filterCount === undefined) continue;
+        if (filterCount <= 2) {
+          counts[bucket] += countActiveRowsPassing(rows, segment.userIds, userLo, userHi, filterCount, segmentPasses, segmentValueIds);
+          continue;
+        }
+      }
       selection = rowSelection.get(rows.length);
       selectedCount = selectActiveRows(rows, segment.userIds, userLo, userHi, selection);
       if (selectedCount === 0) continue;
@@ -256,6 +265,42 @@ function selectRangeByTwo(
     selectedCount += firstPasses[firstValueIds[row]] & secondPasses[secondValueIds[row]];
   }
   return selectedCount;
+}
+
+/** Rows of an active segment's event list with a user in [userLo, userHi) that pass the first `filterCount` (at most two) tables. */
+function countActiveRowsPassing(
+  rows: Uint32Array,
+  userIds: Uint32Array,
+  userLo: number,
+  userHi: number,
+  filterCount: number,
+  passes: readonly Uint8Array[],
+  valueIds: readonly ValueIdColumn[],
+): number {
+  let count = 0;
+  if (filterCount === 0) {
+    for (let index = 0; index < rows.length; index++) {
+      const user = userIds[rows[index]];
+      count += user >= userLo && user < userHi ? 1 : 0;
+    }
+  } else if (filterCount === 1) {
+    const [firstPasses] = passes;
+    const [firstIds] = valueIds;
+    for (let index = 0; index < rows.length; index++) {
+      const row = rows[index];
+      const user = userIds[row];
+      count += user >= userLo && user < userHi ? firstPasses[firstIds[row]] : 0;
+    }
+  } else {
+    const [firstPasses, secondPasses] = passes;
+    const [firstIds, secondIds] = valueIds;
+    for (let index = 0; index < rows.length; index++) {
+      const row = rows[index];
+      const user = userIds[row];
+      count += user >= userLo && user < userHi ? firstPasses[firstIds[row]] & secondPasses[secondIds[row]] : 0;
+    }
+  }
+  return count;
 }
 
 /** Keeps the selected rows that pass, in order, in place. */
