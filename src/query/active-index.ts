@@ -55,7 +55,12 @@ export class ActiveIndex {
   /** Bytes held, for the cache's budget (bitmaps estimated). */
   bytes = 0;
 
-  constructor(readonly key: string) {}
+  /** The workspace and day of its segment (see dayOfKey). */
+  readonly day: string;
+
+  constructor(readonly key: string) {
+    this.day = dayOfKey(key);
+  }
 
   /** Rows of eventId among the segment's first rowCount, ascending (a view into the index: do not keep it past the task). */
   eventRows(segment: ActiveRows, eventId: number): Uint32Array {
@@ -194,6 +199,10 @@ export class ActiveIndexCache {
     return this.indexes.size;
   }
 
+  has(key: string): boolean {
+    return this.indexes.has(key);
+  }
+
   /**
    * Before a task: drops the indexes of segments that are gone and then the
    * least recently used past the budget, never one the task reads (`keys`).
@@ -205,7 +214,7 @@ export class ActiveIndexCache {
    */
   trim(keys: ReadonlySet<string>, days: ReadonlySet<string>): void {
     for (const [key, index] of this.indexes) {
-      if (!keys.has(key) && days.has(dayOfKey(key))) this.drop(key, index);
+      if (!keys.has(key) && days.has(index.day)) this.drop(key, index);
     }
     let bytes = this.byteLength;
     for (const [key, index] of this.indexes) {

@@ -191,11 +191,6 @@ export function segmentViews(descriptors: readonly SegmentDescriptor[]): Segment
   return descriptors.map((descriptor) => (descriptor.kind === "sealed" ? sealedView(descriptor) : activeView(descriptor, () => activeIndexes.get(descriptor.key))));
 }
 
-/** This thread's active-segment indexes, for tests. */
-export function activeIndexCache(): ActiveIndexCache {
-  return activeIndexes;
-}
-
 /**
  * Views of a snapshot on the thread that owns the segments (the main thread,
  * which plans shards by reading row runs). There a sealed segment's memory is
