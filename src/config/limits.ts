@@ -160,6 +160,11 @@ export const limits = Object.freeze({
   // Queries.
   /** Decoded sealed segments kept in memory by all threads together (main half, workers the other): half the memory by default. */
   segmentCacheBytesMax: integerFromEnvironment("EVENTIDE_SEGMENT_CACHE_BYTES_MAX", Math.floor(memoryBytesAvailable() / 2)),
+  /**
+   * Per worker thread: indexes of active segments kept between queries (rows by event, users by event, filtered
+   * columns; ~5 bytes a row plus 4 per filtered key). 64 MiB covers a checkpoint's 2 M rows with room to spare.
+   */
+  activeIndexBytesMax: integerFromEnvironment("EVENTIDE_ACTIVE_INDEX_BYTES_MAX", 64 * mebibyte),
   /** One query task longer than this has its worker replaced and the query answers 503: a worker is not held for minutes. */
   /** A ClickHouse request (an INSERT of a block, a query) that takes longer is abandoned: a block is retried, a query answers 503. */
   clickhouseRequestTimeoutMs: integerFromEnvironment("EVENTIDE_CLICKHOUSE_REQUEST_TIMEOUT_MS", 60_000),

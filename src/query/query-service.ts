@@ -70,14 +70,21 @@ const fanOutRowsMin = 1_000_000;
  * belong to the oldest and busiest users, and halving the id range gave one
  * worker nearly twice the other's funnel work.
  *
+ * `sealed-event-rows`: the same, where active segments give only the event's
+ * own rows, from their workers' indexes (a filtered or hourly trend): those
+ * are a small share of the work, and every shard's message carries every
+ * active segment's column handles (each costs tens of microseconds to post),
+ * so they do not count towards splitting.
+ *
  * `active-rows`: sealed segments answer without reading rows (a trend total
  * by day, week or month from the event's row-run bounds, a unique one and
- * retention from per-day user bitmaps); only active segments' rows are read.
- * Those run in one task unless the active rows are many: splitting by user
- * shard would repeat the per-segment and bitmap work in every shard (each
- * retention shard ORs the same day bitmaps) and wake more threads.
+ * retention from per-day user bitmaps), and active ones nearly so (their
+ * workers' indexes keep each event's rows and users: active-index.ts). Those
+ * run in one task: splitting by user shard would repeat the per-segment and
+ * bitmap work in every shard (each retention shard ORs the same day bitmaps)
+ * and wake more threads.
  */
-type Work = { kind: "event-rows"; eventId: number } | { kind: "active-rows" };
+type Work = { kind: "event-rows" | "sealed-event-rows"; eventId: number } | { kind: "active-rows" };
 
 export class QueryService {
   private readonly retentionCache = new ResultCache(limits.retentionCacheBytesMax, limits.retentionCacheTtlMs);
@@ -219,12 +226,8 @@ export class QueryService {
     if (segments.length === 0) return total;
     const userCount = workspace.userCount;
     let bounds = [0, userCount];
-    const shardCount = this.pool.threadCount;
-    if (work.kind === "event-rows") {
-      bounds = scanShardBounds(segments, [work.eventId], userCount, shardCount, fanOutRowsMin) ?? bounds;
-    } else if (activeRowCount(segments) >= fanOutRowsMin) {
-      bounds = evenShardBounds(userCount, shardCount);
-    }
+    const shardCount = this.pool.queryThreadCount;
+    if (work.kind !== "active-rows" && shardCount > 1) bounds = scanShardBounds(segments, [work.eventId], userCount, shardCount, fanOutRowsMin, work.kind === "event-rows") ?? bounds;
     const partials = await Promise.all(
       Array.from({ length: bounds.length - 1 }, (_, shard) => this.pool.query({ kind: "query", query, segments, userLo: bounds[shard], userHi: bounds[shard + 1] })),
     );
@@ -250,7 +253,7 @@ export class QueryService {
             layout.toMsExclusive,
             filterKeyIds,
             layout.bucketCount,
-            filters.length === 0 && request.groupBy !== "hour" ? { kind: "active-rows" } : { kind: "event-rows", eventId },
+            filters.length === 0 && request.groupBy !== "hour" ? { kind: "active-rows" } : { kind: "sealed-event-rows", eventId },
           );
     const labels = trendBucketLabels(layout);
     const data = labels.map((date, index) => ({ date, count: counts[index] }));
@@ -323,14 +326,14 @@ export class QueryService {
       if (result.rows === undefined || result.rows.kind !== plan.kind) throw new Error(`a rows task answered ${result.rows?.kind}, expected ${plan.kind}`);
       return result.rows;
     };
-    const shardCount = this.pool.threadCount;
+    const shardCount = this.pool.queryThreadCount;
     const bounds = !(shardCount > 1 && shardable(answer))
       ? undefined
       : answer.kind === "funnel"
         ? rowCount >= limits.rowsQueryShardRowsMin
           ? evenShardBounds(userCount, shardCount)
           : undefined
-        : scanShardBounds(segments, referencedEventIds(gather), userCount, shardCount, limits.rowsQueryShardRowsMin);
+        : scanShardBounds(segments, referencedEventIds(gather), userCount, shardCount, limits.rowsQueryShardRowsMin, true);
     if (bounds !== undefined) {
       const plan = shardPlan(answer);
       const shards = await Promise.all(Array.from({ length: bounds.length - 1 }, (_, shard) => run(plan, bounds[shard], bounds[shard + 1])));
@@ -500,15 +503,23 @@ function activeRowCount(descriptors: readonly SegmentDescriptor[]): number {
 }
 
 /**
- * User shards for a scan of the sealed rows of `eventIds` and every active
- * row, not every row of the range (a rare event over a busy range has few
- * rows to read); undefined under `rowsMin` rows (one task). Cut into equal
- * shares of the first event's sealed rows when they are most of the reading
- * (low user ids are the busiest users), else into equal user ranges: active
- * rows are scanned whole by every shard, so they do not tell where to cut.
+ * User shards for a scan of the sealed rows of `eventIds` and, with
+ * `scansActiveRows`, every active row, not every row of the range (a rare
+ * event over a busy range has few rows to read); undefined under `rowsMin`
+ * rows (one task). Cut into equal shares of the first event's sealed rows
+ * when they are most of the reading (low user ids are the busiest users),
+ * else into equal user ranges: active rows are scanned whole by every shard,
+ * so they do not tell where to cut.
  */
-function scanShardBounds(descriptors: readonly SegmentDescriptor[], eventIds: readonly number[], userCount: number, shardCount: number, rowsMin: number): number[] | undefined {
-  const activeRows = activeRowCount(descriptors);
+function scanShardBounds(
+  descriptors: readonly SegmentDescriptor[],
+  eventIds: readonly number[],
+  userCount: number,
+  shardCount: number,
+  rowsMin: number,
+  scansActiveRows: boolean,
+): number[] | undefined {
+  const activeRows = scansActiveRows ? activeRowCount(descriptors) : 0;
   const views = ownedSegmentViews(descriptors);
   let sealedRows = 0;
   for (const eventId of eventIds) sealedRows += sealedEventRowCount(views, eventId);

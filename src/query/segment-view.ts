@@ -34,10 +34,12 @@ export interface SegmentView {
   eventRowStart: Uint32Array | undefined;
   /** Active segments: the event id of each row, rows in arrival order. Undefined for sealed segments. */
   eventIds: Uint32Array | undefined;
+  /** Active segments: the rows of eventId, ascending (from the worker's index, active-index.ts). Undefined for sealed segments. */
+  eventRows(eventId: number): Uint32Array | undefined;
   /** The column of a workspace property key id, or undefined when no row of this segment sets it. */
   property(keyId: number): PropertyColumn | undefined;
   /** Rows in [start, end) on which keyId is set, read without building a dense column (workspace listings). */
   rowsWithProperty(keyId: number, start: number, end: number): number;
-  /** Sealed segments: the set of user ids having at least one row of the event (undefined: no row, or not available). */
+  /** The set of user ids having at least one row of the event (undefined: no row, or not available); the caller must not change or free it. */
   userBitmap(eventId: number): RoaringBitmap32 | undefined;
 }

@@ -10,6 +10,7 @@ import { limits } from "../config/limits.js";
 import type { ActiveSegmentDescriptor, SealedSegmentDescriptor, SegmentDescriptor } from "../storage/segment-descriptor.js";
 import type { SegmentLayout } from "../storage/segment-layout.js";
 import { denseValueIds, PropertyDirectory } from "../storage/segment-reader.js";
+import { ActiveIndex, ActiveIndexCache, dayOfKey } from "./active-index.js";
 import type { PropertyColumn, SegmentView } from "./segment-view.js";
 
 const { RoaringBitmap32 } = roaring;
@@ -23,6 +24,7 @@ class SealedView implements SegmentView {
   readonly userIds: Uint32Array;
   readonly eventRowStart: Uint32Array;
   readonly eventIds = undefined;
+  readonly eventRows = () => undefined;
   /** Shared column bytes plus the dense columns this worker built from sparse keys. */
   memoryBytes: number;
   private readonly properties = new Map<number, PropertyColumn>();
@@ -107,22 +109,21 @@ function lowerBound(values: Uint32Array, target: number): number {
   return low;
 }
 
-function activeView(descriptor: ActiveSegmentDescriptor): SegmentView {
+/**
+ * An active segment's view for one task. Its event rows, user sets and
+ * property columns come from the index `indexOf` gives at first use, which
+ * outlives the task in a worker (the main thread's views, which only plan
+ * shards, never ask for one).
+ */
+export function activeView(descriptor: ActiveSegmentDescriptor, indexOf: () => ActiveIndex): SegmentView {
+  let index: ActiveIndex | undefined;
+  const indexed = () => (index ??= indexOf());
   const rows = descriptor.rowCount;
-  // Active keys are sparse; kernels read a dense column, built per task when a kernel first asks
-  // for it (the main thread's views, which only plan shards, never do).
   const properties = new Map<number, PropertyColumn | undefined>();
   const column = (keyId: number): PropertyColumn | undefined => {
     if (properties.has(keyId)) return properties.get(keyId);
     const property = descriptor.properties.find((candidate) => candidate.keyId === keyId);
-    let built: PropertyColumn | undefined;
-    if (property !== undefined) {
-      const valueIds = new Uint32Array(rows);
-      const entryRows = new Uint32Array(property.rows, property.rowsOffset, property.entryCount);
-      const entryValues = new Uint32Array(property.valueIds, property.valueIdsOffset, property.entryCount);
-      for (let entry = 0; entry < entryRows.length; entry++) valueIds[entryRows[entry]] = entryValues[entry];
-      built = { valueIds, texts: property.texts };
-    }
+    const built = property === undefined ? undefined : indexed().column(descriptor, property);
     properties.set(keyId, built);
     return built;
   };
@@ -134,6 +135,7 @@ function activeView(descriptor: ActiveSegmentDescriptor): SegmentView {
     userIds: new Uint32Array(descriptor.user, 0, rows),
     eventRowStart: undefined,
     eventIds: new Uint32Array(descriptor.event, 0, rows),
+    eventRows: (eventId) => indexed().eventRows(descriptor, eventId),
     property: column,
     rowsWithProperty: (keyId, start, end) => {
       const valueIds = column(keyId)?.valueIds;
@@ -141,7 +143,7 @@ function activeView(descriptor: ActiveSegmentDescriptor): SegmentView {
       if (valueIds !== undefined) for (let row = start; row < end; row++) if (valueIds[row] !== 0) count++;
       return count;
     },
-    userBitmap: () => undefined,
+    userBitmap: (eventId) => indexed().userBitmap(descriptor, eventId),
   };
 }
 
@@ -154,6 +156,9 @@ let sealedViewBytesMax = limits.segmentCacheBytesMax;
 export function setSealedViewBytesMax(bytes: number): void {
   sealedViewBytesMax = bytes;
 }
+
+/** This thread's indexes of active segments (active-index.ts). */
+const activeIndexes = new ActiveIndexCache(limits.activeIndexBytesMax);
 
 function sealedView(descriptor: SealedSegmentDescriptor): SealedView {
   const cached = sealedViews.get(descriptor.key);
@@ -176,7 +181,14 @@ function sealedView(descriptor: SealedSegmentDescriptor): SealedView {
 }
 
 export function segmentViews(descriptors: readonly SegmentDescriptor[]): SegmentView[] {
-  return descriptors.map((descriptor) => (descriptor.kind === "sealed" ? sealedView(descriptor) : activeView(descriptor)));
+  const activeKeys = new Set<string>();
+  const days = new Set<string>();
+  for (const descriptor of descriptors) {
+    days.add(dayOfKey(descriptor.key));
+    if (descriptor.kind === "active") activeKeys.add(descriptor.key);
+  }
+  activeIndexes.trim(activeKeys, days);
+  return descriptors.map((descriptor) => (descriptor.kind === "sealed" ? sealedView(descriptor) : activeView(descriptor, () => activeIndexes.get(descriptor.key))));
 }
 
 /**
@@ -189,7 +201,7 @@ const ownedViews = new WeakMap<SharedArrayBuffer, SealedView>();
 
 export function ownedSegmentViews(descriptors: readonly SegmentDescriptor[]): SegmentView[] {
   return descriptors.map((descriptor) => {
-    if (descriptor.kind === "active") return activeView(descriptor);
+    if (descriptor.kind === "active") return activeView(descriptor, () => new ActiveIndex(descriptor.key));
     let view = ownedViews.get(descriptor.memory);
     if (view === undefined || view.key !== descriptor.key) {
       view = new SealedView(descriptor, JSON.parse(descriptor.layoutJson) as SegmentLayout, descriptor.memory);

@@ -122,14 +122,20 @@ export class Store {
     this.merges.schedule();
     // Rows are sealed once ingest pauses for a few seconds, and at least every
     // checkpointIntervalMs: queries over sealed rows are far faster than scans of
-    // active segments, and a restart replays less.
+    // active segments, and a restart replays less. The interval runs from the
+    // first tick that finds rows to seal, not from the last checkpoint: after a
+    // quiet spell, the first second of new ingest was sealed at once, a tiny
+    // segment for every day it touched, each paying a seal's fsyncs.
     let lastCheckpointAtMs = Date.now();
     this.checkpointTimer = setInterval(() => {
       const nowMs = Date.now();
       // Idle workspaces drop uuids past the horizon too.
       for (const workspace of this.catalog.values()) workspace.uuids.advance(nowMs);
       if (this.merges.deferred && nowMs - this.lastIngestAtMs >= limits.checkpointIdleMs) this.merges.schedule();
-      if (!this.checkpoints.pending) return;
+      if (!this.checkpoints.pending) {
+        lastCheckpointAtMs = nowMs;
+        return;
+      }
       if (nowMs - this.lastIngestAtMs < limits.checkpointIdleMs && nowMs - lastCheckpointAtMs < limits.checkpointIntervalMs) return;
       lastCheckpointAtMs = nowMs;
       this.checkpoints.soon();

@@ -43,6 +43,15 @@ export class WorkerPool {
     });
   }
 
+  /**
+   * Threads a query may split over: those not held by a seal, merge or load
+   * (running or queued). A shard that waits for such a thread waits out the
+   * whole store task, which is slower than its share of the work run in turn.
+   */
+  get queryThreadCount(): number {
+    return Math.max(1, this.threadCount - this.storeTasks.size);
+  }
+
   get queueSize(): number {
     return this.piscina.queueSize;
   }

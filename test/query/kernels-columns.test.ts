@@ -72,7 +72,7 @@ function dataset(seed: number): Dataset {
         ],
       };
       const key = `s${seed}/${day}/${piece}`;
-      segments.push(random() < 0.3 ? activeSegment(key, input, pick(random, [8, 16, 32] as const)) : sealedSegment(key, input, { bitmaps: true, eventRowStartPadding: integer(random, 2), valueIdWidth: pick(random, [8, 16, 32] as const) }));
+      segments.push(random() < 0.3 ? activeSegment(key, input, pick(random, [8, 16, 32] as const), random) : sealedSegment(key, input, { bitmaps: true, eventRowStartPadding: integer(random, 2), valueIdWidth: pick(random, [8, 16, 32] as const) }));
     }
   }
   return { segments, userCount, firstDay, dayCount };

@@ -6,6 +6,9 @@
  */
 import roaring from "roaring";
 import type { PropertyColumn, SegmentView, ValueIdColumn } from "../../src/query/segment-view.js";
+import { ActiveIndex } from "../../src/query/active-index.js";
+import { activeView } from "../../src/query/segment-views.js";
+import type { ActiveSegmentDescriptor } from "../../src/storage/segment-descriptor.js";
 
 const { RoaringBitmap32 } = roaring;
 type RoaringBitmap32 = InstanceType<typeof RoaringBitmap32>;
@@ -99,6 +102,7 @@ export function sealedSegment(key: string, input: SegmentInput, options: SealedO
     userIds,
     eventRowStart,
     eventIds: undefined,
+    eventRows: () => undefined,
     property: (keyId) => columns.get(keyId),
     rowsWithProperty: (keyId, start, end) => rowsSetting(columns.get(keyId), start, end),
     userBitmap: (eventId) => bitmaps.get(eventId),
@@ -111,18 +115,67 @@ function rowsSetting(column: PropertyColumn | undefined, start: number, end: num
   return count;
 }
 
-export function activeSegment(key: string, input: SegmentInput, valueIdWidth: ValueIdWidth): SegmentView {
-  const columns = propertyColumns(input.properties, undefined, valueIdWidth);
-  return {
+/**
+ * An active segment as a worker reads it: the real view over shared columns,
+ * with its index (active-index.ts). With `random`, the index may first have
+ * been built from an earlier snapshot (a prefix of the rows, extended now) or
+ * from a later one (rows and property values this snapshot must not see).
+ * Active columns are always 32-bit, whatever `valueIdWidth` says.
+ */
+export function activeSegment(key: string, input: SegmentInput, _valueIdWidth: ValueIdWidth, random?: () => number): SegmentView {
+  const rowCount = input.eventIds.length;
+  const later = random !== undefined && rowCount > 0 && random() < 1 / 3 ? 1 + Math.floor(random() * 20) : 0;
+  const total = rowCount + later;
+  const shared = (values: (row: number) => number) => {
+    const column = new Uint32Array(new SharedArrayBuffer(4 * Math.max(1, total)));
+    for (let row = 0; row < total; row++) column[row] = values(row);
+    return column;
+  };
+  const draw = (length: number) => Math.floor(random!() * length);
+  const time = shared((row) => (row < rowCount ? input.timeOffsetMs[row] : draw(86_400_000)));
+  const user = shared((row) => (row < rowCount ? input.userIds[row] : input.userIds[draw(rowCount)] + draw(2)));
+  const event = shared((row) => (row < rowCount ? input.eventIds[row] : input.eventIds[draw(rowCount)]));
+  const properties = input.properties.map((property) => {
+    // Later rows may set the key to texts this snapshot does not know yet.
+    const texts = [...property.texts];
+    const laterTexts = later > 0 ? [...texts, "later-1", "later-2"] : texts;
+    const rows: number[] = [];
+    const valueIds: number[] = [];
+    for (let row = 0; row < total; row++) {
+      const valueId = row < rowCount ? property.valueIds[row] : random!() < 0.5 ? 0 : 1 + draw(laterTexts.length - 1);
+      if (valueId === 0) continue;
+      rows.push(row);
+      valueIds.push(valueId);
+    }
+    return { keyId: property.keyId, texts, laterTexts, rows: shared((entry) => rows[entry] ?? 0), valueIds: shared((entry) => valueIds[entry] ?? 0), entryRows: rows };
+  });
+  const describe = (count: number): ActiveSegmentDescriptor => ({
+    kind: "active",
     key,
     dayStartMs: input.dayStartMs,
-    rowCount: input.eventIds.length,
-    timeOffsetMs: input.timeOffsetMs,
-    userIds: input.userIds,
-    eventRowStart: undefined,
-    eventIds: input.eventIds,
-    property: (keyId) => columns.get(keyId),
-    rowsWithProperty: (keyId, start, end) => rowsSetting(columns.get(keyId), start, end),
-    userBitmap: () => undefined,
-  };
+    rowCount: count,
+    time: time.buffer as SharedArrayBuffer,
+    user: user.buffer as SharedArrayBuffer,
+    event: event.buffer as SharedArrayBuffer,
+    properties: properties
+      .map((property) => ({
+        keyId: property.keyId,
+        entryCount: property.entryRows.filter((row) => row < count).length,
+        rows: property.rows.buffer as SharedArrayBuffer,
+        rowsOffset: 0,
+        valueIds: property.valueIds.buffer as SharedArrayBuffer,
+        valueIdsOffset: 0,
+        texts: count > rowCount ? property.laterTexts : property.texts,
+      }))
+      .filter((property) => property.entryCount > 0),
+  });
+  const index = new ActiveIndex(key);
+  const earlier = later > 0 ? total : random !== undefined && random() < 0.5 ? draw(rowCount + 1) : 0;
+  if (earlier > 0) {
+    // What a task over that snapshot would have asked.
+    const view = activeView(describe(earlier), () => index);
+    for (const eventId of new Set(event.subarray(0, earlier))) view.userBitmap(eventId);
+    for (const property of input.properties) view.property(property.keyId);
+  }
+  return activeView(describe(rowCount), () => index);
 }

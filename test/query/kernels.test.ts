@@ -132,7 +132,7 @@ function randomDataset(seed: number, rowCountMax: number): Dataset {
       segments.push(
         random() < 0.65
           ? sealedSegment(key, input, { bitmaps: random() < 0.8, eventRowStartPadding: randomInteger(random, 3), valueIdWidth: width })
-          : activeSegment(key, input, width),
+          : activeSegment(key, input, width, random),
       );
     }
   }

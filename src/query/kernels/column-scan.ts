@@ -314,22 +314,23 @@ function numbersOf(column: PropertyColumn): Float64Array {
 
 /** An active segment's rows of eventId with a user in [userLo, userHi), grouped by user block (a counting sort), row order kept within a block. */
 function activeRowsByBlock(segment: SegmentView, eventId: number, userLo: number, userHi: number, blockUsers: number): { rows: Uint32Array; blockStarts: Uint32Array } {
-  const eventIds = segment.eventIds!;
-  const { userIds, rowCount } = segment;
+  const eventRows = segment.eventRows(eventId)!;
+  const { userIds } = segment;
   const blockStarts = new Uint32Array(Math.ceil((userHi - userLo) / blockUsers) + 1);
   let count = 0;
-  for (let row = 0; row < rowCount; row++) {
-    const user = userIds[row];
-    if (eventIds[row] !== eventId || user < userLo || user >= userHi) continue;
+  for (let index = 0; index < eventRows.length; index++) {
+    const user = userIds[eventRows[index]];
+    if (user < userLo || user >= userHi) continue;
     blockStarts[Math.floor((user - userLo) / blockUsers) + 1]++;
     count++;
   }
   for (let block = 1; block < blockStarts.length; block++) blockStarts[block] += blockStarts[block - 1];
   const next = blockStarts.slice(0, blockStarts.length - 1);
   const rows = new Uint32Array(count);
-  for (let row = 0; row < rowCount; row++) {
+  for (let index = 0; index < eventRows.length; index++) {
+    const row = eventRows[index];
     const user = userIds[row];
-    if (eventIds[row] !== eventId || user < userLo || user >= userHi) continue;
+    if (user < userLo || user >= userHi) continue;
     rows[next[Math.floor((user - userLo) / blockUsers)]++] = row;
   }
   return { rows, blockStarts };

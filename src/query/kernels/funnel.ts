@@ -276,8 +276,9 @@ function usersWithEvent(
       users = scannedUsers.get(shardRows.end - shardRows.start);
       userCount = sealedUsersInTime(segment.userIds, segment.timeOffsetMs, shardRows.start, shardRows.end, offsetLow, offsetHigh, users);
     } else {
-      users = scannedUsers.get(segment.rowCount);
-      userCount = activeUsersInTime(segment.eventIds!, segment.userIds, segment.timeOffsetMs, segment.rowCount, eventId, offsetLow, offsetHigh, userLo, userHi, users);
+      const rows = segment.eventRows(eventId)!;
+      users = scannedUsers.get(rows.length);
+      userCount = activeUsersInTime(rows, segment.userIds, segment.timeOffsetMs, offsetLow, offsetHigh, userLo, userHi, users);
     }
     if (userCount === 0) continue;
     if (scanned === undefined) {
@@ -336,13 +337,11 @@ function sealedUsersInTime(
   return userCount;
 }
 
-/** Users (repeats kept) of an active segment's rows of eventId in the shard and the time offsets. */
+/** Users (repeats kept) of an active segment's rows `rows` (one event's) in the shard and the time offsets. */
 function activeUsersInTime(
-  eventIds: Uint32Array,
+  rows: Uint32Array,
   userIds: Uint32Array,
   timeOffsetMs: Uint32Array,
-  rowCount: number,
-  eventId: number,
   offsetLow: number,
   offsetHigh: number,
   userLo: number,
@@ -350,8 +349,8 @@ function activeUsersInTime(
   users: Uint32Array,
 ): number {
   let userCount = 0;
-  for (let row = 0; row < rowCount; row++) {
-    if (eventIds[row] !== eventId) continue;
+  for (let index = 0; index < rows.length; index++) {
+    const row = rows[index];
     const user = userIds[row];
     if (user < userLo || user >= userHi) continue;
     const offset = timeOffsetMs[row];
@@ -460,10 +459,13 @@ function prepareGather(gather: Gather, candidateSet: RoaringBitmap32): void {
   if (activeRowCount > 0) groupActiveRows(gather, activeRowCount);
 }
 
-/** Appends (candidate index, slot, time) of the active segment's rows that the gather needs; returns the new count. */
+/**
+ * Appends (candidate index, slot, time) of the active segment's rows that the
+ * gather needs, slot by slot (each cell keeps its rows in row order, and cells
+ * are sorted by time anyway); returns the new count.
+ */
 function collectActiveRows(gather: Gather, segment: SegmentView, rowCount: number): number {
   const { userIds, timeOffsetMs, dayStartMs } = segment;
-  const eventIds = segment.eventIds!;
   const { slotEventIds, userLo, userHi } = gather;
   const indexes = userCandidateIndexes.values;
   const offsetLow = Math.max(0, gather.entryFromMs - dayStartMs);
@@ -471,24 +473,28 @@ function collectActiveRows(gather: Gather, segment: SegmentView, rowCount: numbe
   let candidateIndexes = activeIndexes.values;
   let slots = activeSlots.values;
   let times = activeTimes.values;
-  for (let row = 0; row < segment.rowCount; row++) {
-    const user = userIds[row];
-    if (user < userLo || user >= userHi) continue;
-    const userSlot = user - userLo;
-    if (userSlot >= indexes.length || indexes[userSlot] === 0) continue;
-    const offset = timeOffsetMs[row];
-    if (offset < offsetLow || offset >= offsetHigh) continue;
-    const slot = slotEventIds.indexOf(eventIds[row]);
-    if (slot < 0) continue;
-    if (rowCount >= candidateIndexes.length) {
-      candidateIndexes = activeIndexes.grow(rowCount + 1);
-      slots = activeSlots.grow(rowCount + 1);
-      times = activeTimes.grow(rowCount + 1);
+  for (let slot = 0; slot < slotEventIds.length; slot++) {
+    // A name listed twice has its rows under its first slot, as a row-by-row lookup would.
+    if (slotEventIds.indexOf(slotEventIds[slot]) !== slot) continue;
+    const rows = segment.eventRows(slotEventIds[slot])!;
+    for (let index = 0; index < rows.length; index++) {
+      const row = rows[index];
+      const user = userIds[row];
+      if (user < userLo || user >= userHi) continue;
+      const userSlot = user - userLo;
+      if (userSlot >= indexes.length || indexes[userSlot] === 0) continue;
+      const offset = timeOffsetMs[row];
+      if (offset < offsetLow || offset >= offsetHigh) continue;
+      if (rowCount >= candidateIndexes.length) {
+        candidateIndexes = activeIndexes.grow(rowCount + 1);
+        slots = activeSlots.grow(rowCount + 1);
+        times = activeTimes.grow(rowCount + 1);
+      }
+      candidateIndexes[rowCount] = indexes[userSlot] - 1;
+      slots[rowCount] = slot;
+      times[rowCount] = dayStartMs + offset;
+      rowCount++;
     }
-    candidateIndexes[rowCount] = indexes[userSlot] - 1;
-    slots[rowCount] = slot;
-    times[rowCount] = dayStartMs + offset;
-    rowCount++;
   }
   return rowCount;
 }

@@ -146,19 +146,19 @@ function periodUserSets(
     const segment = segments[segmentIndex];
     const period = Math.floor((segment.dayStartMs - plan.fromMs) / plan.periodMs);
     if (period < 0 || period >= periodCount) continue;
+    const bitmap = segment.userBitmap(eventId);
+    if (bitmap !== undefined) {
+      dayBitmaps[period].push(bitmap);
+      continue;
+    }
     let users: Uint32Array;
     if (segment.eventRowStart !== undefined) {
-      const bitmap = segment.userBitmap(eventId);
-      if (bitmap !== undefined) {
-        dayBitmaps[period].push(bitmap);
-        continue;
-      }
       sealedShardRows(segment.eventRowStart, segment.userIds, eventId, userLo, userHi, shardRows);
       users = segment.userIds.subarray(shardRows.start, shardRows.end);
     } else {
-      const scratch = userScratch.get(segment.rowCount);
-      const userCount = selectActiveUsers(segment.eventIds!, segment.userIds, segment.rowCount, eventId, userLo, userHi, scratch);
-      users = scratch.subarray(0, userCount);
+      const rows = segment.eventRows(eventId)!;
+      const scratch = userScratch.get(rows.length);
+      users = scratch.subarray(0, selectActiveUsers(rows, segment.userIds, userLo, userHi, scratch));
     }
     if (users.length === 0) continue;
     let scanned = scannedUsers[period];

@@ -75,20 +75,13 @@ export function segmentsByDay(segments: readonly SegmentView[], fromMs: number, 
   return indexes;
 }
 
-/** User ids of an active segment's rows of eventId in [userLo, userHi), in row order (repeats kept); returns how many. */
-export function selectActiveUsers(
-  eventIds: Uint32Array,
-  userIds: Uint32Array,
-  rowCount: number,
-  eventId: number,
-  userLo: number,
-  userHi: number,
-  users: Uint32Array,
-): number {
+/** User ids of an active segment's rows `rows` (one event's, from eventRows) in [userLo, userHi), in row order (repeats kept); returns how many. */
+export function selectActiveUsers(rows: Uint32Array, userIds: Uint32Array, userLo: number, userHi: number, users: Uint32Array): number {
   let userCount = 0;
-  for (let row = 0; row < rowCount; row++) {
-    const user = userIds[row];
-    if (eventIds[row] === eventId && user >= userLo && user < userHi) users[userCount++] = user;
+  for (let index = 0; index < rows.length; index++) {
+    const user = userIds[rows[index]];
+    users[userCount] = user;
+    userCount += user >= userLo && user < userHi ? 1 : 0;
   }
   return userCount;
 }

@@ -93,8 +93,18 @@ export function trendPartial(segments: readonly SegmentView[], plan: TrendPlan, 
       sealedShardRows(segment.eventRowStart, segment.userIds, eventId, userLo, userHi, shardRows);
       if (shardRows.start === shardRows.end) continue;
     } else {
-      selection = rowSelection.get(segment.rowCount);
-      selectedCount = selectActiveRows(segment.eventIds!, segment.userIds, segment.rowCount, eventId, userLo, userHi, selection);
+      const rows = segment.eventRows(eventId)!;
+      if (!unique && !hourly) {
+        // An active total by day, week or month counts the event's rows that pass, writing no selection.
+        const filterCount = segmentFilterPasses(segment, plan.filters, sealedFilters, segmentPasses, segmentValueIds);
+        if (filterCount === undefined) continue;
+        if (filterCount <= 2) {
+          counts[bucket] += countActiveRowsPassing(rows, segment.userIds, userLo, userHi, filterCount, segmentPasses, segmentValueIds);
+          continue;
+        }
+      }
+      selection = rowSelection.get(rows.length);
+      selectedCount = selectActiveRows(rows, segment.userIds, userLo, userHi, selection);
       if (selectedCount === 0) continue;
     }
 
@@ -188,18 +198,19 @@ function countUsersByBitmap(segments: readonly SegmentView[], plan: TrendPlan, u
       countBucket();
       bucket = segmentBucket;
     }
+    const bitmap = segment.userBitmap(eventId);
+    if (bitmap !== undefined) {
+      bucketBitmaps.push(bitmap);
+      continue;
+    }
     let users: Uint32Array;
     if (segment.eventRowStart !== undefined) {
-      const bitmap = segment.userBitmap(eventId);
-      if (bitmap !== undefined) {
-        bucketBitmaps.push(bitmap);
-        continue;
-      }
       sealedShardRows(segment.eventRowStart, segment.userIds, eventId, userLo, userHi, shardRows);
       users = segment.userIds.subarray(shardRows.start, shardRows.end);
     } else {
-      const scratch = rowSelection.get(segment.rowCount);
-      users = scratch.subarray(0, selectActiveUsers(segment.eventIds!, segment.userIds, segment.rowCount, eventId, userLo, userHi, scratch));
+      const rows = segment.eventRows(eventId)!;
+      const scratch = rowSelection.get(rows.length);
+      users = scratch.subarray(0, selectActiveUsers(rows, segment.userIds, userLo, userHi, scratch));
     }
     if (users.length === 0) continue;
     scannedUsers ??= new RoaringBitmap32();
@@ -217,19 +228,14 @@ export function mergeTrendPartials(partials: readonly Float64Array[]): Float64Ar
 // ---------------------------------------------------------------------------
 // Row selection
 
-function selectActiveRows(
-  eventIds: Uint32Array,
-  userIds: Uint32Array,
-  rowCount: number,
-  eventId: number,
-  userLo: number,
-  userHi: number,
-  selection: Uint32Array,
-): number {
+/** The rows of an active segment's event list whose user is in [userLo, userHi). */
+function selectActiveRows(rows: Uint32Array, userIds: Uint32Array, userLo: number, userHi: number, selection: Uint32Array): number {
   let selectedCount = 0;
-  for (let row = 0; row < rowCount; row++) {
+  for (let index = 0; index < rows.length; index++) {
+    const row = rows[index];
     const user = userIds[row];
-    if (eventIds[row] === eventId && user >= userLo && user < userHi) selection[selectedCount++] = row;
+    selection[selectedCount] = row;
+    selectedCount += user >= userLo && user < userHi ? 1 : 0;
   }
   return selectedCount;
 }
@@ -259,6 +265,42 @@ function selectRangeByTwo(
     selectedCount += firstPasses[firstValueIds[row]] & secondPasses[secondValueIds[row]];
   }
   return selectedCount;
+}
+
+/** Rows of an active segment's event list with a user in [userLo, userHi) that pass the first `filterCount` (at most two) tables. */
+function countActiveRowsPassing(
+  rows: Uint32Array,
+  userIds: Uint32Array,
+  userLo: number,
+  userHi: number,
+  filterCount: number,
+  passes: readonly Uint8Array[],
+  valueIds: readonly ValueIdColumn[],
+): number {
+  let count = 0;
+  if (filterCount === 0) {
+    for (let index = 0; index < rows.length; index++) {
+      const user = userIds[rows[index]];
+      count += user >= userLo && user < userHi ? 1 : 0;
+    }
+  } else if (filterCount === 1) {
+    const [firstPasses] = passes;
+    const [firstIds] = valueIds;
+    for (let index = 0; index < rows.length; index++) {
+      const row = rows[index];
+      const user = userIds[row];
+      count += user >= userLo && user < userHi ? firstPasses[firstIds[row]] : 0;
+    }
+  } else {
+    const [firstPasses, secondPasses] = passes;
+    const [firstIds, secondIds] = valueIds;
+    for (let index = 0; index < rows.length; index++) {
+      const row = rows[index];
+      const user = userIds[row];
+      count += user >= userLo && user < userHi ? firstPasses[firstIds[row]] & secondPasses[secondIds[row]] : 0;
+    }
+  }
+  return count;
 }
 
 /** Keeps the selected rows that pass, in order, in place. */

@@ -1,0 +1,237 @@
+/**
+ * What a worker has learned about an active segment's rows, kept between
+ * query tasks and extended by the rows that arrived since: per event, its rows
+ * in ascending order and the set of its users; per filtered property key, a
+ * dense column of value ids. An active segment is append-only (rows and
+ * property entries below a count handed out are never rewritten), so what was
+ * read once stays true, and a query reads only the rows of its event instead
+ * of every row of every active segment it touches: with events arriving in
+ * random day order, every day's active segment holds a share of the recent
+ * rows, and a whole-range query scanned all of them per task.
+ *
+ * A task may carry an older snapshot than one this worker already indexed (it
+ * was taken earlier but ran later): row lists are cut at its row count, and a
+ * user set or column that already holds later rows is not used for it.
+ */
+import roaring from "roaring";
+import type { ActiveSegmentDescriptor } from "../storage/segment-descriptor.js";
+import { lowerBoundUser } from "./kernels/rows.js";
+import type { PropertyColumn } from "./segment-view.js";
+
+const { RoaringBitmap32 } = roaring;
+type Bitmap = InstanceType<typeof RoaringBitmap32>;
+
+/** The parts of an active segment's descriptor the index reads. */
+type ActiveRows = Pick<ActiveSegmentDescriptor, "rowCount" | "event" | "user">;
+type ActiveProperty = ActiveSegmentDescriptor["properties"][number];
+
+/** A set's bytes, roughly: two per member in array containers, plus its object. */
+const bitmapBytesPerMember = 2;
+const bitmapBytesFixed = 64;
+
+/** Users of newly covered rows, gathered for one addMany; one per thread. */
+let userScratch = new Uint32Array(1024);
+
+interface EventUsers {
+  bitmap: Bitmap;
+  /** Entries of the event's row list whose users are in the bitmap. */
+  coveredEntries: number;
+}
+
+interface IndexedColumn {
+  valueIds: Uint32Array;
+  /** Property entries scattered into valueIds. */
+  coveredEntries: number;
+}
+
+export class ActiveIndex {
+  /** Rows [0, coveredRows) are in the row lists. */
+  private coveredRows = 0;
+  /** By event id: its rows, ascending; lengths[e] of them are set. */
+  private readonly lists: Uint32Array[] = [];
+  private readonly lengths: number[] = [];
+  private readonly users = new Map<number, EventUsers>();
+  private readonly columns = new Map<number, IndexedColumn>();
+  /** Bytes held, for the cache's budget (bitmaps estimated). */
+  bytes = 0;
+
+  /** The workspace and day of its segment (see dayOfKey). */
+  readonly day: string;
+
+  constructor(readonly key: string) {
+    this.day = dayOfKey(key);
+  }
+
+  /** Rows of eventId among the segment's first rowCount, ascending (a view into the index: do not keep it past the task). */
+  eventRows(segment: ActiveRows, eventId: number): Uint32Array {
+    this.cover(segment);
+    const list = this.lists[eventId];
+    if (list === undefined) return new Uint32Array(0);
+    const length = this.lengths[eventId];
+    const visible = this.coveredRows === segment.rowCount ? length : lowerBoundUser(list, 0, length, segment.rowCount);
+    return list.subarray(0, visible);
+  }
+
+  /** Users having a row of eventId among the segment's first rowCount; undefined when none does, or when the set already holds later rows. */
+  userBitmap(segment: ActiveRows, eventId: number): Bitmap | undefined {
+    const rows = this.eventRows(segment, eventId);
+    if (rows.length === 0) return undefined;
+    let entry = this.users.get(eventId);
+    if (entry === undefined) {
+      entry = { bitmap: new RoaringBitmap32(), coveredEntries: 0 };
+      this.users.set(eventId, entry);
+      this.bytes += bitmapBytesFixed;
+    }
+    if (entry.coveredEntries > rows.length) return undefined;
+    if (entry.coveredEntries < rows.length) {
+      const added = rows.length - entry.coveredEntries;
+      if (userScratch.length < added) userScratch = new Uint32Array(Math.max(added, userScratch.length * 2));
+      const userIds = new Uint32Array(segment.user, 0, segment.rowCount);
+      for (let index = 0; index < added; index++) userScratch[index] = userIds[rows[entry.coveredEntries + index]];
+      const before = entry.bitmap.size;
+      entry.bitmap.addMany(userScratch.subarray(0, added));
+      this.bytes += (entry.bitmap.size - before) * bitmapBytesPerMember;
+      entry.coveredEntries = rows.length;
+    }
+    return entry.bitmap;
+  }
+
+  /**
+   * The dense value-id column of a property, rows [0, rowCount), extended by
+   * the entries applied since the last task. A snapshot holding fewer entries
+   * than the column already has gets a column of its own: its dictionary
+   * (`texts`) would not name the newer ids.
+   */
+  column(segment: ActiveRows, property: ActiveProperty): PropertyColumn {
+    const rowCount = segment.rowCount;
+    let indexed = this.columns.get(property.keyId);
+    if (indexed !== undefined && indexed.coveredEntries > property.entryCount) return { valueIds: denseColumn(property, rowCount, 0, new Uint32Array(rowCount)), texts: property.texts };
+    if (indexed === undefined) {
+      indexed = { valueIds: new Uint32Array(grownLength(0, rowCount)), coveredEntries: 0 };
+      this.columns.set(property.keyId, indexed);
+      this.bytes += indexed.valueIds.byteLength;
+    } else if (indexed.valueIds.length < rowCount) {
+      const valueIds = new Uint32Array(grownLength(indexed.valueIds.length, rowCount));
+      valueIds.set(indexed.valueIds);
+      this.bytes += valueIds.byteLength - indexed.valueIds.byteLength;
+      indexed.valueIds = valueIds;
+    }
+    denseColumn(property, rowCount, indexed.coveredEntries, indexed.valueIds);
+    indexed.coveredEntries = property.entryCount;
+    return { valueIds: indexed.valueIds.subarray(0, rowCount), texts: property.texts };
+  }
+
+  /** Frees the sets (native memory). */
+  dispose(): void {
+    for (const { bitmap } of this.users.values()) bitmap.dispose();
+    this.users.clear();
+  }
+
+  /** Appends rows [coveredRows, rowCount) to their events' lists. */
+  private cover(segment: ActiveRows): void {
+    const rowCount = segment.rowCount;
+    if (rowCount <= this.coveredRows) return;
+    const eventIds = new Uint32Array(segment.event, 0, rowCount);
+    const { lists, lengths } = this;
+    for (let row = this.coveredRows; row < rowCount; row++) {
+      const eventId = eventIds[row];
+      let list = lists[eventId];
+      const length = lengths[eventId] ?? 0;
+      if (list === undefined || length === list.length) {
+        const grown = new Uint32Array(grownLength(list?.length ?? 0, length + 1));
+        if (list !== undefined) grown.set(list);
+        this.bytes += grown.byteLength - (list?.byteLength ?? 0);
+        list = lists[eventId] = grown;
+      }
+      list[length] = row;
+      lengths[eventId] = length + 1;
+    }
+    this.coveredRows = rowCount;
+  }
+}
+
+function grownLength(current: number, needed: number): number {
+  let length = Math.max(current, 64);
+  while (length < needed) length *= 2;
+  return length;
+}
+
+/** Writes a property's entries [fromEntry, entryCount) into valueIds (by row); returns valueIds. */
+function denseColumn(property: ActiveProperty, rowCount: number, fromEntry: number, valueIds: Uint32Array): Uint32Array {
+  const entryRows = new Uint32Array(property.rows, property.rowsOffset, property.entryCount);
+  const entryValues = new Uint32Array(property.valueIds, property.valueIdsOffset, property.entryCount);
+  for (let entry = fromEntry; entry < entryRows.length; entry++) {
+    const row = entryRows[entry];
+    if (row < rowCount) valueIds[row] = entryValues[entry];
+  }
+  return valueIds;
+}
+
+/**
+ * The indexes of one worker, least recently used first, bounded by bytes.
+ * Trimmed only between tasks: a kernel may hold an index's sets while it runs.
+ */
+export class ActiveIndexCache {
+  private readonly indexes = new Map<string, ActiveIndex>();
+
+  constructor(private bytesMax: number) {}
+
+  setBytesMax(bytes: number): void {
+    this.bytesMax = bytes;
+  }
+
+  /** The index of the segment under `key`, made empty when there is none; marks it used. */
+  get(key: string): ActiveIndex {
+    let index = this.indexes.get(key);
+    if (index === undefined) index = new ActiveIndex(key);
+    else this.indexes.delete(key);
+    this.indexes.set(key, index);
+    return index;
+  }
+
+  get byteLength(): number {
+    let bytes = 0;
+    for (const index of this.indexes.values()) bytes += index.bytes;
+    return bytes;
+  }
+
+  get size(): number {
+    return this.indexes.size;
+  }
+
+  has(key: string): boolean {
+    return this.indexes.has(key);
+  }
+
+  /**
+   * Before a task: drops the indexes of segments that are gone and then the
+   * least recently used past the budget, never one the task reads (`keys`).
+   * A segment is gone when the task reads its day but not it: a snapshot
+   * lists every segment of a day it reads, frozen ones included, so an
+   * active segment missing from it was sealed (and if the task's snapshot
+   * was simply older, the index is rebuilt at the next use: answers do not
+   * depend on it).
+   */
+  trim(keys: ReadonlySet<string>, days: ReadonlySet<string>): void {
+    for (const [key, index] of this.indexes) {
+      if (!keys.has(key) && days.has(index.day)) this.drop(key, index);
+    }
+    let bytes = this.byteLength;
+    for (const [key, index] of this.indexes) {
+      if (bytes <= this.bytesMax) break;
+      if (keys.has(key)) continue;
+      bytes -= index.bytes;
+      this.drop(key, index);
+    }
+  }
+
+  private drop(key: string, index: ActiveIndex): void {
+    index.dispose();
+    this.indexes.delete(key);
+  }
+}
+
+/** A segment key's workspace and day (`workspace/yyyy-mm-dd/name`). */
+export function dayOfKey(key: string): string {
+  return key.slice(0, key.lastIndexOf("/"));
+}
