@@ -292,7 +292,6 @@ assert(limits.shutdownTimeoutMs < 10_000, "SPEC: exit within 10 s of SIGTERM");
 assert(limits.workspaceListingCacheTtlMs <= 60_000, "SPEC §7.6: EVENTIDE_WORKSPACE_LISTING_CACHE_TTL_MS must be at most 60 000 (listings lag by at most 60 s)");
 assert(limits.httpDescriptorsSampleIntervalMs < limits.idleTimeoutSeconds * 1000, "open descriptors are counted more often than idle connections time out");
 assert(limits.registryStaleMsMax > limits.registryPollIntervalMs, `EVENTIDE_REGISTRY_STALE_MS_MAX must exceed the registry poll interval (${limits.registryPollIntervalMs} ms)`);
-assert(limits.registryReadHangMsMax >= limits.registryStaleMsMax, "EVENTIDE_REGISTRY_READ_HANG_MS_MAX must be at least EVENTIDE_REGISTRY_STALE_MS_MAX");
 assert(limits.liveMessageBytesMax <= limits.queryBodyBytesMax, "EVENTIDE_LIVE_MESSAGE_BYTES_MAX must not exceed EVENTIDE_QUERY_BODY_BYTES_MAX: a live message carries one query body");
 
 /**

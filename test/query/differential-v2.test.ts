@@ -503,7 +503,7 @@ if (clickhouseServer === undefined) console.warn(skipNotice("the differential su
 describe.skipIf(clickhouseServer === undefined)("the ClickHouse store answers the same queries exactly as the reference on the same events", () => {
   const clickhouse = clickhousePerSuite();
   // This suite checks answers: credentials read a few seconds late on a loaded machine must not turn one into a 503.
-  const env = { EVENTIDE_CLICKHOUSE_FORWARD_DELAY_MS: "50", EVENTIDE_REGISTRY_STALE_MS_MAX: "30000" };
+  const env = { EVENTIDE_CLICKHOUSE_FORWARD_DELAY_MS: "50", EVENTIDE_REGISTRY_STALE_MS_MAX: "30000", EVENTIDE_REGISTRY_READ_HANG_MS_MAX: "30000" };
   differentialSeeds((seed) => ({ EVENTIDE_STORE: storeUrl(clickhouse, `differential_${seed}`), ...env }));
   afterAll(() => {
     if (funnelPathsSeen.size > 0) console.log(`ClickHouse funnels by path over the seeds:\n  ${[...funnelPathsSeen].sort().map(([key, count]) => `${key}: ${count}`).join("\n  ")}`);
