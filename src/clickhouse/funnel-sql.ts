@@ -30,7 +30,7 @@
  *   most 20 bits: chains_(j+1) = (chains_j | chains_j << 1) & present_(j+1),
  *   where present_(j+1) has bit o when the group o after the entry holds
  *   step j+1 within the window. The shortest time to convert is the lowest
- *   bit's group.
+ *   bit's group. Exclusions: a bit set per level of open ranges (strictWalks).
  *
  * Cost per user: "the first event at or after" for all entries at once is
  * one sort of the entries among the class's events (nextElements), so
@@ -42,9 +42,9 @@
  *
  * | field                                | why                                                              |
  * |--------------------------------------|------------------------------------------------------------------|
- * | exclusions but those of an ordered   | a chain's validity links two steps' times; orderedSql searches   |
- * | funnel of distinct steps, names no   | one range at a time, which needs the ranges apart, and excluded  |
- * | step has, ranges equal or apart      | events that no step of the chain can be                          |
+ * | exclusions naming a step's event,    | a chain's validity links two steps' times; orderedSql searches   |
+ * | or with repeated steps; ordered with | one range at a time, which needs the ranges apart, and excluded  |
+ * | ranges touching or overlapping       | events that no step of the chain can be                          |
  * | one name in steps with other filters | events may match several steps: a matching per timestamp          |
  * | strict with a repeated step          | as above, inside a group of equal timestamps                      |
  * | ordered, more repeated steps than    | kept as bounds on the SQL's size (two searches per repeated      |
@@ -100,14 +100,15 @@ export function funnelRoute(request: FunnelRequest): FunnelRoute {
 }
 
 /**
- * Exclusions the SQL answers exactly: ordered, distinct steps, no excluded
- * name among the steps' (so no step event is ever an excluded one), and
- * ranges that are equal (one segment, their references OR-ed) or apart (one
- * ends before the next begins). Sorted by range; undefined: the row path.
+ * Exclusions the SQL answers exactly: ordered or strict, distinct steps, no
+ * excluded name among the steps' (so no step event is ever an excluded one);
+ * ordered also wants ranges that are equal (one segment, their references
+ * OR-ed) or apart (one ends before the next begins). Sorted by range;
+ * undefined: the row path.
  */
 function exclusionSegments(request: FunnelRequest, repeatedSteps: number): Segment[] | undefined {
   if (request.exclusions.length === 0) return [];
-  if (request.order !== "ordered" || repeatedSteps > 0) return undefined;
+  if (request.order === "unordered" || repeatedSteps > 0) return undefined;
   const stepNames = new Set(request.steps.map((step) => step.event));
   const segments: Segment[] = [];
   for (const exclusion of request.exclusions) {
@@ -117,6 +118,8 @@ function exclusionSegments(request: FunnelRequest, repeatedSteps: number): Segme
     else segments.push({ fromStep: exclusion.fromStep, toStep: exclusion.toStep, references: [exclusion.event] });
   }
   segments.sort((left, right) => left.fromStep - right.fromStep);
+  // Strict walks groups with its ranges' state (strictSql): any ranges.
+  if (request.order === "strict") return segments;
   for (let index = 1; index < segments.length; index++) if (segments[index - 1].toStep >= segments[index].fromStep) return undefined;
   return segments;
 }
@@ -479,7 +482,8 @@ function strictSql(shape: FunnelShape): string {
   const stepCount = shape.classOfStep.length;
   const windowMs = shape.windowMs;
   // Distinct classes: class i is step i + 1, bit i of a group's mask.
-  const bits = shape.classes.map((condition, index) => `if(${condition}, ${2 ** index}, 0)`).join(" + ");
+  // Bit steps + x: the event is one of exclusion range x's (excluded names are no step's).
+  const bits = [...shape.classes, ...shape.excluded.map((range) => range.condition)].map((condition, index) => `if(${condition}, ${2 ** index}, 0)`).join(" + ");
   const entryRow = `${shape.classes[0]} AND time_ms < ${shape.toMsExclusive}`;
   let valuesHere = "";
   let entryValues = "";
@@ -509,21 +513,53 @@ function strictSql(shape: FunnelShape): string {
     );
   }
   if (shifts.length > 0) levels.add(shifts);
-  levels.add([`arrayMap((m, t) -> toUInt32(if(bitAnd(m, 1) != 0 AND t < ${shape.toMsExclusive}, 1, 0)), masks_0, times_0) AS chains_1`]);
+  levels.add([`arrayMap((m, t) -> toUInt32(if(bitAnd(m, 1) != 0 AND t < ${shape.toMsExclusive}, 1, 0)), masks_0, times_0) AS chains_0_1_0`]);
+  const walks = strictWalks(shape);
   for (let step = 2; step <= stepCount; step++) {
     // Bit o: the o-th group from the entry holds step `step` within the window (step `step` sits at most step - 1 groups after the entry).
     const offsets = Array.from({ length: step }, (_, offset) => offset);
     const present = offsets.map((offset) => `if(bitAnd(m${offset}, ${2 ** (step - 1)}) != 0 AND g${offset} - g0 <= ${windowMs}, ${2 ** offset}, 0)`).join(" + ");
-    const parameters = ["before", ...offsets.map((offset) => `m${offset}`), ...offsets.map((offset) => `g${offset}`)].join(", ");
-    const arrays = [`chains_${step - 1}`, ...offsets.map((offset) => `masks_${offset}`), ...offsets.map((offset) => `times_${offset}`)].join(", ");
-    levels.add([`arrayMap((${parameters}) -> toUInt32(bitAnd(bitOr(before, bitShiftLeft(before, 1)), toUInt32(${present}))), ${arrays}) AS chains_${step}`]);
+    const perGroup = [`arrayMap((${[...offsets.map((offset) => `m${offset}`), ...offsets.map((offset) => `g${offset}`)].join(", ")}) -> toUInt32(${present}), ${[...offsets.map((offset) => `masks_${offset}`), ...offsets.map((offset) => `times_${offset}`)].join(", ")}) AS present_${step}`];
+    // Bit o: group o holds no event of the ranges in `mask` (step - 1 sits at most step - 2 groups after the entry).
+    const before = offsets.slice(0, -1);
+    const dirtyMasks = new Set(walks.flatMap((walk) => (walk.computes(step) ? walk.levels(step - 1).map((level) => walk.dirty(level, step - 1)) : [])).filter((mask) => mask !== 0));
+    for (const mask of dirtyMasks) {
+      const clean = before.map((offset) => `if(bitAnd(m${offset}, ${mask}) = 0, ${2 ** offset}, 0)`).join(" + ");
+      perGroup.push(`arrayMap((${before.map((offset) => `m${offset}`).join(", ")}) -> toUInt32(${clean}), ${before.map((offset) => `masks_${offset}`).join(", ")}) AS clean_${mask}_${step - 1}`);
+    }
+    levels.add(perGroup);
+    // Per walk and level: stay in step - 1's group, or move one group on (out of a clean group where one of the walk's ranges is open).
+    const chains: string[] = [];
+    for (const walk of walks) {
+      if (!walk.computes(step)) continue;
+      for (const level of walk.levels(step)) {
+        const arrays = [`present_${step}`];
+        const parameter = (name: string) => `p${arrays.includes(name) ? arrays.indexOf(name) : arrays.push(name) - 1}`;
+        const reach: string[] = [];
+        if (walk.levels(step - 1).includes(level)) reach.push(parameter(walk.chains(step - 1, level)));
+        if (level === walk.level(step)) {
+          const moves = walk.levels(step - 1).map((from) => {
+            const dirty = walk.dirty(from, step - 1);
+            const chains = parameter(walk.chains(step - 1, from));
+            return dirty === 0 ? chains : `bitAnd(${chains}, ${parameter(`clean_${dirty}_${step - 1}`)})`;
+          });
+          reach.push(`bitShiftLeft(${bitOrs(moves)}, 1)`);
+        }
+        chains.push(`arrayMap((${arrays.map((_, index) => `p${index}`).join(", ")}) -> toUInt32(bitAnd(${bitOrs(reach)}, p0)), ${arrays.join(", ")}) AS ${walk.chains(step, level)}`);
+      }
+    }
+    levels.add(chains);
+    // Reached: the union of the levels of the walk that owns the step (it keeps the ranges closed by then).
+    const owner = walks.find((walk) => walk.owns(step))!;
+    const owned = owner.levels(step).map((level) => owner.chains(step, level));
+    levels.add([owned.length === 1 ? `${owned[0]} AS reached_${step}` : `arrayMap((${owned.map((_, index) => `c${index}`).join(", ")}) -> ${bitOrs(owned.map((_, index) => `c${index}`))}, ${owned.join(", ")}) AS reached_${step}`]);
     if (!shape.timeToConvert) continue;
     // The shortest time to convert from an entry: its chain's lowest offset.
     const lowest = offsets.map((offset) => `bitAnd(c, ${2 ** offset}) != 0, g${offset}`).join(", ");
-    const spans = `arrayMap((c, ${offsets.map((offset) => `g${offset}`).join(", ")}) -> multiIf(${lowest}, g0) - g0, chains_${step}, ${offsets.map((offset) => `times_${offset}`).join(", ")})`;
-    levels.add([`arrayReduce('min', arrayFilter((span, c) -> c != 0, ${spans}, chains_${step})) AS convert_${step}`]);
+    const spans = `arrayMap((c, ${offsets.map((offset) => `g${offset}`).join(", ")}) -> multiIf(${lowest}, g0) - g0, reached_${step}, ${offsets.map((offset) => `times_${offset}`).join(", ")})`;
+    levels.add([`arrayReduce('min', arrayFilter((span, c) -> c != 0, ${spans}, reached_${step})) AS convert_${step}`]);
   }
-  const chainLists = Array.from({ length: stepCount - 1 }, (_, index) => `chains_${index + 2}`);
+  const chainLists = Array.from({ length: stepCount - 1 }, (_, index) => `reached_${index + 2}`);
   const depth = stepCount === 1 ? "1" : `arrayReduce('max', arrayMap((${chainLists.map((_, index) => `c${index + 2}`).join(", ")}) -> 1 + ${chainLists.map((_, index) => `(c${index + 2} != 0)`).join(" + ")}, ${chainLists.join(", ")}))`;
   levels.add([`${depth} AS depth`]);
   if (stepCount === 1) return countedPerCell(levels, shape, (step) => `depth >= ${step}`);
@@ -533,6 +569,56 @@ function strictSql(shape: FunnelShape): string {
     `SELECT 1 AS depth, candidates${noConverts} FROM (SELECT user, minIf(time_ms, ${entryRow}) AS first_ms${firstValues}, ${firstCandidates} AS candidates FROM ${shape.table}` +
     ` WHERE ${[...shape.range, entryRow, `user GLOBAL NOT IN (${steppers})`].join(" AND ")} GROUP BY user)`;
   return countedPerCell(levels, shape, (step) => `depth >= ${step}`, atDepthOne);
+}
+
+function bitOrs(terms: string[]): string {
+  return terms.reduce((left, right) => `bitOr(${left}, ${right})`);
+}
+
+/**
+ * One walk of strictSql's groups per set of ranges it keeps: walk i keeps the
+ * ranges that close by the i-th distinct toStep, and owns the steps from there
+ * to the next (a chain reaching step k needs only the ranges closed by k). A
+ * state is the chain's group offset (a bit) and its level: how many of the
+ * walk's distinct fromSteps lie before the first step of the chain's current
+ * group, i.e. which of its ranges began in an earlier group. Leaving a group
+ * (step j to j + 1 one group on) puts that group strictly between e_a and e_b
+ * of every range begun earlier and not closed before j + 1: it must hold none
+ * of their events (excluded names are no step's, so never the chain's own).
+ */
+interface StrictWalk {
+  /** Whether the walk computes its own chains at `step` (before, it shares walk 0's). */
+  computes(step: number): boolean;
+  owns(step: number): boolean;
+  /** The level of a chain whose current group begins at step `first`. */
+  level(first: number): number;
+  /** The levels a chain at `step` may have. */
+  levels(step: number): number[];
+  /** The group-mask bits of the ranges a chain at `step` of `level` must not see in its group when it moves on. */
+  dirty(level: number, step: number): number;
+  chains(step: number, level: number): string;
+}
+
+function strictWalks(shape: FunnelShape): StrictWalk[] {
+  const stepCount = shape.classOfStep.length;
+  const closings = [...new Set(shape.excluded.map((range) => range.toStep))].sort((left, right) => left - right);
+  return [0, ...closings].map((closing, index) => {
+    const kept = shape.excluded.flatMap((range, bit) => (range.toStep <= closing ? [{ ...range, bit: 2 ** (stepCount + bit) }] : []));
+    const starts = [...new Set(kept.map((range) => range.fromStep))].sort((left, right) => left - right);
+    const last = index < closings.length ? closings[index] - 1 : stepCount;
+    // Up to the first range's start no range is open: the walk is walk 0.
+    const shared = index === 0 ? 1 : starts[0];
+    const level = (first: number) => starts.filter((start) => start < first).length;
+    const walk: StrictWalk = {
+      computes: (step) => step > shared && step <= last,
+      owns: (step) => step >= Math.max(1, closing) && step <= last,
+      level,
+      levels: (step) => [...new Set(Array.from({ length: step }, (_, first) => level(first + 1)))],
+      dirty: (from, step) => kept.filter((range) => starts.indexOf(range.fromStep) < from && range.toStep > step).reduce((mask, range) => mask | range.bit, 0),
+      chains: (step, from) => (step <= shared ? `chains_0_${step}_0` : `chains_${index}_${step}_${from}`),
+    };
+    return walk;
+  });
 }
 
 type Rows = (sql: string) => Promise<unknown[][]>;

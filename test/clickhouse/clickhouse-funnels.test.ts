@@ -5,8 +5,8 @@
  * several events of one step at one instant and windows of 1 or 2 s at every
  * turn. Every answer must equal the reference's, and the server must say that
  * every one of these funnels took the SQL path (none selected rows). The
- * same for ordered funnels with exclusions, on ties of step events and
- * excluded events.
+ * same for ordered and strict funnels with exclusions, on ties of step
+ * events and excluded events.
  */
 import { describe, expect, it } from "vitest";
 import { referenceFunnelV2, type EventReference, type FunnelQueryV2 } from "../reference/reference-v2.js";
@@ -85,6 +85,19 @@ function randomExclusionFunnel(random: Random): FunnelQueryV2 {
   return body;
 }
 
+/** A strict funnel of distinct steps with up to four exclusions of names no step has, ranges anywhere (touching, overlapping, nested, equal). */
+function randomStrictExclusionFunnel(random: Random): FunnelQueryV2 {
+  const body = randomExclusionFunnel(random);
+  const stepCount = body.steps.length;
+  body.order = "strict";
+  body.exclusions = Array.from({ length: random.integer(1, 4) }, () => {
+    const fromStep = random.integer(1, stepCount - 1);
+    const event: EventReference = random.chance(0.3) ? { event: random.pick(excludedNames), filters: [{ property: "plan", op: "eq", value: "y" }] } : random.pick(excludedNames);
+    return { event, fromStep, toStep: random.integer(fromStep + 1, stepCount) };
+  });
+  return body;
+}
+
 /** Asks every funnel, compares with the reference, and returns the funnels the server counted by path. */
 async function askAll(store: string, events: StoredEvent[], queries: FunnelQueryV2[], seedNote: string): Promise<{ sql: number; rows: number }> {
   const dataDir = makeDataDir();
@@ -143,6 +156,14 @@ describe.skipIf(binary === undefined)("the ClickHouse store's funnel SQL on tied
     const events = tiedEvents(random, [...exclusionStepNames, ...excludedNames], 13, 24);
     const queries = Array.from({ length: 120 }, () => randomExclusionFunnel(random));
     const paths = await askAll(storeUrl(clickhouse, "tied_exclusions"), events, queries, `replay with EVENTIDE_TEST_SEEDS=${seed}`);
+    expect(paths).toEqual({ sql: queries.length, rows: 0 });
+  });
+
+  it(`answers strict funnels with exclusions (names no step has, any ranges) as the reference, all in SQL (seed ${seed})`, { timeout: 300_000 }, async () => {
+    const random = new Random(seed);
+    const events = tiedEvents(random, [...exclusionStepNames, ...excludedNames], 9, 24);
+    const queries = Array.from({ length: 150 }, () => randomStrictExclusionFunnel(random));
+    const paths = await askAll(storeUrl(clickhouse, "tied_strict_exclusions"), events, queries, `replay with EVENTIDE_TEST_SEEDS=${seed}`);
     expect(paths).toEqual({ sql: queries.length, rows: 0 });
   });
 });
