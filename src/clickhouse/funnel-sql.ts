@@ -42,9 +42,8 @@
  *
  * | field                                | why                                                              |
  * |--------------------------------------|------------------------------------------------------------------|
- * | exclusions naming a step's event,    | a chain's validity links two steps' times; orderedSql searches   |
- * | or with repeated steps; ordered with | one range at a time, which needs the ranges apart, and excluded  |
- * | ranges touching or overlapping       | events that no step of the chain can be                          |
+ * | exclusions naming a step's event,    | exclusionChains and strictWalks take excluded events that no     |
+ * | or with repeated steps               | step of the chain can be                                          |
  * | one name in steps with other filters | events may match several steps: a matching per timestamp          |
  * | strict with a repeated step          | as above, inside a group of equal timestamps                      |
  * | ordered, more repeated steps than    | kept as bounds on the SQL's size (two searches per repeated      |
@@ -53,6 +52,7 @@
  * | clickhouseFunnelSqlStepsMax          |                                                                  |
  * | gt/gte/lt/lte, too many texts        | as trend-sql.ts                                                   |
  */
+import { strict as assert } from "node:assert";
 import { limits } from "../config/limits.js";
 import { timesToConvert, type FunnelChainsAnswer, type StepCounts } from "../query/kernels/funnel-chains.js";
 import { rankSeries, valueOf } from "../query/kernels/series.js";
@@ -101,10 +101,9 @@ export function funnelRoute(request: FunnelRequest): FunnelRoute {
 
 /**
  * Exclusions the SQL answers exactly: ordered or strict, distinct steps, no
- * excluded name among the steps' (so no step event is ever an excluded one);
- * ordered also wants ranges that are equal (one segment, their references
- * OR-ed) or apart (one ends before the next begins). Sorted by range;
- * undefined: the row path.
+ * excluded name among the steps' (so no step event is ever an excluded one),
+ * any ranges (equal ones are one segment, their references OR-ed). Sorted by
+ * range; undefined: the row path.
  */
 function exclusionSegments(request: FunnelRequest, repeatedSteps: number): Segment[] | undefined {
   if (request.exclusions.length === 0) return [];
@@ -117,11 +116,7 @@ function exclusionSegments(request: FunnelRequest, repeatedSteps: number): Segme
     if (same !== undefined) same.references.push(exclusion.event);
     else segments.push({ fromStep: exclusion.fromStep, toStep: exclusion.toStep, references: [exclusion.event] });
   }
-  segments.sort((left, right) => left.fromStep - right.fromStep);
-  // Strict walks groups with its ranges' state (strictSql): any ranges.
-  if (request.order === "strict") return segments;
-  for (let index = 1; index < segments.length; index++) if (segments[index - 1].toStep >= segments[index].fromStep) return undefined;
-  return segments;
+  return segments.sort((left, right) => left.fromStep - right.fromStep);
 }
 
 /** Whether the funnel's order, exclusions and steps allow the SQL (its filters aside). */
@@ -196,17 +191,30 @@ interface FunnelShape {
  */
 class Levels {
   private readonly levels: Array<Array<{ name: string; expression: string }>> = [];
+  /** The level of each column computed so far (the base's: -1). */
+  private readonly levelOf = new Map<string, number>();
 
-  constructor(private readonly base: string) {}
+  constructor(private readonly base: string) {
+    for (const match of base.matchAll(/ AS ([A-Za-z_][A-Za-z0-9_]*)/g)) this.levelOf.set(match[1], -1);
+  }
 
-  /** Columns as `expression AS name`. */
+  /**
+   * Columns as `expression AS name`, each on the level just above the columns
+   * it reads: independent searches share levels, so the nesting (ClickHouse's
+   * max_subquery_depth, 100) grows with the longest chain of reads only.
+   */
   add(columns: string[]): void {
-    this.levels.push(
-      columns.map((column) => {
-        const split = column.lastIndexOf(" AS ");
-        return { name: column.slice(split + 4), expression: column.slice(0, split) };
-      }),
-    );
+    for (const column of columns) {
+      const split = column.lastIndexOf(" AS ");
+      const name = column.slice(split + 4);
+      const expression = column.slice(0, split);
+      assert(!this.levelOf.has(name), `funnel SQL column ${name} defined twice`);
+      let level = 0;
+      for (const read of identifiers(expression)) level = Math.max(level, (this.levelOf.get(read) ?? -1) + 1);
+      while (this.levels.length <= level) this.levels.push([]);
+      this.levels[level].push({ name, expression });
+      this.levelOf.set(name, level);
+    }
   }
 
   /** The SELECT whose columns include every name `reader` reads. */
@@ -338,14 +346,8 @@ function countedPerCell(perUser: Levels, shape: FunnelShape, reached: (step: num
 /**
  * Ordered: per entry the greedy chain (times_k), each step one nextElements
  * over its class. Exclusions (see exclusionSegments) make chain_k, the
- * earliest step-k time over the chains valid for every range ending by k:
- * for a range (a, b), a chain's e_a…e_b must lie between two excluded events
- * x (ends included). From chain_(a-1), the greedy run a…b is the earliest
- * when it holds no x strictly inside; otherwise the earliest is the greedy
- * run from the first x after chain_(a-1) whose own run holds none (runs
- * from later starts end no earlier, and any valid run is matched by the run
- * from the last x before its e_a). With a = 1 the entry is fixed: its run or
- * none. Steps before b take the earlier chain; after b, greedy from chain_b.
+ * earliest step-k time over the chains valid for every range ending by k
+ * (exclusionChains).
  */
 function orderedSql(shape: FunnelShape): string {
   const stepCount = shape.classOfStep.length;
@@ -379,40 +381,7 @@ function orderedSql(shape: FunnelShape): string {
     nextElements(levels, `taken_${step}`, `arrayEnumerate(${own})`, `index_${step}`, [own], "ascending");
     levels.add([`taken_${step}_0 AS times_${step}`]);
   }
-  // chain_k: as times_k until the first range; each range re-times its own end and the steps after it.
-  const chain = Array.from({ length: stepCount + 1 }, (_, step) => `times_${step}`);
-  shape.excluded.forEach((range, index) => {
-    const { fromStep: a, toStep: b } = range;
-    const excluded = `excluded_${index}`;
-    // The greedy run a…b from chain_(a-1) is chain_a…chain_b: chain is greedy past the last range's end.
-    // Greedy chains are in their entries' order; a re-timed one (after an earlier range) need not be.
-    const order = index === 0 ? "ascending" : "any order";
-    // No excluded event strictly inside (chain_a, chain_b): no more before chain_b than at or before chain_a (the two may be equal).
-    nextElements(levels, `own${index}_end`, excluded, chain[b], [], order);
-    nextElements(levels, `own${index}_start`, excluded, `arrayMap(t -> t + 1, ${chain[a]})`, [], order);
-    let end = `arrayMap((valid, t) -> if(valid, t, ${noTime}), arrayMap((before, after) -> before <= after, own${index}_end_index, own${index}_start_index), ${chain[b]})`;
-    if (a > 1) {
-      // Runs from each excluded event x: x_a… x_b, kept where none lies strictly inside.
-      let from = excluded;
-      for (let step = a; step <= b; step++) {
-        nextElements(levels, `x${index}_${step}`, `class_${shape.classOfStep[step - 1]}`, from, [`class_${shape.classOfStep[step - 1]}`], "ascending");
-        from = `x${index}_${step}_0`;
-      }
-      nextElements(levels, `x${index}_end`, excluded, `x${index}_${b}_0`, [], "ascending");
-      nextElements(levels, `x${index}_start`, excluded, `arrayMap(t -> t + 1, x${index}_${a}_0)`, [], "ascending");
-      levels.add([`arrayMap((before, after) -> before <= after, x${index}_end_index, x${index}_start_index) AS x${index}_valid`]);
-      levels.add([`arrayFilter((x, valid) -> valid, ${excluded}, x${index}_valid) AS x${index}_starts`, `arrayFilter((t, valid) -> valid, x${index}_${b}_0, x${index}_valid) AS x${index}_ends`]);
-      // The first valid start strictly after chain_(a-1): its run's end.
-      nextElements(levels, `x${index}_after`, `x${index}_starts`, `arrayMap(t -> t + 1, ${chain[a - 1]})`, [`x${index}_ends`], order);
-      end = `arrayMap((own, other) -> if(own != ${noTime}, own, other), ${end}, x${index}_after_0)`;
-    }
-    levels.add([`${end} AS chain${index}_${b}`]);
-    chain[b] = `chain${index}_${b}`;
-    for (let step = b + 1; step <= stepCount; step++) {
-      nextElements(levels, `chain${index}_${step}`, `class_${shape.classOfStep[step - 1]}`, chain[step - 1], [`class_${shape.classOfStep[step - 1]}`], "any order");
-      chain[step] = `chain${index}_${step}_0`;
-    }
-  });
+  const chain = exclusionChains(levels, shape);
   const parameters = ["e"];
   const reached = ["1"];
   for (let step = 2; step <= stepCount; step++) {
@@ -428,6 +397,97 @@ function orderedSql(shape: FunnelShape): string {
   }
   levels.add(columns);
   return countedPerCell(levels, shape, (step) => `depth >= ${step}`);
+}
+
+/**
+ * chain_k per entry (index k): the least step-k time over the chains valid for
+ * every range closing by k. Without ranges, the greedy times_k. Walk i keeps
+ * the ranges closing by the i-th distinct toStep and times the steps from
+ * there to the next. With those ranges, the least valid completion from a
+ * step-(a - 1) time t, for a the walk's distinct fromSteps from the last, is
+ * F_a(t): the greedy run from t over steps a… (F of the next fromStep taking
+ * over at its own step), when no range beginning at a holds an excluded event
+ * strictly inside it; otherwise the first such run, valid, from an excluded
+ * event x > t of a range beginning at a (a = 1: none, the entry is fixed). A
+ * valid chain whose step a is at u is matched step by step, no later, by the
+ * run from the last such x at or before u (or from t), and runs from later
+ * starts end no earlier, so F_a is least at every step, and the upper bounds
+ * that ranges begun before a put on its steps keep it best. F_a is a table
+ * over the step-(a - 1) class's times (a = 1: the entries), read by
+ * nextElements where an earlier run reaches step a - 1.
+ */
+function exclusionChains(levels: Levels, shape: FunnelShape): string[] {
+  const stepCount = shape.classOfStep.length;
+  const chain = Array.from({ length: stepCount + 1 }, (_, step) => `times_${step}`);
+  const closings = [...new Set(shape.excluded.map((range) => range.toStep))].sort((left, right) => left - right);
+  closings.forEach((closing, walk) => {
+    const last = walk + 1 < closings.length ? closings[walk + 1] - 1 : stepCount;
+    const kept = shape.excluded.flatMap((range, index) => (range.toStep <= closing ? [{ ...range, index }] : []));
+    const starts = [...new Set(kept.map((range) => range.fromStep))].sort((left, right) => left - right);
+    const needed = [...new Set([...Array.from({ length: last - closing + 1 }, (_, offset) => closing + offset), ...kept.map((range) => range.toStep)])];
+    const classOf = (step: number) => `class_${shape.classOfStep[step - 1]}`;
+    let deeper: { domain: string; times: Map<number, string> } | undefined;
+    for (let level = starts.length - 1; level >= 0; level--) {
+      const from = starts[level];
+      const end = level + 1 < starts.length ? starts[level + 1] - 1 : last;
+      const keep = needed.filter((step) => step >= from).sort((left, right) => left - right);
+      const prefix = `w${walk}_${level}`;
+      // Greedy over from…end, then the deeper table at step end: each step's times, aligned with the ascending `queries`.
+      const run = (name: string, queries: string): Map<number, string> => {
+        const times = new Map<number, string>();
+        let current = queries;
+        for (let step = from; step <= end; step++) {
+          nextElements(levels, `${name}_${step}`, classOf(step), current, [classOf(step)], "ascending");
+          times.set(step, (current = `${name}_${step}_0`));
+        }
+        if (deeper !== undefined) {
+          const steps = [...deeper.times.keys()];
+          nextElements(levels, `${name}_deep`, deeper.domain, current, steps.map((step) => deeper!.times.get(step)!), "ascending");
+          steps.forEach((step, index) => times.set(step, `${name}_deep_${index}`));
+        }
+        return times;
+      };
+      // No excluded event of a range beginning here strictly inside: no more before its end than at or before its start.
+      const ranges = kept.filter((range) => range.fromStep === from);
+      const validity = (name: string, times: Map<number, string>): string => {
+        const bounds = ranges.flatMap((range, index) => {
+          nextElements(levels, `${name}_end${index}`, `excluded_${range.index}`, times.get(range.toStep)!, [], "ascending");
+          nextElements(levels, `${name}_start${index}`, `excluded_${range.index}`, `arrayMap(t -> t + 1, ${times.get(from)})`, [], "ascending");
+          return [`${name}_end${index}_index`, `${name}_start${index}_index`];
+        });
+        const holds = ranges.map((_, index) => `e${index} <= s${index}`).join(" AND ");
+        levels.add([`arrayMap((${ranges.map((_, index) => `e${index}, s${index}`).join(", ")}) -> ${holds}, ${bounds.join(", ")}) AS ${name}_valid`]);
+        return `${name}_valid`;
+      };
+      const domain = from === 1 ? "times_1" : classOf(from - 1);
+      const own = run(`${prefix}_own`, domain);
+      const ownValid = validity(`${prefix}_own`, own);
+      if (from === 1) {
+        levels.add(keep.map((step) => `arrayMap((valid, t) -> if(valid, t, ${noTime}), ${ownValid}, ${own.get(step)}) AS ${prefix}_f_${step}`));
+      } else {
+        const excluded = ranges.length === 1 ? `excluded_${ranges[0].index}` : `${prefix}_x`;
+        if (ranges.length > 1) levels.add([`arraySort(arrayConcat(${ranges.map((range) => `excluded_${range.index}`).join(", ")})) AS ${prefix}_x`]);
+        const jump = run(`${prefix}_jump`, excluded);
+        const jumpValid = validity(`${prefix}_jump`, jump);
+        levels.add([
+          `arrayFilter((x, valid) -> valid, ${excluded}, ${jumpValid}) AS ${prefix}_valid_x`,
+          ...keep.map((step) => `arrayFilter((t, valid) -> valid, ${jump.get(step)}, ${jumpValid}) AS ${prefix}_valid_${step}`),
+        ]);
+        nextElements(levels, `${prefix}_after`, `${prefix}_valid_x`, `arrayMap(t -> t + 1, ${domain})`, keep.map((step) => `${prefix}_valid_${step}`), "ascending");
+        levels.add(keep.map((step, index) => `arrayMap((valid, own, other) -> if(valid, own, other), ${ownValid}, ${own.get(step)}, ${prefix}_after_${index}) AS ${prefix}_f_${step}`));
+      }
+      deeper = { domain, times: new Map(keep.map((step) => [step, `${prefix}_f_${step}`])) };
+    }
+    const table = deeper!;
+    const owned = Array.from({ length: last - closing + 1 }, (_, offset) => closing + offset);
+    if (starts[0] === 1) {
+      for (const step of owned) chain[step] = table.times.get(step)!;
+      return;
+    }
+    nextElements(levels, `w${walk}_entries`, table.domain, `times_${starts[0] - 1}`, owned.map((step) => table.times.get(step)!), "ascending");
+    owned.forEach((step, index) => (chain[step] = `w${walk}_entries_${index}`));
+  });
+  return chain;
 }
 
 /**
