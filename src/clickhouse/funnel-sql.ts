@@ -42,8 +42,10 @@
  *
  * | field                                | why                                                              |
  * |--------------------------------------|------------------------------------------------------------------|
- * | exclusions naming a step's event,    | exclusionChains and strictWalks take excluded events that no     |
- * | or with repeated steps               | step of the chain can be                                          |
+ * | exclusions naming the event of a     | the chain may take such an event as that step, and then it does  |
+ * | step strictly inside their range,    | not count: the chain's step is pinned to an excluded event's      |
+ * | or with repeated steps               | time, and the least-chain tables (exclusionChains) and the group  |
+ * |                                      | walks (strictWalks) know no such choice                           |
  * | one name in steps with other filters | events may match several steps: a matching per timestamp          |
  * | strict with a repeated step          | as above, inside a group of equal timestamps                      |
  * | ordered, more repeated steps than    | kept as bounds on the SQL's size (two searches per repeated      |
@@ -101,17 +103,18 @@ export function funnelRoute(request: FunnelRequest): FunnelRoute {
 
 /**
  * Exclusions the SQL answers exactly: ordered or strict, distinct steps, no
- * excluded name among the steps' (so no step event is ever an excluded one),
- * any ranges (equal ones are one segment, their references OR-ed). Sorted by
- * range; undefined: the row path.
+ * excluded name among the steps strictly inside its range (so no event that
+ * counts against a chain is ever one of its own: steps up to a lie at or
+ * before e_a, steps from b at or after e_b), any ranges (equal ones are one
+ * segment, their references OR-ed). Sorted by range; undefined: the row path.
  */
 function exclusionSegments(request: FunnelRequest, repeatedSteps: number): Segment[] | undefined {
   if (request.exclusions.length === 0) return [];
   if (request.order === "unordered" || repeatedSteps > 0) return undefined;
-  const stepNames = new Set(request.steps.map((step) => step.event));
   const segments: Segment[] = [];
   for (const exclusion of request.exclusions) {
-    if (stepNames.has(exclusion.event.event)) return undefined;
+    // Steps a + 1…b - 1 are the only chain events strictly between e_a and e_b.
+    if (request.steps.slice(exclusion.fromStep, exclusion.toStep - 1).some((step) => step.event === exclusion.event.event)) return undefined;
     const same = segments.find((segment) => segment.fromStep === exclusion.fromStep && segment.toStep === exclusion.toStep);
     if (same !== undefined) same.references.push(exclusion.event);
     else segments.push({ fromStep: exclusion.fromStep, toStep: exclusion.toStep, references: [exclusion.event] });
@@ -542,7 +545,7 @@ function strictSql(shape: FunnelShape): string {
   const stepCount = shape.classOfStep.length;
   const windowMs = shape.windowMs;
   // Distinct classes: class i is step i + 1, bit i of a group's mask.
-  // Bit steps + x: the event is one of exclusion range x's (excluded names are no step's).
+  // Bit steps + x: the event is one of exclusion range x's.
   const bits = [...shape.classes, ...shape.excluded.map((range) => range.condition)].map((condition, index) => `if(${condition}, ${2 ** index}, 0)`).join(" + ");
   const entryRow = `${shape.classes[0]} AND time_ms < ${shape.toMsExclusive}`;
   let valuesHere = "";
@@ -644,7 +647,8 @@ function bitOrs(terms: string[]): string {
  * group, i.e. which of its ranges began in an earlier group. Leaving a group
  * (step j to j + 1 one group on) puts that group strictly between e_a and e_b
  * of every range begun earlier and not closed before j + 1: it must hold none
- * of their events (excluded names are no step's, so never the chain's own).
+ * of their events (only steps strictly inside a range lie there, and none of
+ * them has an excluded name of it, so none is the chain's own).
  */
 interface StrictWalk {
   /** Whether the walk computes its own chains at `step` (before, it shares walk 0's). */

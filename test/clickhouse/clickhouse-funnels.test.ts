@@ -85,15 +85,22 @@ function randomExclusionFunnel(random: Random): FunnelQueryV2 {
   return body;
 }
 
-/** A funnel of distinct steps with up to four exclusions of names no step has, ranges anywhere (touching, overlapping, nested, equal). */
-function randomRangesFunnel(random: Random, order: "ordered" | "strict"): FunnelQueryV2 {
+/**
+ * A funnel of distinct steps with up to four exclusions, ranges anywhere (touching, overlapping, nested, equal), of names
+ * no step has or, with `stepNamed`, the first of the name of a step outside its range (at or before fromStep, at or after toStep).
+ */
+function randomRangesFunnel(random: Random, order: "ordered" | "strict", stepNamed = false): FunnelQueryV2 {
   const body = randomExclusionFunnel(random);
   const stepCount = body.steps.length;
+  const stepName = (step: EventReference) => (typeof step === "string" ? step : step.event);
   body.order = order;
-  body.exclusions = Array.from({ length: random.integer(1, 4) }, () => {
+  body.exclusions = Array.from({ length: random.integer(1, 4) }, (_, index) => {
     const fromStep = random.integer(1, stepCount - 1);
-    const event: EventReference = random.chance(0.3) ? { event: random.pick(excludedNames), filters: [{ property: "plan", op: "eq", value: "y" }] } : random.pick(excludedNames);
-    return { event, fromStep, toStep: random.integer(fromStep + 1, stepCount) };
+    const toStep = random.integer(fromStep + 1, stepCount);
+    const outside = body.steps.filter((_, step) => step + 1 <= fromStep || step + 1 >= toStep).map(stepName);
+    const name = stepNamed && (index === 0 || random.chance(0.5)) ? random.pick(outside) : random.pick(excludedNames);
+    const event: EventReference = random.chance(0.3) ? { event: name, filters: [{ property: "plan", op: "eq", value: "y" }] } : name;
+    return { event, fromStep, toStep };
   });
   return body;
 }
@@ -167,6 +174,14 @@ describe.skipIf(binary === undefined)("the ClickHouse store's funnel SQL on tied
       return ranges.some((range, index) => index > 0 && ranges[index - 1].toStep >= range.fromStep && (ranges[index - 1].toStep !== range.toStep || ranges[index - 1].fromStep !== range.fromStep));
     });
     const paths = await askAll(storeUrl(clickhouse, "tied_ranges"), events, queries, `replay with EVENTIDE_TEST_SEEDS=${seed}`);
+    expect(paths).toEqual({ sql: queries.length, rows: 0 });
+  });
+
+  it(`answers ordered and strict funnels whose exclusions name steps outside their ranges as the reference, all in SQL (seed ${seed})`, { timeout: 300_000 }, async () => {
+    const random = new Random(seed);
+    const events = tiedEvents(random, [...exclusionStepNames, ...excludedNames], 9, 24);
+    const queries = Array.from({ length: 150 }, () => randomRangesFunnel(random, random.pick(["ordered", "strict"] as const), true));
+    const paths = await askAll(storeUrl(clickhouse, "tied_step_exclusions"), events, queries, `replay with EVENTIDE_TEST_SEEDS=${seed}`);
     expect(paths).toEqual({ sql: queries.length, rows: 0 });
   });
 
