@@ -48,10 +48,12 @@
  * |                                      | walks (strictWalks) know no such choice                           |
  * | one name in steps with other filters | events may match several steps: a matching per timestamp          |
  * | strict with a repeated step          | as above, inside a group of equal timestamps                      |
- * | ordered, more repeated steps than    | kept as bounds on the SQL's size (two searches per repeated      |
- * | clickhouseFunnelRepeatedStepsMax;    | step; strict's arrayMap takes 2·steps arrays)                    |
+ * | ordered, more repeated steps than    | past them the SQL is slower than selecting the rows (two sorts   |
+ * | clickhouseFunnelRepeatedStepsMax;    | per repeated step; strict reads steps² shifted group arrays)     |
  * | strict or unordered, more steps than |                                                                  |
  * | clickhouseFunnelSqlStepsMax          |                                                                  |
+ * | more SELECT levels than              | ClickHouse refuses subqueries nested past max_subquery_depth     |
+ * | clickhouseFunnelSqlLevelsMax         |                                                                  |
  * | gt/gte/lt/lte, too many texts        | as trend-sql.ts                                                   |
  */
 import { strict as assert } from "node:assert";
@@ -220,6 +222,11 @@ class Levels {
     }
   }
 
+  /** How many SELECT levels deep the columns go. */
+  get depth(): number {
+    return this.levels.length;
+  }
+
   /** The SELECT whose columns include every name `reader` reads. */
   select(reader: string): string {
     const known = new Set([...this.base.matchAll(/ AS ([A-Za-z_][A-Za-z0-9_]*)/g)].map((match) => match[1]));
@@ -331,7 +338,8 @@ function readRows(shape: FunnelShape, conditions: string[]): string {
  * `reached(k)` says a user reached step k itself. `atDepthOne`: a SELECT of
  * (depth, candidates, convert_2…) for users the levels leave out.
  */
-function countedPerCell(perUser: Levels, shape: FunnelShape, reached: (step: number) => string, atDepthOne?: string): string {
+function countedPerCell(perUser: Levels, shape: FunnelShape, reached: (step: number) => string, atDepthOne?: string): string | undefined {
+  if (perUser.depth > limits.clickhouseFunnelSqlLevelsMax) return undefined;
   const convertLists: string[] = [];
   const converts: string[] = [];
   if (shape.timeToConvert) {
@@ -352,7 +360,7 @@ function countedPerCell(perUser: Levels, shape: FunnelShape, reached: (step: num
  * earliest step-k time over the chains valid for every range ending by k
  * (exclusionChains).
  */
-function orderedSql(shape: FunnelShape): string {
+function orderedSql(shape: FunnelShape): string | undefined {
   const stepCount = shape.classOfStep.length;
   const windowMs = shape.windowMs;
   const entry = `${shape.classes[shape.classOfStep[0]]} AND time_ms < ${shape.toMsExclusive}`;
@@ -499,7 +507,7 @@ function exclusionChains(levels: Levels, shape: FunnelShape): string[] {
  * step s reads its class's r-th event from there, r its earlier steps of the
  * class), then per step the window and at-T tests, aligned with the entries.
  */
-function unorderedSql(shape: FunnelShape): string {
+function unorderedSql(shape: FunnelShape): string | undefined {
   const stepCount = shape.classOfStep.length;
   const windowMs = shape.windowMs;
   const entry = `(${shape.classes.join(" OR ")}) AND time_ms < ${shape.toMsExclusive}`;
@@ -541,7 +549,7 @@ function unorderedSql(shape: FunnelShape): string {
  * present, and the masks and times shifted by each offset o (group i + o at
  * index i), so a step's bit set of offsets is one aligned arrayMap.
  */
-function strictSql(shape: FunnelShape): string {
+function strictSql(shape: FunnelShape): string | undefined {
   const stepCount = shape.classOfStep.length;
   const windowMs = shape.windowMs;
   // Distinct classes: class i is step i + 1, bit i of a group's mask.
