@@ -58,7 +58,7 @@ export class ClickHouseClient {
   }
 
   /** Runs a statement; `body` is sent after it (INSERT … FORMAT …). Resolves to the answer's text. */
-  async run(sql: string, body?: string | Uint8Array, settings: Record<string, string | number> = {}): Promise<string> {
+  async run(sql: string, body?: string | Uint8Array | FormData, settings: Record<string, string | number> = {}): Promise<string> {
     const url = new URL(this.baseUrl);
     // A SELECT travels as the body (sql empty): a trend's bucket table is longer than a URL may be.
     if (sql !== "") url.searchParams.set("query", sql);
@@ -84,6 +84,20 @@ export class ClickHouseClient {
   /** Runs a SELECT and parses its JSONCompact answer into rows of values. */
   async rows(sql: string): Promise<unknown[][]> {
     const text = await this.run("", `${sql} FORMAT JSONCompact`, { output_format_json_quote_64bit_integers: 0, max_query_size: selectBytesMax });
+    return (JSON.parse(text) as { data: unknown[][] }).data;
+  }
+
+  /**
+   * rows() of a SELECT that reads `table`, a temporary table of one String
+   * column holding `values`, sent as ClickHouse's external data: a long list
+   * as literals would count each against max_ast_elements (50 000).
+   */
+  async rowsWith(sql: string, table: { name: string; column: string; values: Iterable<string> }): Promise<unknown[][]> {
+    const lines: string[] = [];
+    for (const value of table.values) lines.push(value.replace(/\\/g, "\\\\").replace(/\t/g, "\\t").replace(/\n/g, "\\n"));
+    const form = new FormData();
+    form.append(sqlIdentifier(table.name), new Blob([lines.length === 0 ? "" : `${lines.join("\n")}\n`]), table.name);
+    const text = await this.run(`${sql} FORMAT JSONCompact`, form, { output_format_json_quote_64bit_integers: 0, [`${table.name}_structure`]: `${sqlIdentifier(table.column)} String` });
     return (JSON.parse(text) as { data: unknown[][] }).data;
   }
 }

@@ -30,7 +30,7 @@
  *   most 20 bits: chains_(j+1) = (chains_j | chains_j << 1) & present_(j+1),
  *   where present_(j+1) has bit o when the group o after the entry holds
  *   step j+1 within the window. The shortest time to convert is the lowest
- *   bit's group.
+ *   bit's group. Exclusions: a bit set per level of open ranges (strictWalks).
  *
  * Cost per user: "the first event at or after" for all entries at once is
  * one sort of the entries among the class's events (nextElements), so
@@ -42,17 +42,21 @@
  *
  * | field                                | why                                                              |
  * |--------------------------------------|------------------------------------------------------------------|
- * | exclusions but those of an ordered   | a chain's validity links two steps' times; orderedSql searches   |
- * | funnel of distinct steps, names no   | one range at a time, which needs the ranges apart, and excluded  |
- * | step has, ranges equal or apart      | events that no step of the chain can be                          |
+ * | exclusions naming the event of a     | the chain may take such an event as that step, and then it does  |
+ * | step strictly inside their range,    | not count: the chain's step is pinned to an excluded event's      |
+ * | or with repeated steps               | time, and the least-chain tables (exclusionChains) and the group  |
+ * |                                      | walks (strictWalks) know no such choice                           |
  * | one name in steps with other filters | events may match several steps: a matching per timestamp          |
  * | strict with a repeated step          | as above, inside a group of equal timestamps                      |
- * | ordered, more repeated steps than    | kept as bounds on the SQL's size (two searches per repeated      |
- * | clickhouseFunnelRepeatedStepsMax;    | step; strict's arrayMap takes 2·steps arrays)                    |
+ * | ordered, more repeated steps than    | past them the SQL is slower than selecting the rows (two sorts   |
+ * | clickhouseFunnelRepeatedStepsMax;    | per repeated step; strict reads steps² shifted group arrays)     |
  * | strict or unordered, more steps than |                                                                  |
  * | clickhouseFunnelSqlStepsMax          |                                                                  |
+ * | more SELECT levels than              | ClickHouse refuses subqueries nested past max_subquery_depth     |
+ * | clickhouseFunnelSqlLevelsMax         |                                                                  |
  * | gt/gte/lt/lte, too many texts        | as trend-sql.ts                                                   |
  */
+import { strict as assert } from "node:assert";
 import { limits } from "../config/limits.js";
 import { timesToConvert, type FunnelChainsAnswer, type StepCounts } from "../query/kernels/funnel-chains.js";
 import { rankSeries, valueOf } from "../query/kernels/series.js";
@@ -100,25 +104,24 @@ export function funnelRoute(request: FunnelRequest): FunnelRoute {
 }
 
 /**
- * Exclusions the SQL answers exactly: ordered, distinct steps, no excluded
- * name among the steps' (so no step event is ever an excluded one), and
- * ranges that are equal (one segment, their references OR-ed) or apart (one
- * ends before the next begins). Sorted by range; undefined: the row path.
+ * Exclusions the SQL answers exactly: ordered or strict, distinct steps, no
+ * excluded name among the steps strictly inside its range (so no event that
+ * counts against a chain is ever one of its own: steps up to a lie at or
+ * before e_a, steps from b at or after e_b), any ranges (equal ones are one
+ * segment, their references OR-ed). Sorted by range; undefined: the row path.
  */
 function exclusionSegments(request: FunnelRequest, repeatedSteps: number): Segment[] | undefined {
   if (request.exclusions.length === 0) return [];
-  if (request.order !== "ordered" || repeatedSteps > 0) return undefined;
-  const stepNames = new Set(request.steps.map((step) => step.event));
+  if (request.order === "unordered" || repeatedSteps > 0) return undefined;
   const segments: Segment[] = [];
   for (const exclusion of request.exclusions) {
-    if (stepNames.has(exclusion.event.event)) return undefined;
+    // Steps a + 1…b - 1 are the only chain events strictly between e_a and e_b.
+    if (request.steps.slice(exclusion.fromStep, exclusion.toStep - 1).some((step) => step.event === exclusion.event.event)) return undefined;
     const same = segments.find((segment) => segment.fromStep === exclusion.fromStep && segment.toStep === exclusion.toStep);
     if (same !== undefined) same.references.push(exclusion.event);
     else segments.push({ fromStep: exclusion.fromStep, toStep: exclusion.toStep, references: [exclusion.event] });
   }
-  segments.sort((left, right) => left.fromStep - right.fromStep);
-  for (let index = 1; index < segments.length; index++) if (segments[index - 1].toStep >= segments[index].fromStep) return undefined;
-  return segments;
+  return segments.sort((left, right) => left.fromStep - right.fromStep);
 }
 
 /** Whether the funnel's order, exclusions and steps allow the SQL (its filters aside). */
@@ -193,17 +196,35 @@ interface FunnelShape {
  */
 class Levels {
   private readonly levels: Array<Array<{ name: string; expression: string }>> = [];
+  /** The level of each column computed so far (the base's: -1). */
+  private readonly levelOf = new Map<string, number>();
 
-  constructor(private readonly base: string) {}
+  constructor(private readonly base: string) {
+    for (const match of base.matchAll(/ AS ([A-Za-z_][A-Za-z0-9_]*)/g)) this.levelOf.set(match[1], -1);
+  }
 
-  /** Columns as `expression AS name`. */
+  /**
+   * Columns as `expression AS name`, each on the level just above the columns
+   * it reads: independent searches share levels, so the nesting (ClickHouse's
+   * max_subquery_depth, 100) grows with the longest chain of reads only.
+   */
   add(columns: string[]): void {
-    this.levels.push(
-      columns.map((column) => {
-        const split = column.lastIndexOf(" AS ");
-        return { name: column.slice(split + 4), expression: column.slice(0, split) };
-      }),
-    );
+    for (const column of columns) {
+      const split = column.lastIndexOf(" AS ");
+      const name = column.slice(split + 4);
+      const expression = column.slice(0, split);
+      assert(!this.levelOf.has(name), `funnel SQL column ${name} defined twice`);
+      let level = 0;
+      for (const read of identifiers(expression)) level = Math.max(level, (this.levelOf.get(read) ?? -1) + 1);
+      while (this.levels.length <= level) this.levels.push([]);
+      this.levels[level].push({ name, expression });
+      this.levelOf.set(name, level);
+    }
+  }
+
+  /** How many SELECT levels deep the columns go. */
+  get depth(): number {
+    return this.levels.length;
   }
 
   /** The SELECT whose columns include every name `reader` reads. */
@@ -317,7 +338,8 @@ function readRows(shape: FunnelShape, conditions: string[]): string {
  * `reached(k)` says a user reached step k itself. `atDepthOne`: a SELECT of
  * (depth, candidates, convert_2…) for users the levels leave out.
  */
-function countedPerCell(perUser: Levels, shape: FunnelShape, reached: (step: number) => string, atDepthOne?: string): string {
+function countedPerCell(perUser: Levels, shape: FunnelShape, reached: (step: number) => string, atDepthOne?: string): string | undefined {
+  if (perUser.depth > limits.clickhouseFunnelSqlLevelsMax) return undefined;
   const convertLists: string[] = [];
   const converts: string[] = [];
   if (shape.timeToConvert) {
@@ -335,16 +357,10 @@ function countedPerCell(perUser: Levels, shape: FunnelShape, reached: (step: num
 /**
  * Ordered: per entry the greedy chain (times_k), each step one nextElements
  * over its class. Exclusions (see exclusionSegments) make chain_k, the
- * earliest step-k time over the chains valid for every range ending by k:
- * for a range (a, b), a chain's e_a…e_b must lie between two excluded events
- * x (ends included). From chain_(a-1), the greedy run a…b is the earliest
- * when it holds no x strictly inside; otherwise the earliest is the greedy
- * run from the first x after chain_(a-1) whose own run holds none (runs
- * from later starts end no earlier, and any valid run is matched by the run
- * from the last x before its e_a). With a = 1 the entry is fixed: its run or
- * none. Steps before b take the earlier chain; after b, greedy from chain_b.
+ * earliest step-k time over the chains valid for every range ending by k
+ * (exclusionChains).
  */
-function orderedSql(shape: FunnelShape): string {
+function orderedSql(shape: FunnelShape): string | undefined {
   const stepCount = shape.classOfStep.length;
   const windowMs = shape.windowMs;
   const entry = `${shape.classes[shape.classOfStep[0]]} AND time_ms < ${shape.toMsExclusive}`;
@@ -376,40 +392,7 @@ function orderedSql(shape: FunnelShape): string {
     nextElements(levels, `taken_${step}`, `arrayEnumerate(${own})`, `index_${step}`, [own], "ascending");
     levels.add([`taken_${step}_0 AS times_${step}`]);
   }
-  // chain_k: as times_k until the first range; each range re-times its own end and the steps after it.
-  const chain = Array.from({ length: stepCount + 1 }, (_, step) => `times_${step}`);
-  shape.excluded.forEach((range, index) => {
-    const { fromStep: a, toStep: b } = range;
-    const excluded = `excluded_${index}`;
-    // The greedy run a…b from chain_(a-1) is chain_a…chain_b: chain is greedy past the last range's end.
-    // Greedy chains are in their entries' order; a re-timed one (after an earlier range) need not be.
-    const order = index === 0 ? "ascending" : "any order";
-    // No excluded event strictly inside (chain_a, chain_b): no more before chain_b than at or before chain_a (the two may be equal).
-    nextElements(levels, `own${index}_end`, excluded, chain[b], [], order);
-    nextElements(levels, `own${index}_start`, excluded, `arrayMap(t -> t + 1, ${chain[a]})`, [], order);
-    let end = `arrayMap((valid, t) -> if(valid, t, ${noTime}), arrayMap((before, after) -> before <= after, own${index}_end_index, own${index}_start_index), ${chain[b]})`;
-    if (a > 1) {
-      // Runs from each excluded event x: x_a… x_b, kept where none lies strictly inside.
-      let from = excluded;
-      for (let step = a; step <= b; step++) {
-        nextElements(levels, `x${index}_${step}`, `class_${shape.classOfStep[step - 1]}`, from, [`class_${shape.classOfStep[step - 1]}`], "ascending");
-        from = `x${index}_${step}_0`;
-      }
-      nextElements(levels, `x${index}_end`, excluded, `x${index}_${b}_0`, [], "ascending");
-      nextElements(levels, `x${index}_start`, excluded, `arrayMap(t -> t + 1, x${index}_${a}_0)`, [], "ascending");
-      levels.add([`arrayMap((before, after) -> before <= after, x${index}_end_index, x${index}_start_index) AS x${index}_valid`]);
-      levels.add([`arrayFilter((x, valid) -> valid, ${excluded}, x${index}_valid) AS x${index}_starts`, `arrayFilter((t, valid) -> valid, x${index}_${b}_0, x${index}_valid) AS x${index}_ends`]);
-      // The first valid start strictly after chain_(a-1): its run's end.
-      nextElements(levels, `x${index}_after`, `x${index}_starts`, `arrayMap(t -> t + 1, ${chain[a - 1]})`, [`x${index}_ends`], order);
-      end = `arrayMap((own, other) -> if(own != ${noTime}, own, other), ${end}, x${index}_after_0)`;
-    }
-    levels.add([`${end} AS chain${index}_${b}`]);
-    chain[b] = `chain${index}_${b}`;
-    for (let step = b + 1; step <= stepCount; step++) {
-      nextElements(levels, `chain${index}_${step}`, `class_${shape.classOfStep[step - 1]}`, chain[step - 1], [`class_${shape.classOfStep[step - 1]}`], "any order");
-      chain[step] = `chain${index}_${step}_0`;
-    }
-  });
+  const chain = exclusionChains(levels, shape);
   const parameters = ["e"];
   const reached = ["1"];
   for (let step = 2; step <= stepCount; step++) {
@@ -428,12 +411,103 @@ function orderedSql(shape: FunnelShape): string {
 }
 
 /**
+ * chain_k per entry (index k): the least step-k time over the chains valid for
+ * every range closing by k. Without ranges, the greedy times_k. Walk i keeps
+ * the ranges closing by the i-th distinct toStep and times the steps from
+ * there to the next. With those ranges, the least valid completion from a
+ * step-(a - 1) time t, for a the walk's distinct fromSteps from the last, is
+ * F_a(t): the greedy run from t over steps a… (F of the next fromStep taking
+ * over at its own step), when no range beginning at a holds an excluded event
+ * strictly inside it; otherwise the first such run, valid, from an excluded
+ * event x > t of a range beginning at a (a = 1: none, the entry is fixed). A
+ * valid chain whose step a is at u is matched step by step, no later, by the
+ * run from the last such x at or before u (or from t), and runs from later
+ * starts end no earlier, so F_a is least at every step, and the upper bounds
+ * that ranges begun before a put on its steps keep it best. F_a is a table
+ * over the step-(a - 1) class's times (a = 1: the entries), read by
+ * nextElements where an earlier run reaches step a - 1.
+ */
+function exclusionChains(levels: Levels, shape: FunnelShape): string[] {
+  const stepCount = shape.classOfStep.length;
+  const chain = Array.from({ length: stepCount + 1 }, (_, step) => `times_${step}`);
+  const closings = [...new Set(shape.excluded.map((range) => range.toStep))].sort((left, right) => left - right);
+  closings.forEach((closing, walk) => {
+    const last = walk + 1 < closings.length ? closings[walk + 1] - 1 : stepCount;
+    const kept = shape.excluded.flatMap((range, index) => (range.toStep <= closing ? [{ ...range, index }] : []));
+    const starts = [...new Set(kept.map((range) => range.fromStep))].sort((left, right) => left - right);
+    const needed = [...new Set([...Array.from({ length: last - closing + 1 }, (_, offset) => closing + offset), ...kept.map((range) => range.toStep)])];
+    const classOf = (step: number) => `class_${shape.classOfStep[step - 1]}`;
+    let deeper: { domain: string; times: Map<number, string> } | undefined;
+    for (let level = starts.length - 1; level >= 0; level--) {
+      const from = starts[level];
+      const end = level + 1 < starts.length ? starts[level + 1] - 1 : last;
+      const keep = needed.filter((step) => step >= from).sort((left, right) => left - right);
+      const prefix = `w${walk}_${level}`;
+      // Greedy over from…end, then the deeper table at step end: each step's times, aligned with the ascending `queries`.
+      const run = (name: string, queries: string): Map<number, string> => {
+        const times = new Map<number, string>();
+        let current = queries;
+        for (let step = from; step <= end; step++) {
+          nextElements(levels, `${name}_${step}`, classOf(step), current, [classOf(step)], "ascending");
+          times.set(step, (current = `${name}_${step}_0`));
+        }
+        if (deeper !== undefined) {
+          const steps = [...deeper.times.keys()];
+          nextElements(levels, `${name}_deep`, deeper.domain, current, steps.map((step) => deeper!.times.get(step)!), "ascending");
+          steps.forEach((step, index) => times.set(step, `${name}_deep_${index}`));
+        }
+        return times;
+      };
+      // No excluded event of a range beginning here strictly inside: no more before its end than at or before its start.
+      const ranges = kept.filter((range) => range.fromStep === from);
+      const validity = (name: string, times: Map<number, string>): string => {
+        const bounds = ranges.flatMap((range, index) => {
+          nextElements(levels, `${name}_end${index}`, `excluded_${range.index}`, times.get(range.toStep)!, [], "ascending");
+          nextElements(levels, `${name}_start${index}`, `excluded_${range.index}`, `arrayMap(t -> t + 1, ${times.get(from)})`, [], "ascending");
+          return [`${name}_end${index}_index`, `${name}_start${index}_index`];
+        });
+        const holds = ranges.map((_, index) => `e${index} <= s${index}`).join(" AND ");
+        levels.add([`arrayMap((${ranges.map((_, index) => `e${index}, s${index}`).join(", ")}) -> ${holds}, ${bounds.join(", ")}) AS ${name}_valid`]);
+        return `${name}_valid`;
+      };
+      const domain = from === 1 ? "times_1" : classOf(from - 1);
+      const own = run(`${prefix}_own`, domain);
+      const ownValid = validity(`${prefix}_own`, own);
+      if (from === 1) {
+        levels.add(keep.map((step) => `arrayMap((valid, t) -> if(valid, t, ${noTime}), ${ownValid}, ${own.get(step)}) AS ${prefix}_f_${step}`));
+      } else {
+        const excluded = ranges.length === 1 ? `excluded_${ranges[0].index}` : `${prefix}_x`;
+        if (ranges.length > 1) levels.add([`arraySort(arrayConcat(${ranges.map((range) => `excluded_${range.index}`).join(", ")})) AS ${prefix}_x`]);
+        const jump = run(`${prefix}_jump`, excluded);
+        const jumpValid = validity(`${prefix}_jump`, jump);
+        levels.add([
+          `arrayFilter((x, valid) -> valid, ${excluded}, ${jumpValid}) AS ${prefix}_valid_x`,
+          ...keep.map((step) => `arrayFilter((t, valid) -> valid, ${jump.get(step)}, ${jumpValid}) AS ${prefix}_valid_${step}`),
+        ]);
+        nextElements(levels, `${prefix}_after`, `${prefix}_valid_x`, `arrayMap(t -> t + 1, ${domain})`, keep.map((step) => `${prefix}_valid_${step}`), "ascending");
+        levels.add(keep.map((step, index) => `arrayMap((valid, own, other) -> if(valid, own, other), ${ownValid}, ${own.get(step)}, ${prefix}_after_${index}) AS ${prefix}_f_${step}`));
+      }
+      deeper = { domain, times: new Map(keep.map((step) => [step, `${prefix}_f_${step}`])) };
+    }
+    const table = deeper!;
+    const owned = Array.from({ length: last - closing + 1 }, (_, offset) => closing + offset);
+    if (starts[0] === 1) {
+      for (const step of owned) chain[step] = table.times.get(step)!;
+      return;
+    }
+    nextElements(levels, `w${walk}_entries`, table.domain, `times_${starts[0] - 1}`, owned.map((step) => table.times.get(step)!), "ascending");
+    owned.forEach((step, index) => (chain[step] = `w${walk}_entries_${index}`));
+  });
+  return chain;
+}
+
+/**
  * Unordered: per entry time T and class, the index of the class's first
  * event at or after T (nextElements, with the class shifted by r as values:
  * step s reads its class's r-th event from there, r its earlier steps of the
  * class), then per step the window and at-T tests, aligned with the entries.
  */
-function unorderedSql(shape: FunnelShape): string {
+function unorderedSql(shape: FunnelShape): string | undefined {
   const stepCount = shape.classOfStep.length;
   const windowMs = shape.windowMs;
   const entry = `(${shape.classes.join(" OR ")}) AND time_ms < ${shape.toMsExclusive}`;
@@ -475,11 +549,12 @@ function unorderedSql(shape: FunnelShape): string {
  * present, and the masks and times shifted by each offset o (group i + o at
  * index i), so a step's bit set of offsets is one aligned arrayMap.
  */
-function strictSql(shape: FunnelShape): string {
+function strictSql(shape: FunnelShape): string | undefined {
   const stepCount = shape.classOfStep.length;
   const windowMs = shape.windowMs;
   // Distinct classes: class i is step i + 1, bit i of a group's mask.
-  const bits = shape.classes.map((condition, index) => `if(${condition}, ${2 ** index}, 0)`).join(" + ");
+  // Bit steps + x: the event is one of exclusion range x's.
+  const bits = [...shape.classes, ...shape.excluded.map((range) => range.condition)].map((condition, index) => `if(${condition}, ${2 ** index}, 0)`).join(" + ");
   const entryRow = `${shape.classes[0]} AND time_ms < ${shape.toMsExclusive}`;
   let valuesHere = "";
   let entryValues = "";
@@ -509,21 +584,53 @@ function strictSql(shape: FunnelShape): string {
     );
   }
   if (shifts.length > 0) levels.add(shifts);
-  levels.add([`arrayMap((m, t) -> toUInt32(if(bitAnd(m, 1) != 0 AND t < ${shape.toMsExclusive}, 1, 0)), masks_0, times_0) AS chains_1`]);
+  levels.add([`arrayMap((m, t) -> toUInt32(if(bitAnd(m, 1) != 0 AND t < ${shape.toMsExclusive}, 1, 0)), masks_0, times_0) AS chains_0_1_0`]);
+  const walks = strictWalks(shape);
   for (let step = 2; step <= stepCount; step++) {
     // Bit o: the o-th group from the entry holds step `step` within the window (step `step` sits at most step - 1 groups after the entry).
     const offsets = Array.from({ length: step }, (_, offset) => offset);
     const present = offsets.map((offset) => `if(bitAnd(m${offset}, ${2 ** (step - 1)}) != 0 AND g${offset} - g0 <= ${windowMs}, ${2 ** offset}, 0)`).join(" + ");
-    const parameters = ["before", ...offsets.map((offset) => `m${offset}`), ...offsets.map((offset) => `g${offset}`)].join(", ");
-    const arrays = [`chains_${step - 1}`, ...offsets.map((offset) => `masks_${offset}`), ...offsets.map((offset) => `times_${offset}`)].join(", ");
-    levels.add([`arrayMap((${parameters}) -> toUInt32(bitAnd(bitOr(before, bitShiftLeft(before, 1)), toUInt32(${present}))), ${arrays}) AS chains_${step}`]);
+    const perGroup = [`arrayMap((${[...offsets.map((offset) => `m${offset}`), ...offsets.map((offset) => `g${offset}`)].join(", ")}) -> toUInt32(${present}), ${[...offsets.map((offset) => `masks_${offset}`), ...offsets.map((offset) => `times_${offset}`)].join(", ")}) AS present_${step}`];
+    // Bit o: group o holds no event of the ranges in `mask` (step - 1 sits at most step - 2 groups after the entry).
+    const before = offsets.slice(0, -1);
+    const dirtyMasks = new Set(walks.flatMap((walk) => (walk.computes(step) ? walk.levels(step - 1).map((level) => walk.dirty(level, step - 1)) : [])).filter((mask) => mask !== 0));
+    for (const mask of dirtyMasks) {
+      const clean = before.map((offset) => `if(bitAnd(m${offset}, ${mask}) = 0, ${2 ** offset}, 0)`).join(" + ");
+      perGroup.push(`arrayMap((${before.map((offset) => `m${offset}`).join(", ")}) -> toUInt32(${clean}), ${before.map((offset) => `masks_${offset}`).join(", ")}) AS clean_${mask}_${step - 1}`);
+    }
+    levels.add(perGroup);
+    // Per walk and level: stay in step - 1's group, or move one group on (out of a clean group where one of the walk's ranges is open).
+    const chains: string[] = [];
+    for (const walk of walks) {
+      if (!walk.computes(step)) continue;
+      for (const level of walk.levels(step)) {
+        const arrays = [`present_${step}`];
+        const parameter = (name: string) => `p${arrays.includes(name) ? arrays.indexOf(name) : arrays.push(name) - 1}`;
+        const reach: string[] = [];
+        if (walk.levels(step - 1).includes(level)) reach.push(parameter(walk.chains(step - 1, level)));
+        if (level === walk.level(step)) {
+          const moves = walk.levels(step - 1).map((from) => {
+            const dirty = walk.dirty(from, step - 1);
+            const chains = parameter(walk.chains(step - 1, from));
+            return dirty === 0 ? chains : `bitAnd(${chains}, ${parameter(`clean_${dirty}_${step - 1}`)})`;
+          });
+          reach.push(`bitShiftLeft(${bitOrs(moves)}, 1)`);
+        }
+        chains.push(`arrayMap((${arrays.map((_, index) => `p${index}`).join(", ")}) -> toUInt32(bitAnd(${bitOrs(reach)}, p0)), ${arrays.join(", ")}) AS ${walk.chains(step, level)}`);
+      }
+    }
+    levels.add(chains);
+    // Reached: the union of the levels of the walk that owns the step (it keeps the ranges closed by then).
+    const owner = walks.find((walk) => walk.owns(step))!;
+    const owned = owner.levels(step).map((level) => owner.chains(step, level));
+    levels.add([owned.length === 1 ? `${owned[0]} AS reached_${step}` : `arrayMap((${owned.map((_, index) => `c${index}`).join(", ")}) -> ${bitOrs(owned.map((_, index) => `c${index}`))}, ${owned.join(", ")}) AS reached_${step}`]);
     if (!shape.timeToConvert) continue;
     // The shortest time to convert from an entry: its chain's lowest offset.
     const lowest = offsets.map((offset) => `bitAnd(c, ${2 ** offset}) != 0, g${offset}`).join(", ");
-    const spans = `arrayMap((c, ${offsets.map((offset) => `g${offset}`).join(", ")}) -> multiIf(${lowest}, g0) - g0, chains_${step}, ${offsets.map((offset) => `times_${offset}`).join(", ")})`;
-    levels.add([`arrayReduce('min', arrayFilter((span, c) -> c != 0, ${spans}, chains_${step})) AS convert_${step}`]);
+    const spans = `arrayMap((c, ${offsets.map((offset) => `g${offset}`).join(", ")}) -> multiIf(${lowest}, g0) - g0, reached_${step}, ${offsets.map((offset) => `times_${offset}`).join(", ")})`;
+    levels.add([`arrayReduce('min', arrayFilter((span, c) -> c != 0, ${spans}, reached_${step})) AS convert_${step}`]);
   }
-  const chainLists = Array.from({ length: stepCount - 1 }, (_, index) => `chains_${index + 2}`);
+  const chainLists = Array.from({ length: stepCount - 1 }, (_, index) => `reached_${index + 2}`);
   const depth = stepCount === 1 ? "1" : `arrayReduce('max', arrayMap((${chainLists.map((_, index) => `c${index + 2}`).join(", ")}) -> 1 + ${chainLists.map((_, index) => `(c${index + 2} != 0)`).join(" + ")}, ${chainLists.join(", ")}))`;
   levels.add([`${depth} AS depth`]);
   if (stepCount === 1) return countedPerCell(levels, shape, (step) => `depth >= ${step}`);
@@ -533,6 +640,57 @@ function strictSql(shape: FunnelShape): string {
     `SELECT 1 AS depth, candidates${noConverts} FROM (SELECT user, minIf(time_ms, ${entryRow}) AS first_ms${firstValues}, ${firstCandidates} AS candidates FROM ${shape.table}` +
     ` WHERE ${[...shape.range, entryRow, `user GLOBAL NOT IN (${steppers})`].join(" AND ")} GROUP BY user)`;
   return countedPerCell(levels, shape, (step) => `depth >= ${step}`, atDepthOne);
+}
+
+function bitOrs(terms: string[]): string {
+  return terms.reduce((left, right) => `bitOr(${left}, ${right})`);
+}
+
+/**
+ * One walk of strictSql's groups per set of ranges it keeps: walk i keeps the
+ * ranges that close by the i-th distinct toStep, and owns the steps from there
+ * to the next (a chain reaching step k needs only the ranges closed by k). A
+ * state is the chain's group offset (a bit) and its level: how many of the
+ * walk's distinct fromSteps lie before the first step of the chain's current
+ * group, i.e. which of its ranges began in an earlier group. Leaving a group
+ * (step j to j + 1 one group on) puts that group strictly between e_a and e_b
+ * of every range begun earlier and not closed before j + 1: it must hold none
+ * of their events (only steps strictly inside a range lie there, and none of
+ * them has an excluded name of it, so none is the chain's own).
+ */
+interface StrictWalk {
+  /** Whether the walk computes its own chains at `step` (before, it shares walk 0's). */
+  computes(step: number): boolean;
+  owns(step: number): boolean;
+  /** The level of a chain whose current group begins at step `first`. */
+  level(first: number): number;
+  /** The levels a chain at `step` may have. */
+  levels(step: number): number[];
+  /** The group-mask bits of the ranges a chain at `step` of `level` must not see in its group when it moves on. */
+  dirty(level: number, step: number): number;
+  chains(step: number, level: number): string;
+}
+
+function strictWalks(shape: FunnelShape): StrictWalk[] {
+  const stepCount = shape.classOfStep.length;
+  const closings = [...new Set(shape.excluded.map((range) => range.toStep))].sort((left, right) => left - right);
+  return [0, ...closings].map((closing, index) => {
+    const kept = shape.excluded.flatMap((range, bit) => (range.toStep <= closing ? [{ ...range, bit: 2 ** (stepCount + bit) }] : []));
+    const starts = [...new Set(kept.map((range) => range.fromStep))].sort((left, right) => left - right);
+    const last = index < closings.length ? closings[index] - 1 : stepCount;
+    // Up to the first range's start no range is open: the walk is walk 0.
+    const shared = index === 0 ? 1 : starts[0];
+    const level = (first: number) => starts.filter((start) => start < first).length;
+    const walk: StrictWalk = {
+      computes: (step) => step > shared && step <= last,
+      owns: (step) => step >= Math.max(1, closing) && step <= last,
+      level,
+      levels: (step) => [...new Set(Array.from({ length: step }, (_, first) => level(first + 1)))],
+      dirty: (from, step) => kept.filter((range) => starts.indexOf(range.fromStep) < from && range.toStep > step).reduce((mask, range) => mask | range.bit, 0),
+      chains: (step, from) => (step <= shared ? `chains_0_${step}_0` : `chains_${index}_${step}_${from}`),
+    };
+    return walk;
+  });
 }
 
 type Rows = (sql: string) => Promise<unknown[][]>;

@@ -454,9 +454,11 @@ export class ClickHouseOutbox {
       }
     }
     if (uuids.size === 0) return new Set();
-    const found = await this.client.rows(
-      `SELECT workspace, uuid FROM ${this.database}.${eventsTable} WHERE day IN (${[...days].join(",")}) AND uuid IN (${[...uuids].map(sqlString).join(",")})` +
+    // The uuids travel as a temporary table: a block's 200 000 as literals are past ClickHouse's max_ast_elements.
+    const found = await this.client.rowsWith(
+      `SELECT workspace, uuid FROM ${this.database}.${eventsTable} WHERE day IN (${[...days].join(",")}) AND uuid IN block_uuids` +
         ` AND block_id != ${sqlString(blockId)} AND stored_at >= now() - ${limits.uuidHorizonDays * 86_400} GROUP BY workspace, uuid`,
+      { name: "block_uuids", column: "uuid", values: uuids },
     );
     return new Set(found.map(([workspace, uuid]) => `${workspace as string}:${uuid as string}`));
   }

@@ -17,8 +17,8 @@
  * | retention | everything, breakdowns included                       | as the trend                                                |
  * | funnel    | ordered, strict, unordered; breakdowns, zones,         | other exclusions; one name in steps with different filters; |
  * |           | filters, timeToConvert; a repeated step (same filters) | strict with a repeated step; a comparison filter as the     |
- * |           | except with strict; exclusions of an ordered funnel    | trend's; many steps (limits.ts); funnel-sql.ts says why     |
- * |           | of distinct steps, ranges equal or apart               |                                                             |
+ * |           | except with strict; exclusions of distinct steps that  | trend's; many steps (limits.ts); funnel-sql.ts says why     |
+ * |           | name no step's event, any ranges                       |                                                             |
  *
  * eventide_clickhouse_queries_total counts the queries by path.
  */

@@ -180,13 +180,12 @@ export const limits = Object.freeze({
   clickhouseBucketSlotsMax: integerFromEnvironment("EVENTIDE_CLICKHOUSE_BUCKET_SLOTS_MAX", 100_000),
   /** A gt/gte/lt/lte filter on a property with more distinct numeric texts in the range takes the row path: the passing texts are a literal in the SQL. */
   clickhouseComparisonTextsMax: integerFromEnvironment("EVENTIDE_CLICKHOUSE_COMPARISON_TEXTS_MAX", 10_000),
-  /**
-   * An ordered funnel with more steps that repeat an earlier step's event takes the row path: each such step reads two
-   * earlier steps' arrays, and 18.16 writes an alias out at every use, so the SQL's expanded text doubles per step.
-   */
-  clickhouseFunnelRepeatedStepsMax: integerFromEnvironment("EVENTIDE_CLICKHOUSE_FUNNEL_REPEATED_STEPS_MAX", 6, 0),
-  /** A strict or unordered funnel with more steps takes the row path: their SQL's expanded text grows with the cube of the steps, and past ~10 ClickHouse spends seconds analysing it. */
-  clickhouseFunnelSqlStepsMax: integerFromEnvironment("EVENTIDE_CLICKHOUSE_FUNNEL_SQL_STEPS_MAX", 8),
+  /** An ordered funnel with more steps that repeat an earlier step's event takes the row path: each adds two sorts per entry, and past this the SQL is slower than selecting the rows. */
+  clickhouseFunnelRepeatedStepsMax: integerFromEnvironment("EVENTIDE_CLICKHOUSE_FUNNEL_REPEATED_STEPS_MAX", 4, 0),
+  /** A strict or unordered funnel with more steps takes the row path: strict's SQL reads steps² shifted group arrays per entry, slower than selecting the rows past this. */
+  clickhouseFunnelSqlStepsMax: integerFromEnvironment("EVENTIDE_CLICKHOUSE_FUNNEL_SQL_STEPS_MAX", 10),
+  /** A funnel whose SQL has more SELECT levels per user takes the row path: ClickHouse refuses subqueries nested past its max_subquery_depth (100 by default). */
+  clickhouseFunnelSqlLevelsMax: integerFromEnvironment("EVENTIDE_CLICKHOUSE_FUNNEL_SQL_LEVELS_MAX", 96),
   queryTaskTimeoutMs: integerFromEnvironment("EVENTIDE_QUERY_TASK_TIMEOUT_MS", 30_000),
   /** How often expired days are looked for (EVENTIDE_RETENTION_DAYS, per-workspace retention): a day expires once a day, so an hour's lag is a few percent of it. */
   retentionCheckIntervalMs: integerFromEnvironment("EVENTIDE_RETENTION_CHECK_INTERVAL_MS", 3_600_000),
@@ -285,8 +284,8 @@ assert(limits.workerNiceSteps <= 19, "EVENTIDE_WORKER_NICE must be 0–19");
 assert(limits.registryPollIntervalMs * 2 < 1000, "credential changes must reach the server within 1 s");
 assert(limits.busyMergeSegmentsMin >= 2, "a merge needs at least two segments");
 assert(limits.applyClockKeys <= limits.applyAtOnceKeysMax && limits.applyClockEntries <= limits.applyAtOnceEntriesMax, "a sliced apply looks at the clock within its first slice");
-assert(limits.clickhouseFunnelSqlStepsMax <= 12, "EVENTIDE_CLICKHOUSE_FUNNEL_SQL_STEPS_MAX must be at most 12: past that ClickHouse refuses the strict funnel's SQL as too big");
-assert(limits.clickhouseFunnelRepeatedStepsMax <= 12, "EVENTIDE_CLICKHOUSE_FUNNEL_REPEATED_STEPS_MAX must be at most 12: the funnel SQL's expanded text doubles per repeated step");
+assert(limits.clickhouseFunnelSqlStepsMax <= limits.funnelStepsMax, "EVENTIDE_CLICKHOUSE_FUNNEL_SQL_STEPS_MAX must be at most EVENTIDE_FUNNEL_STEPS_MAX");
+assert(limits.clickhouseFunnelRepeatedStepsMax < limits.funnelStepsMax, "EVENTIDE_CLICKHOUSE_FUNNEL_REPEATED_STEPS_MAX must be below EVENTIDE_FUNNEL_STEPS_MAX (step 1 repeats none)");
 assert(limits.clickhouseBucketSlotsMax <= 1_000_000, "EVENTIDE_CLICKHOUSE_BUCKET_SLOTS_MAX must be at most 1 000 000: the bucket table is a literal in a SELECT of at most 16 MiB");
 assert(limits.shutdownTimeoutMs < 10_000, "SPEC: exit within 10 s of SIGTERM");
 assert(limits.workspaceListingCacheTtlMs <= 60_000, "SPEC §7.6: EVENTIDE_WORKSPACE_LISTING_CACHE_TTL_MS must be at most 60 000 (listings lag by at most 60 s)");

@@ -5,8 +5,8 @@
  * several events of one step at one instant and windows of 1 or 2 s at every
  * turn. Every answer must equal the reference's, and the server must say that
  * every one of these funnels took the SQL path (none selected rows). The
- * same for ordered funnels with exclusions, on ties of step events and
- * excluded events.
+ * same for ordered and strict funnels with exclusions, on ties of step
+ * events and excluded events.
  */
 import { describe, expect, it } from "vitest";
 import { referenceFunnelV2, type EventReference, type FunnelQueryV2 } from "../reference/reference-v2.js";
@@ -65,7 +65,7 @@ function randomFunnel(random: Random): FunnelQueryV2 {
 const exclusionStepNames = ["a", "b", "c", "d"];
 const excludedNames = ["x", "y"];
 
-/** An ordered funnel of distinct steps with exclusions the SQL answers: names no step has, ranges equal or apart. */
+/** An ordered funnel of distinct steps with exclusions of names no step has, ranges equal or apart (randomRangesFunnel draws any ranges). */
 function randomExclusionFunnel(random: Random): FunnelQueryV2 {
   const stepCount = random.integer(2, 4);
   const steps: EventReference[] = shuffled(random, exclusionStepNames)
@@ -85,10 +85,30 @@ function randomExclusionFunnel(random: Random): FunnelQueryV2 {
   return body;
 }
 
+/**
+ * A funnel of distinct steps with up to four exclusions, ranges anywhere (touching, overlapping, nested, equal), of names
+ * no step has or, with `stepNamed`, the first of the name of a step outside its range (at or before fromStep, at or after toStep).
+ */
+function randomRangesFunnel(random: Random, order: "ordered" | "strict", stepNamed = false): FunnelQueryV2 {
+  const body = randomExclusionFunnel(random);
+  const stepCount = body.steps.length;
+  const stepName = (step: EventReference) => (typeof step === "string" ? step : step.event);
+  body.order = order;
+  body.exclusions = Array.from({ length: random.integer(1, 4) }, (_, index) => {
+    const fromStep = random.integer(1, stepCount - 1);
+    const toStep = random.integer(fromStep + 1, stepCount);
+    const outside = body.steps.filter((_, step) => step + 1 <= fromStep || step + 1 >= toStep).map(stepName);
+    const name = stepNamed && (index === 0 || random.chance(0.5)) ? random.pick(outside) : random.pick(excludedNames);
+    const event: EventReference = random.chance(0.3) ? { event: name, filters: [{ property: "plan", op: "eq", value: "y" }] } : name;
+    return { event, fromStep, toStep };
+  });
+  return body;
+}
+
 /** Asks every funnel, compares with the reference, and returns the funnels the server counted by path. */
-async function askAll(store: string, events: StoredEvent[], queries: FunnelQueryV2[], seedNote: string): Promise<{ sql: number; rows: number }> {
+async function askAll(store: string, events: StoredEvent[], queries: FunnelQueryV2[], seedNote: string, env: Record<string, string> = {}): Promise<{ sql: number; rows: number }> {
   const dataDir = makeDataDir();
-  const server = await startServer({ dataDir, env: { EVENTIDE_STORE: store, EVENTIDE_CLICKHOUSE_FORWARD_DELAY_MS: "20" }, startTimeoutMs: 90_000 });
+  const server = await startServer({ dataDir, env: { EVENTIDE_STORE: store, EVENTIDE_CLICKHOUSE_FORWARD_DELAY_MS: "20", ...env }, startTimeoutMs: 90_000 });
   try {
     await ingestAll(server, events.map((event) => ({ event: event.event, distinctId: event.distinctId, timestamp: new Date(event.timestampMs).toISOString(), properties: event.properties })));
     for (;;) {
@@ -124,18 +144,19 @@ describe.skipIf(binary === undefined)("the ClickHouse store's funnel SQL on tied
     const events = tiedEvents(random);
     const cycle = (length: number) => Array.from({ length }, (_, index) => names[index % names.length]);
     const range = { dateFrom: "2024-03-30", dateTo: "2024-03-31", timeToConvert: true };
-    // Long funnels at the bounds: 6 repeated ordered steps (EVENTIDE_CLICKHOUSE_FUNNEL_REPEATED_STEPS_MAX) and 8 unordered steps
-    // (EVENTIDE_CLICKHOUSE_FUNNEL_SQL_STEPS_MAX) in SQL; past them, the row path.
+    // Long funnels at the bounds: 4 repeated ordered steps (EVENTIDE_CLICKHOUSE_FUNNEL_REPEATED_STEPS_MAX) and 10 unordered steps
+    // (EVENTIDE_CLICKHOUSE_FUNNEL_SQL_STEPS_MAX) in SQL; past them (the last three), the row path.
     const long: FunnelQueryV2[] = [
-      { steps: ["a", "a", "a", "a", "a", "a", "a"], ...range, conversionWindow: 5 },
-      { steps: ["a", "b", "a", "c", "a", "b", "a"], ...range, breakdown: "plan" },
-      { steps: cycle(8), ...range, order: "unordered", breakdown: "plan" },
-      { steps: cycle(20), ...range, order: "unordered", breakdown: "plan" },
+      { steps: ["a", "a", "a", "a", "a"], ...range, conversionWindow: 5 },
+      { steps: ["a", "b", "a", "c", "a", "b", "c"], ...range, breakdown: "plan" },
+      { steps: cycle(10), ...range, order: "unordered", breakdown: "plan" },
+      { steps: ["a", "a", "a", "a", "a", "a"], ...range, conversionWindow: 5 },
+      { steps: cycle(11), ...range, order: "unordered", breakdown: "plan" },
       { steps: cycle(20), ...range },
     ];
     const queries = [...Array.from({ length: queryCount }, () => randomFunnel(random)), ...long];
     const paths = await askAll(storeUrl(clickhouse, "tied_funnels"), events, queries, `replay with EVENTIDE_TEST_SEEDS=${seed}`);
-    expect(paths).toEqual({ sql: queries.length - 2, rows: 2 });
+    expect(paths).toEqual({ sql: queries.length - 3, rows: 3 });
   });
 
   it(`answers ordered funnels with exclusions (names no step has, ranges equal or apart) as the reference, all in SQL (seed ${seed})`, { timeout: 300_000 }, async () => {
@@ -143,6 +164,42 @@ describe.skipIf(binary === undefined)("the ClickHouse store's funnel SQL on tied
     const events = tiedEvents(random, [...exclusionStepNames, ...excludedNames], 13, 24);
     const queries = Array.from({ length: 120 }, () => randomExclusionFunnel(random));
     const paths = await askAll(storeUrl(clickhouse, "tied_exclusions"), events, queries, `replay with EVENTIDE_TEST_SEEDS=${seed}`);
+    expect(paths).toEqual({ sql: queries.length, rows: 0 });
+  });
+
+  it(`answers ordered funnels with exclusions (names no step has, ranges touching or overlapping) as the reference, all in SQL (seed ${seed})`, { timeout: 300_000 }, async () => {
+    const random = new Random(seed);
+    const events = tiedEvents(random, [...exclusionStepNames, ...excludedNames], 9, 24);
+    const queries = Array.from({ length: 180 }, () => randomRangesFunnel(random, "ordered")).filter((query) => {
+      const ranges = [...query.exclusions!].sort((left, right) => left.fromStep - right.fromStep);
+      return ranges.some((range, index) => index > 0 && ranges[index - 1].toStep >= range.fromStep && (ranges[index - 1].toStep !== range.toStep || ranges[index - 1].fromStep !== range.fromStep));
+    });
+    const paths = await askAll(storeUrl(clickhouse, "tied_ranges"), events, queries, `replay with EVENTIDE_TEST_SEEDS=${seed}`);
+    expect(paths).toEqual({ sql: queries.length, rows: 0 });
+  });
+
+  it(`answers ordered and strict funnels whose exclusions name steps outside their ranges as the reference, all in SQL (seed ${seed})`, { timeout: 300_000 }, async () => {
+    const random = new Random(seed);
+    const events = tiedEvents(random, [...exclusionStepNames, ...excludedNames], 9, 24);
+    const queries = Array.from({ length: 150 }, () => randomRangesFunnel(random, random.pick(["ordered", "strict"] as const), true));
+    const paths = await askAll(storeUrl(clickhouse, "tied_step_exclusions"), events, queries, `replay with EVENTIDE_TEST_SEEDS=${seed}`);
+    expect(paths).toEqual({ sql: queries.length, rows: 0 });
+  });
+
+  it("answers a funnel whose SQL would nest deeper than ClickHouse allows from selected rows, not with a 503", { timeout: 300_000 }, async () => {
+    const random = new Random(seed);
+    const events = tiedEvents(random);
+    // 20 steps of one event: within the repeated-steps bound raised for the test, past EVENTIDE_CLICKHOUSE_FUNNEL_SQL_LEVELS_MAX.
+    const queries: FunnelQueryV2[] = [{ steps: Array.from({ length: 20 }, () => "a"), dateFrom: "2024-03-30", dateTo: "2024-03-31", conversionWindow: 5, timeToConvert: true }];
+    const paths = await askAll(storeUrl(clickhouse, "tied_deep"), events, queries, `replay with EVENTIDE_TEST_SEEDS=${seed}`, { EVENTIDE_CLICKHOUSE_FUNNEL_REPEATED_STEPS_MAX: "19" });
+    expect(paths).toEqual({ sql: 0, rows: 1 });
+  });
+
+  it(`answers strict funnels with exclusions (names no step has, any ranges) as the reference, all in SQL (seed ${seed})`, { timeout: 300_000 }, async () => {
+    const random = new Random(seed);
+    const events = tiedEvents(random, [...exclusionStepNames, ...excludedNames], 9, 24);
+    const queries = Array.from({ length: 150 }, () => randomRangesFunnel(random, "strict"));
+    const paths = await askAll(storeUrl(clickhouse, "tied_strict_exclusions"), events, queries, `replay with EVENTIDE_TEST_SEEDS=${seed}`);
     expect(paths).toEqual({ sql: queries.length, rows: 0 });
   });
 });

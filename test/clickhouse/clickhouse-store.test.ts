@@ -129,6 +129,26 @@ describe.skipIf(binary === undefined)("the ClickHouse store", () => {
     }
   });
 
+  it("forwards one block of 60 000 uuid-carrying events (more uuids than ClickHouse takes as literals in one query) and counts each once", { timeout: 300_000 }, async () => {
+    const dataDir = makeDataDir();
+    // Events wait long enough in the outbox to share one block.
+    const env = { EVENTIDE_STORE: storeUrl(clickhouse, "many_uuids"), EVENTIDE_CLICKHOUSE_FORWARD_DELAY_MS: "45000" };
+    const server = await startServer({ dataDir, env, startTimeoutMs: 90_000 });
+    try {
+      const uuid = (index: number) => `6e3a1c2e-0000-4000-8000-${index.toString().padStart(12, "0")}`;
+      const events = Array.from({ length: 60_000 }, (_, index) => ({ event: "paid", distinctId: `u${index % 500}`, timestamp: "2024-05-01T10:00:00Z", uuid: uuid(index) }));
+      await ingestAll(server, events);
+      await visible(server.queryUrl, server.token, events.length);
+      // A retry of some of them, once stored, is not stored again.
+      await ingestAll(server, events.slice(0, 1000));
+      await ingestAll(server, [{ event: "marker", distinctId: "u0", timestamp: "2024-05-01T11:00:00Z", uuid: uuid(99_999_999) }]);
+      await visible(server.queryUrl, server.token, events.length + 1);
+    } finally {
+      await server.stop();
+      removeDataDir(dataDir);
+    }
+  });
+
   it("counts a uuid once across two front ends: the second front end's copy, acknowledged after the first is visible, is not inserted", { timeout: 180_000 }, async () => {
     const firstDir = makeDataDir();
     const secondDir = makeDataDir();
