@@ -3,22 +3,15 @@
  * that never listened. Once a server listens, that timer must be gone: a
  * server killed mid-test by its own start timer looks like a crash.
  */
-import { afterEach, describe, expect, it } from "vitest";
-import { ingestAll, removeDataDir, startServer, type ServerHandle } from "../helpers/server.js";
+import { describe, expect, it } from "vitest";
+import { ingestAll, serversPerFile, startServer } from "../helpers/server.js";
 
-let server: ServerHandle | undefined;
-
-afterEach(async () => {
-  if (server === undefined) return;
-  await server.stop();
-  removeDataDir(server.dataDir);
-  server = undefined;
-});
+const start = serversPerFile();
 
 describe("test server helper", () => {
   it("leaves a server that listened running past its start timeout", async () => {
     const startTimeoutMs = 15_000;
-    server = await startServer({ startTimeoutMs });
+    const server = await start({ startTimeoutMs });
     // The scenario is the wait itself: the start timer would have fired by now.
     await new Promise((resolve) => setTimeout(resolve, startTimeoutMs + 500));
     expect(server.process.exitCode).toBe(null);
