@@ -78,7 +78,8 @@ const fanOutRowsMin = 1_000_000;
  *
  * `active-rows`: sealed segments answer without reading rows (a trend total
  * by day, week or month from the event's row-run bounds, a unique one and
- * retention from per-day user bitmaps), and active ones nearly so (their
+ * retention from per-day user bitmaps, a total with one filter from the
+ * column's value counts: value-counts.ts), and active ones nearly so (their
  * workers' indexes keep each event's rows and users: active-index.ts). Those
  * run in one task: splitting by user shard would repeat the per-segment and
  * bitmap work in every shard (each retention shard ORs the same day bitmaps)
@@ -253,7 +254,7 @@ export class QueryService {
             layout.toMsExclusive,
             filterKeyIds,
             layout.bucketCount,
-            filters.length === 0 && request.groupBy !== "hour" ? { kind: "active-rows" } : { kind: "sealed-event-rows", eventId },
+            request.groupBy !== "hour" && (filters.length === 0 || (filters.length === 1 && request.math === "total")) ? { kind: "active-rows" } : { kind: "sealed-event-rows", eventId },
           );
     const labels = trendBucketLabels(layout);
     const data = labels.map((date, index) => ({ date, count: counts[index] }));

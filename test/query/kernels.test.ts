@@ -370,6 +370,44 @@ describe("trend kernel", () => {
   });
 });
 
+describe("trend kernel over sealed segments of many rows (value counts)", () => {
+  // Long enough that a shard's rows span whole chunks of the value-count index (value-counts.ts).
+  it("counts one-filter totals as the naive count does, for random filters and shards", () => {
+    let checked = 0;
+    for (let seed = 1; seed <= 6; seed++) {
+      const random = seededRandom(seed * 31_337);
+      const firstDayMs = Date.parse("2024-03-01T00:00:00Z");
+      const dayCount = 2;
+      const userCount = 200 + randomInteger(random, 400);
+      const events: FlatEvent[] = Array.from({ length: 30_000 + randomInteger(random, 30_000) }, () => ({
+        user: Math.floor(random() * random() * userCount),
+        eventId: random() < 0.8 ? 0 : 1,
+        timeMs: firstDayMs + randomInteger(random, dayCount * dayMs),
+        properties: Array.from({ length: dataKeyCount }, () => (random() < 0.3 ? undefined : pick(random, propertyTexts))),
+      }));
+      const segments = Array.from({ length: dayCount }, (_, day) => {
+        const dayStartMs = firstDayMs + day * dayMs;
+        const input = segmentInput(random, dayStartMs, events.filter((event) => event.timeMs >= dayStartMs && event.timeMs < dayStartMs + dayMs));
+        return sealedSegment(`large/${seed}/${day}`, input, { bitmaps: true, eventRowStartPadding: 0, valueIdWidth: pick<ValueIdWidth>(random, [8, 16, 32]) });
+      });
+      const dataset: Dataset = { seed, events, segments, userBase: 0, userCount, eventCount: 2, firstDayMs, dayCount };
+      for (let planIndex = 0; planIndex < 25; planIndex++) {
+        const op = pick(random, filterOps);
+        const value = op === "is_set" || op === "is_not_set" ? undefined : pick(random, [...propertyTexts, "2", "abc"]);
+        const trend: TrendCase = { eventId: randomInteger(random, 2), dateFrom: "2024-03-01", dateTo: "2024-03-02", groupBy: pick<GroupBy>(random, ["day", "week"]), filters: [{ keyId: randomInteger(random, dataKeyCount), op, value }], math: "total" };
+        const layout = trendLayout(trend.dateFrom, trend.dateTo, trend.groupBy);
+        const labels = trendBucketLabels(layout);
+        const plan = { eventId: trend.eventId, layout, filters: trend.filters, math: trend.math };
+        for (const [userLo, userHi] of randomShards(random, dataset)) {
+          expect(Array.from(trendPartial(segments, plan, userLo, userHi)), JSON.stringify({ seed, planIndex, trend, userLo, userHi })).toEqual(naiveTrend(dataset, trend, labels, userLo, userHi));
+        }
+        checked++;
+      }
+    }
+    expect(checked).toBe(6 * 25);
+  });
+});
+
 describe("funnel kernel", () => {
   it("matches a brute-force search for random steps, windows and shards", () => {
     for (let seed = 1; seed <= datasetCount; seed++) {

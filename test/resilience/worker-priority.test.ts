@@ -6,17 +6,10 @@
  */
 import { readdirSync, readFileSync } from "node:fs";
 import { getPriority } from "node:os";
-import { afterEach, describe, expect, it } from "vitest";
-import { removeDataDir, startServer, type ServerHandle } from "../helpers/server.js";
+import { describe, expect, it } from "vitest";
+import { serversPerFile } from "../helpers/server.js";
 
-let server: ServerHandle | undefined;
-
-afterEach(async () => {
-  if (server === undefined) return;
-  await server.stop();
-  removeDataDir(server.dataDir);
-  server = undefined;
-});
+const startServer = serversPerFile();
 
 /** Nice value of every thread of `pid`, main thread first. */
 function threadNiceValues(pid: number): { main: number; others: number[] } {
@@ -36,7 +29,7 @@ if (niceFloorReached) console.warn(`SKIPPED worker lowering check: this run is a
 describe.runIf(process.platform === "linux")("worker thread priority", () => {
   it.skipIf(niceFloorReached)("runs each worker thread 10 nice steps below the main thread by default, and no other thread", async () => {
     // The test harness runs workers at nice 0 (test/helpers/server.ts); unset, the server's own default applies.
-    server = await startServer({ workers: 3, env: { EVENTIDE_WORKER_NICE: undefined } });
+    const server = await startServer({ workers: 3, env: { EVENTIDE_WORKER_NICE: undefined } });
     const { main, others } = threadNiceValues(server.process.pid!);
     const lowered = others.filter((nice) => nice === Math.min(19, main + 10));
     expect(lowered).toHaveLength(3);
@@ -44,7 +37,7 @@ describe.runIf(process.platform === "linux")("worker thread priority", () => {
   });
 
   it("leaves every thread at the main thread's priority with EVENTIDE_WORKER_NICE=0", async () => {
-    server = await startServer({ workers: 2, env: { EVENTIDE_WORKER_NICE: "0" } });
+    const server = await startServer({ workers: 2, env: { EVENTIDE_WORKER_NICE: "0" } });
     const { main, others } = threadNiceValues(server.process.pid!);
     expect(others.filter((nice) => nice !== main)).toEqual([]);
   });

@@ -17,8 +17,9 @@
  *      skipped, one that passes none skips the segment, the others narrow the
  *      rows into (or within) the selection, two of them in one pass. A sealed
  *      segment with one or two such filters writes no selection for `total`
- *      by day, week or month (passing rows are counted, four one-byte ids at a
- *      time for `eq`-like tables), nor for `unique` when it is alone in its
+ *      by day, week or month (passing rows are counted: per chunk of rows from
+ *      the column's value counts with one filter, value-counts.ts, four
+ *      one-byte ids at a time for `eq`-like tables), nor for `unique` when it is alone in its
  *      bucket (a user counts at its first passing row);
  *   3. counting: `total` per day/week/month is just the number of rows; `hour`
  *      adds one per row at its hour; `unique` marks each user with the bucket it
@@ -34,6 +35,7 @@ import { CompiledFilterCache, type FilterPlan } from "../filters.js";
 import { segmentFilterPasses } from "./event-rows.js";
 import { sumPartials } from "./partials.js";
 import { EpochMarks, GrowableInt32, ScratchUint32 } from "./scratch.js";
+import { chunkRowsMin, countPassingIndexed, valueCountsOf } from "./value-counts.js";
 import { segmentsByDay, sealedShardRows, selectActiveUsers, type RowRange } from "./rows.js";
 
 const { RoaringBitmap32 } = roaring;
@@ -115,7 +117,7 @@ export function trendPartial(segments: readonly SegmentView[], plan: TrendPlan, 
       // A sealed total by day, week or month needs only how many rows pass: no selection is written.
       counts[bucket] +=
         filterCount === 1
-          ? countPassingRows(segmentPasses[0], segmentValueIds[0], shardRows.start, shardRows.end)
+          ? countPassingSealedRows(segmentPasses[0], segmentValueIds[0], shardRows.start, shardRows.end)
           : countPassingRowsByTwo(segmentPasses[0], segmentValueIds[0], segmentPasses[1], segmentValueIds[1], shardRows.start, shardRows.end);
       continue;
     }
@@ -415,6 +417,13 @@ function countByteMatchesByTwo(first: ByteMatch, second: ByteMatch, start: numbe
 
 /** Below this many rows, table loads cost less than setting up a ByteMatch (small, so that the kernel tests reach both paths). */
 const byteMatchRowsMin = 32;
+
+/** Rows of a sealed segment's [start, end) that pass one filter: whole chunks from the column's value counts (value-counts.ts). */
+function countPassingSealedRows(passes: Uint8Array, valueIds: ValueIdColumn, start: number, end: number): number {
+  const counts = end - start >= 2 * chunkRowsMin ? valueCountsOf(valueIds, passes.length) : undefined;
+  if (counts === undefined) return countPassingRows(passes, valueIds, start, end);
+  return countPassingIndexed(counts, passes, start, end, (rowPasses, from, to) => countPassingRows(rowPasses, valueIds, from, to));
+}
 
 /** Rows of [start, end) that pass one filter: four at a time when the filter allows it (~3× faster, measured on 4.7 M rows). */
 function countPassingRows(passes: Uint8Array, valueIds: ValueIdColumn, start: number, end: number): number {

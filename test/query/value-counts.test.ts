@@ -1,0 +1,43 @@
+import { describe, expect, it } from "vitest";
+import { buildValueCounts, chunkRowsFor, countPassingIndexed, valueCountsOf, valueCountsValuesMax } from "../../src/query/kernels/value-counts.js";
+import { seededRandom } from "./kernels-fixtures.js";
+
+const naiveCount = (valueIds: ArrayLike<number>, passes: Uint8Array, start: number, end: number) => {
+  let count = 0;
+  for (let row = start; row < end; row++) count += passes[valueIds[row]];
+  return count;
+};
+
+describe("value counts of a sealed column", () => {
+  it("count the passing rows of any range as a row scan does", () => {
+    let checked = 0;
+    for (let seed = 1; seed <= 60; seed++) {
+      const random = seededRandom(seed);
+      const valueCount = 1 + Math.floor(random() * 40);
+      const rows = Math.floor(random() * 3000);
+      const source = Uint32Array.from({ length: rows }, () => Math.floor(random() * random() * valueCount));
+      const valueIds = seed % 3 === 0 ? Uint8Array.from(source) : seed % 3 === 1 ? Uint16Array.from(source) : source;
+      // Tiny chunks, so that ranges cover many whole chunks and partial ones at both ends.
+      const counts = buildValueCounts(valueIds, valueCount, 1 + Math.floor(random() * 64));
+      for (let query = 0; query < 40; query++) {
+        const passes = Uint8Array.from({ length: valueCount }, () => (random() < 0.4 ? 1 : 0));
+        const start = Math.floor(random() * (rows + 1));
+        const end = start + Math.floor(random() * (rows - start + 1));
+        const scan = (rowPasses: Uint8Array, from: number, to: number) => naiveCount(valueIds, rowPasses, from, to);
+        expect(countPassingIndexed(counts, passes, start, end, scan), JSON.stringify({ seed, query, start, end })).toBe(naiveCount(valueIds, passes, start, end));
+        checked++;
+      }
+    }
+    expect(checked).toBe(60 * 40);
+  });
+
+  it("keep one index per column, within an eighth of its rows in bytes, and none for a large dictionary", () => {
+    const valueIds = Uint8Array.from({ length: 100_000 }, (_, row) => row % 7);
+    const counts = valueCountsOf(valueIds, 7)!;
+    expect(valueCountsOf(valueIds, 7)).toBe(counts);
+    expect(counts.prefix.byteLength).toBeLessThanOrEqual(valueIds.length / 8 + 7 * 4);
+    const wide = Uint32Array.from({ length: 10_000 }, (_, row) => row);
+    expect(valueCountsOf(wide, valueCountsValuesMax + 1)).toBeUndefined();
+    expect(chunkRowsFor(valueCountsValuesMax) * 1).toBeGreaterThanOrEqual(valueCountsValuesMax * 32);
+  });
+});
