@@ -2,7 +2,8 @@
  * What a worker has learned about an active segment's rows, kept between
  * query tasks and extended by the rows that arrived since: per event, its rows
  * in ascending order and the set of its users; per filtered property key, a
- * dense column of value ids. An active segment is append-only (rows and
+ * dense column of value ids; per (event, key) that a filtered total reads,
+ * how many of the event's rows hold each value. An active segment is append-only (rows and
  * property entries below a count handed out are never rewritten), so what was
  * read once stays true, and a query reads only the rows of its event instead
  * of every row of every active segment it touches: with events arriving in
@@ -38,6 +39,14 @@ interface EventUsers {
   coveredEntries: number;
 }
 
+/** Rows of one event counted per value id of one key: the first coveredEntries of the event's row list. */
+interface ValueCounts {
+  counts: Uint32Array;
+  coveredEntries: number;
+  /** Highest user id among the counted rows; -1 before any. */
+  userMax: number;
+}
+
 interface IndexedColumn {
   valueIds: Uint32Array;
   /** Property entries scattered into valueIds. */
@@ -52,6 +61,8 @@ export class ActiveIndex {
   private readonly lengths: number[] = [];
   private readonly users = new Map<number, EventUsers>();
   private readonly columns = new Map<number, IndexedColumn>();
+  /** By `${eventId}/${keyId}`. */
+  private readonly valueCounts = new Map<string, ValueCounts>();
   /** Bytes held, for the cache's budget (bitmaps estimated). */
   bytes = 0;
 
@@ -119,6 +130,45 @@ export class ActiveIndex {
     denseColumn(property, rowCount, indexed.coveredEntries, indexed.valueIds);
     indexed.coveredEntries = property.entryCount;
     return { valueIds: indexed.valueIds.subarray(0, rowCount), texts: property.texts };
+  }
+
+  /**
+   * How many rows of eventId among the segment's first rowCount hold each
+   * value id of the key (`valueIds`: the key's column for this snapshot),
+   * extended by the rows that arrived since the last task; undefined when the
+   * counts already hold later rows (an older snapshot) or a user at or above
+   * userHi.
+   */
+  eventValueCounts(segment: ActiveRows, eventId: number, keyId: number, valueIds: ArrayLike<number>, userHi: number): Uint32Array | undefined {
+    const rows = this.eventRows(segment, eventId);
+    const key = `${eventId}/${keyId}`;
+    let entry = this.valueCounts.get(key);
+    if (entry === undefined) {
+      entry = { counts: new Uint32Array(64), coveredEntries: 0, userMax: -1 };
+      this.valueCounts.set(key, entry);
+      this.bytes += entry.counts.byteLength;
+    }
+    if (entry.coveredEntries > rows.length) return undefined;
+    if (entry.coveredEntries < rows.length) {
+      const userIds = new Uint32Array(segment.user, 0, segment.rowCount);
+      let { counts, userMax } = entry;
+      for (let index = entry.coveredEntries; index < rows.length; index++) {
+        const row = rows[index];
+        const valueId = valueIds[row];
+        if (valueId >= counts.length) {
+          const grown = new Uint32Array(grownLength(counts.length, valueId + 1));
+          grown.set(counts);
+          this.bytes += grown.byteLength - counts.byteLength;
+          counts = grown;
+        }
+        counts[valueId]++;
+        if (userIds[row] > userMax) userMax = userIds[row];
+      }
+      entry.counts = counts;
+      entry.userMax = userMax;
+      entry.coveredEntries = rows.length;
+    }
+    return entry.userMax < userHi ? entry.counts : undefined;
   }
 
   /** Frees the sets (native memory). */

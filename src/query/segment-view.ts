@@ -42,4 +42,11 @@ export interface SegmentView {
   rowsWithProperty(keyId: number, start: number, end: number): number;
   /** The set of user ids having at least one row of the event (undefined: no row, or not available); the caller must not change or free it. */
   userBitmap(eventId: number): RoaringBitmap32 | undefined;
+  /**
+   * Active segments: how many of the event's rows hold each value id of keyId
+   * (index: value id, 0 = not set), when every such row's user is below
+   * userHi; undefined otherwise, or when not available (sealed segments: see
+   * value-counts.ts). The caller must not change or keep it.
+   */
+  eventValueCounts(eventId: number, keyId: number, userHi: number): Uint32Array | undefined;
 }

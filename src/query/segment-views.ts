@@ -25,6 +25,7 @@ class SealedView implements SegmentView {
   readonly eventRowStart: Uint32Array;
   readonly eventIds = undefined;
   readonly eventRows = () => undefined;
+  readonly eventValueCounts = () => undefined;
   /** Shared column bytes plus the dense columns this worker built from sparse keys. */
   memoryBytes: number;
   private readonly properties = new Map<number, PropertyColumn>();
@@ -144,6 +145,10 @@ export function activeView(descriptor: ActiveSegmentDescriptor, indexOf: () => A
       return count;
     },
     userBitmap: (eventId) => indexed().userBitmap(descriptor, eventId),
+    eventValueCounts: (eventId, keyId, userHi) => {
+      const valueIds = column(keyId)?.valueIds;
+      return valueIds === undefined ? undefined : indexed().eventValueCounts(descriptor, eventId, keyId, valueIds, userHi);
+    },
   };
 }
 

@@ -106,6 +106,7 @@ export function sealedSegment(key: string, input: SegmentInput, options: SealedO
     property: (keyId) => columns.get(keyId),
     rowsWithProperty: (keyId, start, end) => rowsSetting(columns.get(keyId), start, end),
     userBitmap: (eventId) => bitmaps.get(eventId),
+    eventValueCounts: () => undefined,
   };
 }
 
@@ -176,6 +177,7 @@ export function activeSegment(key: string, input: SegmentInput, _valueIdWidth: V
     const view = activeView(describe(earlier), () => index);
     for (const eventId of new Set(event.subarray(0, earlier))) view.userBitmap(eventId);
     for (const property of input.properties) view.property(property.keyId);
+    for (const eventId of new Set(event.subarray(0, earlier))) for (const property of input.properties) view.eventValueCounts(eventId, property.keyId, 2 ** 32);
   }
   return activeView(describe(rowCount), () => index);
 }

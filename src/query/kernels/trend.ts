@@ -100,6 +100,12 @@ export function trendPartial(segments: readonly SegmentView[], plan: TrendPlan, 
         // An active total by day, week or month counts the event's rows that pass, writing no selection.
         const filterCount = segmentFilterPasses(segment, plan.filters, sealedFilters, segmentPasses, segmentValueIds);
         if (filterCount === undefined) continue;
+        // One filter over every user: the index's per-value counts answer without reading the rows.
+        const valueCounts = filterCount === 1 && plan.filters.length === 1 && userLo === 0 ? segment.eventValueCounts(eventId, plan.filters[0].keyId!, userHi) : undefined;
+        if (valueCounts !== undefined) {
+          counts[bucket] += countPassingValues(valueCounts, segmentPasses[0]);
+          continue;
+        }
         if (filterCount <= 2) {
           counts[bucket] += countActiveRowsPassing(rows, segment.userIds, userLo, userHi, filterCount, segmentPasses, segmentValueIds);
           continue;
@@ -303,6 +309,14 @@ function countActiveRowsPassing(
     }
   }
   return count;
+}
+
+/** Rows counted per value id (`counts`) whose value passes. */
+function countPassingValues(counts: Uint32Array, passes: Uint8Array): number {
+  let total = 0;
+  const end = Math.min(counts.length, passes.length);
+  for (let id = 0; id < end; id++) total += passes[id] * counts[id];
+  return total;
 }
 
 /** Keeps the selected rows that pass, in order, in place. */
