@@ -6,6 +6,19 @@
  */
 export type SegmentDescriptor = SealedSegmentDescriptor | ActiveSegmentDescriptor;
 
+/**
+ * What a query task carries: a sealed segment already posted to the pool goes
+ * by key alone (src/query/segment-posting.ts), and the worker reads it from its
+ * cache of views or answers that it lacks it.
+ */
+export type PostedSegment = SegmentDescriptor | SealedSegmentReference;
+
+export interface SealedSegmentReference {
+  kind: "sealed-reference";
+  key: string;
+  dayStartMs: number;
+}
+
 export interface SealedSegmentDescriptor {
   kind: "sealed";
   key: string;
