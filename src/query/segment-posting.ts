@@ -34,12 +34,12 @@ export class SegmentPostings {
     let sealedBytes = 0;
     for (const segment of segments) if (segment.kind === "sealed") sealedBytes += segment.memory.byteLength;
     if (sealedBytes > this.viewBytesMax) return [...segments];
-    return segments.map((segment) => (segment.kind === "sealed" && this.posted.has(segment.memory) ? { kind: "sealed-reference", key: segment.key, dayStartMs: segment.dayStartMs } : segment));
+    return segments.map((segment) => (segment.kind === "sealed" && this.posted.has(segment.memory) ? segment.key : segment));
   }
 
   /** Called once a worker has answered a task that carried these segments. */
   notePosted(segments: readonly PostedSegment[]): void {
-    for (const segment of segments) if (segment.kind === "sealed") this.posted.add(segment.memory);
+    for (const segment of segments) if (typeof segment !== "string" && segment.kind === "sealed") this.posted.add(segment.memory);
   }
 
   /** A worker lacked these: the next task posts them whole (it may well reach that worker again). */

@@ -190,21 +190,21 @@ function sealedView(descriptor: SealedSegmentDescriptor): SealedView {
 export function segmentViews(posted: readonly PostedSegment[]): { kind: "views"; views: SegmentView[] } | { kind: "missing"; keys: string[] } {
   // References first: a task this thread cannot answer builds nothing.
   const missing: string[] = [];
-  for (const segment of posted) if (segment.kind === "sealed-reference" && !sealedViews.has(segment.key)) missing.push(segment.key);
+  for (const segment of posted) if (typeof segment === "string" && !sealedViews.has(segment)) missing.push(segment);
   if (missing.length > 0) return { kind: "missing", keys: missing };
   const activeKeys = new Set<string>();
   const days = new Set<string>();
   for (const segment of posted) {
-    days.add(dayOfKey(segment.key));
-    if (segment.kind === "active") activeKeys.add(segment.key);
+    days.add(dayOfKey(typeof segment === "string" ? segment : segment.key));
+    if (typeof segment !== "string" && segment.kind === "active") activeKeys.add(segment.key);
   }
   activeIndexes.trim(activeKeys, days);
-  // Referenced views are taken before any whole descriptor is admitted, which could push them out of the cache.
-  const views: Array<SegmentView | undefined> = posted.map((segment) => (segment.kind === "sealed-reference" ? cachedSealedView(segment.key)! : undefined));
+  // Views named by key are taken before any whole descriptor is admitted, which could push them out of the cache.
+  const views: Array<SegmentView | undefined> = posted.map((segment) => (typeof segment === "string" ? cachedSealedView(segment)! : undefined));
   for (let index = 0; index < posted.length; index++) {
     const segment = posted[index];
-    if (segment.kind === "sealed") views[index] = sealedView(segment);
-    else if (segment.kind === "active") views[index] = activeView(segment, () => activeIndexes.get(segment.key));
+    if (typeof segment === "string") continue;
+    views[index] = segment.kind === "sealed" ? sealedView(segment) : activeView(segment, () => activeIndexes.get(segment.key));
   }
   return { kind: "views", views: views as SegmentView[] };
 }
