@@ -4,7 +4,7 @@
  * Results are flat Float64Arrays whose element-wise sum over shards is the
  * answer, because shards hold disjoint users.
  */
-import type { SegmentDescriptor } from "../storage/segment-descriptor.js";
+import type { PostedSegment } from "../storage/segment-descriptor.js";
 import type { GatherPlan } from "./kernels/event-rows.js";
 import type { FunnelPlan } from "./kernels/funnel.js";
 import type { ListingPlan } from "./kernels/workspace-listing.js";
@@ -36,7 +36,7 @@ export type RowsAnswer =
 export interface QueryTask {
   kind: "query";
   query: QueryPlan;
-  segments: SegmentDescriptor[];
+  segments: PostedSegment[];
   userLo: number;
   userHi: number;
 }
@@ -46,6 +46,12 @@ export interface QueryTaskResult {
   values: Float64Array;
   /** The answer of a "rows" plan (values is then empty). */
   rows?: RowsAnswer;
+}
+
+/** A task's worker held no view of these referenced segments (it started after they were posted, or dropped them): post them again whole. */
+export interface SegmentsMissingResult {
+  kind: "segments-missing";
+  keys: string[];
 }
 
 /** A large query body, parsed and validated off the main thread (see QueryService.parse). */

@@ -13,13 +13,15 @@ import { retentionColumns } from "./kernels/retention-columns.js";
 import { workspaceListing } from "./kernels/workspace-listing.js";
 import { retentionPartial } from "./kernels/retention.js";
 import { trendPartial } from "./kernels/trend.js";
-import type { QueryTask, QueryTaskResult, RowsAnswer, RowsAnswerPlan } from "./query-protocol.js";
+import type { QueryTask, QueryTaskResult, RowsAnswer, RowsAnswerPlan, SegmentsMissingResult } from "./query-protocol.js";
 import type { EventRows, GatherPlan } from "./kernels/event-rows.js";
 import type { SegmentView } from "./segment-view.js";
 import { segmentViews } from "./segment-views.js";
 
-export function runQueryTask(task: QueryTask): QueryTaskResult {
-  const segments = segmentViews(task.segments);
+export function runQueryTask(task: QueryTask): QueryTaskResult | SegmentsMissingResult {
+  const viewed = segmentViews(task.segments);
+  if (viewed.kind === "missing") return { kind: "segments-missing", keys: viewed.keys };
+  const segments = viewed.views;
   const query = task.query;
   switch (query.kind) {
     case "trend":

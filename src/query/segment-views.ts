@@ -7,7 +7,7 @@
  */
 import roaring from "roaring";
 import { limits } from "../config/limits.js";
-import type { ActiveSegmentDescriptor, SealedSegmentDescriptor, SegmentDescriptor } from "../storage/segment-descriptor.js";
+import type { ActiveSegmentDescriptor, PostedSegment, SealedSegmentDescriptor, SegmentDescriptor } from "../storage/segment-descriptor.js";
 import type { SegmentLayout } from "../storage/segment-layout.js";
 import { denseValueIds, PropertyDirectory } from "../storage/segment-reader.js";
 import { ActiveIndex, ActiveIndexCache, dayOfKey } from "./active-index.js";
@@ -165,13 +165,19 @@ export function setSealedViewBytesMax(bytes: number): void {
 /** This thread's indexes of active segments (active-index.ts). */
 const activeIndexes = new ActiveIndexCache(limits.activeIndexBytesMax);
 
-function sealedView(descriptor: SealedSegmentDescriptor): SealedView {
-  const cached = sealedViews.get(descriptor.key);
+/** The cached view of `key`, now the most recently used; undefined when this thread holds none. */
+function cachedSealedView(key: string): SealedView | undefined {
+  const cached = sealedViews.get(key);
   if (cached) {
-    sealedViews.delete(descriptor.key);
-    sealedViews.set(descriptor.key, cached);
-    return cached;
+    sealedViews.delete(key);
+    sealedViews.set(key, cached);
   }
+  return cached;
+}
+
+function sealedView(descriptor: SealedSegmentDescriptor): SealedView {
+  const cached = cachedSealedView(descriptor.key);
+  if (cached) return cached;
   const layout = JSON.parse(descriptor.layoutJson) as SegmentLayout;
   const view = new SealedView(descriptor, layout, descriptor.memory, (bytes) => (sealedViewBytes += bytes));
   sealedViews.set(descriptor.key, view);
@@ -185,15 +191,27 @@ function sealedView(descriptor: SealedSegmentDescriptor): SealedView {
   return view;
 }
 
-export function segmentViews(descriptors: readonly SegmentDescriptor[]): SegmentView[] {
+/** Views of a task's segments; `missing` lists the referenced sealed ones this thread holds no view of. */
+export function segmentViews(posted: readonly PostedSegment[]): { kind: "views"; views: SegmentView[] } | { kind: "missing"; keys: string[] } {
+  // References first: a task this thread cannot answer builds nothing.
+  const missing: string[] = [];
+  for (const segment of posted) if (typeof segment === "string" && !sealedViews.has(segment)) missing.push(segment);
+  if (missing.length > 0) return { kind: "missing", keys: missing };
   const activeKeys = new Set<string>();
   const days = new Set<string>();
-  for (const descriptor of descriptors) {
-    days.add(dayOfKey(descriptor.key));
-    if (descriptor.kind === "active") activeKeys.add(descriptor.key);
+  for (const segment of posted) {
+    days.add(dayOfKey(typeof segment === "string" ? segment : segment.key));
+    if (typeof segment !== "string" && segment.kind === "active") activeKeys.add(segment.key);
   }
   activeIndexes.trim(activeKeys, days);
-  return descriptors.map((descriptor) => (descriptor.kind === "sealed" ? sealedView(descriptor) : activeView(descriptor, () => activeIndexes.get(descriptor.key))));
+  // Views named by key are taken before any whole descriptor is admitted, which could push them out of the cache.
+  const views: Array<SegmentView | undefined> = posted.map((segment) => (typeof segment === "string" ? cachedSealedView(segment)! : undefined));
+  for (let index = 0; index < posted.length; index++) {
+    const segment = posted[index];
+    if (typeof segment === "string") continue;
+    views[index] = segment.kind === "sealed" ? sealedView(segment) : activeView(segment, () => activeIndexes.get(segment.key));
+  }
+  return { kind: "views", views: views as SegmentView[] };
 }
 
 /**

@@ -3,10 +3,13 @@
  * queue is bounded (STYLE rule 7), and a full queue is reported to callers as
  * `PoolSaturatedError`, which ingest answers with 503 + Retry-After.
  */
+import { strict as assert } from "node:assert";
 import { Piscina } from "piscina";
 import { limits, workerSegmentCacheBytesMax } from "../config/limits.js";
 import { bodySliceFields, type Task, type TimedTask, type WorkerSettings, type BarrierTask, type BarrierTaskResult, type IngestTask, type IngestTaskResult, type LoadSegmentTask, type MergeTask, type SealTask } from "./protocol.js";
-import type { ParseQueryTask, ParseQueryTaskResult, QueryTask, QueryTaskResult } from "../query/query-protocol.js";
+import type { ParseQueryTask, ParseQueryTaskResult, QueryTask, QueryTaskResult, SegmentsMissingResult } from "../query/query-protocol.js";
+import { SegmentPostings } from "../query/segment-posting.js";
+import type { SegmentDescriptor } from "../storage/segment-descriptor.js";
 import type { LoadSegmentResult } from "../storage/segment-layout.js";
 
 export class PoolSaturatedError extends Error {}
@@ -22,8 +25,10 @@ export class WorkerPool {
   private readonly storeTasks = new Set<AbortController>();
   /** Set by abandonStoreTasksAt: no store task may outlive it. */
   private storeTaskDeadlineMs = Number.POSITIVE_INFINITY;
+  private readonly segmentPostings: SegmentPostings;
 
   constructor(readonly threadCount: number) {
+    this.segmentPostings = new SegmentPostings(workerSegmentCacheBytesMax(threadCount));
     this.piscina = new Piscina({
       filename: new URL("./worker.js", import.meta.url).href,
       minThreads: threadCount,
@@ -172,9 +177,23 @@ export class WorkerPool {
     return this.runStoreTask(task);
   }
 
-  /** Rejects with PoolTaskTimeoutError past EVENTIDE_QUERY_TASK_TIMEOUT_MS (time queued included). */
-  query(task: QueryTask): Promise<QueryTaskResult> {
-    return this.runLimited(task, limits.queryTaskTimeoutMs, "a query task");
+  /**
+   * Rejects with PoolTaskTimeoutError past EVENTIDE_QUERY_TASK_TIMEOUT_MS (time queued included, each post of the task timed alone).
+   * Sealed segments posted before go by key (segment-posting.ts); a worker that lacks one gets the task again whole.
+   */
+  async query(task: QueryTask & { segments: SegmentDescriptor[] }): Promise<QueryTaskResult> {
+    const compact: QueryTask = { ...task, segments: this.segmentPostings.compact(task.segments) };
+    const first = await this.runLimited<QueryTaskResult | SegmentsMissingResult>(compact, limits.queryTaskTimeoutMs, "a query task");
+    if (first.kind === "query") {
+      this.segmentPostings.notePosted(compact.segments);
+      return first;
+    }
+    const whole = await this.runLimited<QueryTaskResult | SegmentsMissingResult>(task, limits.queryTaskTimeoutMs, "a query task");
+    assert(whole.kind === "query", "a task posted with every segment whole lacks none");
+    this.segmentPostings.notePosted(task.segments);
+    // The worker that lacked them may not be the one that took them now: the next task posts them whole again.
+    this.segmentPostings.forget(task.segments, first.keys);
+    return whole;
   }
 
   parseQuery(task: ParseQueryTask): Promise<ParseQueryTaskResult> {

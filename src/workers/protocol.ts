@@ -5,7 +5,7 @@
  * segment columns as SharedArrayBuffers; nothing large is structured-cloned.
  */
 import type { IngestBodyResult, IngestShape, KeyedChunk } from "../ingest/event-validation.js";
-import type { ParseQueryTask, ParseQueryTaskResult, QueryTask, QueryTaskResult } from "../query/query-protocol.js";
+import type { ParseQueryTask, ParseQueryTaskResult, QueryTask, QueryTaskResult, SegmentsMissingResult } from "../query/query-protocol.js";
 import type { LoadSegmentResult } from "../storage/segment-layout.js";
 import type { PropertyEntriesMessage } from "../storage/property-transfer.js";
 
@@ -126,5 +126,5 @@ export interface WorkerSettings {
 }
 
 export type Task = IngestTask | SealTask | MergeTask | LoadSegmentTask | QueryTask | ParseQueryTask | BarrierTask | TimedTask;
-export type TaskResult = IngestTaskResult | LoadSegmentResult | QueryTaskResult | ParseQueryTaskResult | BarrierTaskResult;
+export type TaskResult = IngestTaskResult | LoadSegmentResult | QueryTaskResult | SegmentsMissingResult | ParseQueryTaskResult | BarrierTaskResult;
 

@@ -72,6 +72,23 @@ describe("query cost", () => {
     }, 30_000);
     expect(counted).toEqual([{ date: day, count: 20_000 }]);
   });
+
+  it("answers over a sealed segment that tasks name by key once the worker holding its view was replaced", async () => {
+    // A restart seals the day: from then on its segment is posted whole once, then by key.
+    await server.stop();
+    const credentials = { apiKey: server.apiKey, token: server.token, workspaceId: server.workspaceId };
+    server = await start({ workers: 1, dataDir: server.dataDir, credentials, env: { EVENTIDE_QUERY_TASK_TIMEOUT_MS: "50", EVENTIDE_QUERY_FILTERS_MAX: "5000" } });
+    expect(expectOk(await trend(server, {})).data).toEqual([{ date: day, count: 20_000 }]);
+    expectError(await trend(server, { filters: costlyFilters }), 503, "overloaded", "time limit");
+    // The new worker holds no view: the task naming the segment by key is posted again whole.
+    let counted: unknown;
+    await elapsedUntil(async () => {
+      const next = await trend(server, { filters: [{ property: "url", op: "contains", value: "/page/3/" }] });
+      if (next.status === 200) counted = next.body.data;
+      return next.status === 200;
+    }, 30_000);
+    expect(counted).toEqual([{ date: day, count: 1000 }]);
+  });
 });
 
 describe("query limits", () => {
