@@ -1,5 +1,5 @@
 import { describe, expect, it } from "vitest";
-import { buildValueCounts, chunkRowsFor, countPassingIndexed, valueCountsOf, valueCountsValuesMax } from "../../src/query/kernels/value-counts.js";
+import { buildValueCounts, chunkRowsFor, countPassingIndexed, valueCountMarks, valueCountsOf, valueCountsValuesMax } from "../../src/query/kernels/value-counts.js";
 import { seededRandom } from "./kernels-fixtures.js";
 
 const naiveCount = (valueIds: ArrayLike<number>, passes: Uint8Array, start: number, end: number) => {
@@ -17,12 +17,15 @@ describe("value counts of a sealed column", () => {
       const rows = Math.floor(random() * 3000);
       const source = Uint32Array.from({ length: rows }, () => Math.floor(random() * random() * valueCount));
       const valueIds = seed % 3 === 0 ? Uint8Array.from(source) : seed % 3 === 1 ? Uint16Array.from(source) : source;
-      // Tiny chunks, so that ranges cover many whole chunks and partial ones at both ends.
-      const counts = buildValueCounts(valueIds, valueCount, 1 + Math.floor(random() * 64));
+      // Tiny chunks, so that ranges cover many whole chunks and partial ones at both ends; runs as a segment's events make them.
+      const runStarts = Uint32Array.from({ length: Math.floor(random() * 6) }, () => Math.floor(random() * (rows + 1))).sort();
+      const counts = buildValueCounts(valueIds, valueCount, valueCountMarks(rows, valueCount, 1 + Math.floor(random() * 64), runStarts));
       for (let query = 0; query < 40; query++) {
         const passes = Uint8Array.from({ length: valueCount }, () => (random() < 0.4 ? 1 : 0));
-        const start = Math.floor(random() * (rows + 1));
-        const end = start + Math.floor(random() * (rows - start + 1));
+        // Sometimes one event's whole run, as a query over every user reads it.
+        const run = runStarts.length > 1 && random() < 0.3 ? Math.floor(random() * (runStarts.length - 1)) : -1;
+        const start = run >= 0 ? runStarts[run] : Math.floor(random() * (rows + 1));
+        const end = run >= 0 ? runStarts[run + 1] : start + Math.floor(random() * (rows - start + 1));
         const scan = (rowPasses: Uint8Array, from: number, to: number) => naiveCount(valueIds, rowPasses, from, to);
         expect(countPassingIndexed(counts, passes, start, end, scan), JSON.stringify({ seed, query, start, end })).toBe(naiveCount(valueIds, passes, start, end));
         checked++;
@@ -31,13 +34,20 @@ describe("value counts of a sealed column", () => {
     expect(checked).toBe(60 * 40);
   });
 
-  it("keep one index per column, within an eighth of its rows in bytes, and none for a large dictionary", () => {
+  it("keep one index per column, within a quarter of its rows in bytes, marks at event runs only when they fit, none for a large dictionary", () => {
     const valueIds = Uint8Array.from({ length: 100_000 }, (_, row) => row % 7);
-    const counts = valueCountsOf(valueIds, 7)!;
-    expect(valueCountsOf(valueIds, 7)).toBe(counts);
-    expect(counts.prefix.byteLength).toBeLessThanOrEqual(valueIds.length / 8 + 7 * 4);
+    const fewRuns = [0, 10, 50_000, 100_000];
+    const counts = valueCountsOf(valueIds, 7, fewRuns)!;
+    expect(valueCountsOf(valueIds, 7, fewRuns)).toBe(counts);
+    expect([...counts.marks].filter((mark) => fewRuns.includes(mark))).toEqual(fewRuns);
+    expect(counts.prefix.byteLength).toBeLessThanOrEqual(valueIds.length / 4 + 7 * 4);
+    const manyRuns = Array.from({ length: 5_000 }, (_, run) => run * 20);
+    const other = Uint8Array.from(valueIds);
+    const crowded = valueCountsOf(other, 7, manyRuns)!;
+    expect(crowded.prefix.byteLength).toBeLessThanOrEqual(other.length / 4 + 7 * 4);
+    expect(crowded.marks).toContain(1024);
     const wide = Uint32Array.from({ length: 10_000 }, (_, row) => row);
-    expect(valueCountsOf(wide, valueCountsValuesMax + 1)).toBeUndefined();
+    expect(valueCountsOf(wide, valueCountsValuesMax + 1, [])).toBeUndefined();
     expect(chunkRowsFor(valueCountsValuesMax) * 1).toBeGreaterThanOrEqual(valueCountsValuesMax * 32);
   });
 });

@@ -123,7 +123,7 @@ export function trendPartial(segments: readonly SegmentView[], plan: TrendPlan, 
       // A sealed total by day, week or month needs only how many rows pass: no selection is written.
       counts[bucket] +=
         filterCount === 1
-          ? countPassingSealedRows(segmentPasses[0], segmentValueIds[0], shardRows.start, shardRows.end)
+          ? countPassingSealedRows(segmentPasses[0], segmentValueIds[0], segment.eventRowStart!, shardRows.start, shardRows.end)
           : countPassingRowsByTwo(segmentPasses[0], segmentValueIds[0], segmentPasses[1], segmentValueIds[1], shardRows.start, shardRows.end);
       continue;
     }
@@ -432,9 +432,9 @@ function countByteMatchesByTwo(first: ByteMatch, second: ByteMatch, start: numbe
 /** Below this many rows, table loads cost less than setting up a ByteMatch (small, so that the kernel tests reach both paths). */
 const byteMatchRowsMin = 32;
 
-/** Rows of a sealed segment's [start, end) that pass one filter: whole chunks from the column's value counts (value-counts.ts). */
-function countPassingSealedRows(passes: Uint8Array, valueIds: ValueIdColumn, start: number, end: number): number {
-  const counts = end - start >= 2 * chunkRowsMin ? valueCountsOf(valueIds, passes.length) : undefined;
+/** Rows of a sealed segment's [start, end) that pass one filter: between marked rows from the column's value counts (value-counts.ts). */
+function countPassingSealedRows(passes: Uint8Array, valueIds: ValueIdColumn, eventRowStart: Uint32Array, start: number, end: number): number {
+  const counts = end - start >= chunkRowsMin ? valueCountsOf(valueIds, passes.length, eventRowStart) : undefined;
   if (counts === undefined) return countPassingRows(passes, valueIds, start, end);
   return countPassingIndexed(counts, passes, start, end, (rowPasses, from, to) => countPassingRows(rowPasses, valueIds, from, to));
 }

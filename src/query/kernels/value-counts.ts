@@ -1,16 +1,20 @@
 /**
- * Running counts of a sealed property column's value ids, per chunk of rows:
+ * Running counts of a sealed property column's value ids at marked rows:
  * how many rows of [start, end) hold a value a filter passes is then read
- * per chunk (one subtraction per passing value) and only the two partial
- * chunks at the ends are scanned. A filtered `total` trend over a sealed
- * segment costs what an unfiltered one does, whatever the rows' count.
+ * between the marks inside the range (one subtraction per passing value) and
+ * only the rows before the first mark and after the last one are scanned.
+ * Marks are every `chunkRows` rows and, when it costs little, the start of
+ * every event's run, so a whole run (a query over every user) scans nothing.
+ * A filtered `total` trend over a sealed segment costs what an unfiltered
+ * one does, whatever the rows' count.
  *
  * Built on the first count over a column (one pass over it, about the cost
  * of the scan it replaces) and kept while the column is: the index is held
  * weakly under the column's array, which lives in the worker's sealed-view
- * cache (segment-views.ts). Its size is at most an eighth of the column's
- * rows in bytes (chunks grow with the column's dictionary), and columns of
- * more than `valueCountsValuesMax` values get none: they are scanned.
+ * cache (segment-views.ts). Its size is at most a quarter of the column's
+ * rows in bytes (chunks grow with the column's dictionary; event marks are
+ * kept only within an eighth), and columns of more than
+ * `valueCountsValuesMax` values get none: they are scanned.
  */
 import type { ValueIdColumn } from "../segment-view.js";
 
@@ -20,58 +24,83 @@ export const valueCountsValuesMax = 4096;
 export const chunkRowsMin = 1024;
 
 export interface ValueCounts {
-  chunkRows: number;
   /** Value ids 0 … valueCount - 1 (0: not set). */
   valueCount: number;
-  /** Entry (chunk · valueCount + id): rows in [0, chunk · chunkRows) holding id; chunk 0 … wholeChunks. */
+  /** Ascending row numbers, from 0. */
+  marks: Uint32Array;
+  /** Entry (mark index · valueCount + id): rows in [0, marks[mark index]) holding id. */
   prefix: Uint32Array;
-  wholeChunks: number;
 }
 
-/** Rows per chunk for a dictionary of `valueCount` ids: the index stays within rows / 8 bytes. */
+/** Rows per chunk for a dictionary of `valueCount` ids: the chunk marks stay within rows / 8 bytes. */
 export function chunkRowsFor(valueCount: number, minimum = chunkRowsMin): number {
   let rows = minimum;
   while (rows < valueCount * 32) rows *= 2;
   return rows;
 }
 
-export function buildValueCounts(valueIds: ValueIdColumn, valueCount: number, chunkRows: number): ValueCounts {
-  const wholeChunks = Math.floor(valueIds.length / chunkRows);
-  const prefix = new Uint32Array((wholeChunks + 1) * valueCount);
-  const running = new Uint32Array(valueCount);
-  for (let chunk = 0; chunk < wholeChunks; chunk++) {
-    const end = (chunk + 1) * chunkRows;
-    for (let row = chunk * chunkRows; row < end; row++) running[valueIds[row]]++;
-    prefix.set(running, (chunk + 1) * valueCount);
+/** Marks every chunkRows rows, plus `runStarts` (ascending) when they fit within rows / 8 bytes of counts. */
+export function valueCountMarks(rowCount: number, valueCount: number, chunkRows: number, runStarts: ArrayLike<number>): Uint32Array {
+  const marks: number[] = [];
+  for (let row = 0; row <= rowCount; row += chunkRows) marks.push(row);
+  if (runStarts.length * valueCount * 4 <= rowCount / 8) {
+    for (let index = 0; index < runStarts.length; index++) if (runStarts[index] <= rowCount) marks.push(runStarts[index]);
   }
-  return { chunkRows, valueCount, prefix, wholeChunks };
+  const sorted = Uint32Array.from(marks).sort();
+  let kept = 0;
+  for (let index = 0; index < sorted.length; index++) if (kept === 0 || sorted[index] !== sorted[kept - 1]) sorted[kept++] = sorted[index];
+  return sorted.slice(0, kept);
 }
 
-/** Rows of [firstChunk · chunkRows, lastChunk · chunkRows) whose value `passes`; firstChunk ≤ lastChunk ≤ wholeChunks. */
-export function countPassingChunks(counts: ValueCounts, passes: Uint8Array, firstChunk: number, lastChunk: number): number {
+export function buildValueCounts(valueIds: ValueIdColumn, valueCount: number, marks: Uint32Array): ValueCounts {
+  const prefix = new Uint32Array(marks.length * valueCount);
+  const running = new Uint32Array(valueCount);
+  let row = 0;
+  for (let mark = 0; mark < marks.length; mark++) {
+    for (const end = marks[mark]; row < end; row++) running[valueIds[row]]++;
+    prefix.set(running, mark * valueCount);
+  }
+  return { valueCount, marks, prefix };
+}
+
+/** Rows of [marks[low], marks[high]) whose value `passes`. */
+export function countPassingBetweenMarks(counts: ValueCounts, passes: Uint8Array, low: number, high: number): number {
   const { prefix, valueCount } = counts;
-  const low = firstChunk * valueCount;
-  const high = lastChunk * valueCount;
+  const lowAt = low * valueCount;
+  const highAt = high * valueCount;
   let total = 0;
-  for (let id = 0; id < valueCount; id++) if (passes[id] !== 0) total += prefix[high + id] - prefix[low + id];
+  for (let id = 0; id < valueCount; id++) if (passes[id] !== 0) total += prefix[highAt + id] - prefix[lowAt + id];
   return total;
 }
 
 const built = new WeakMap<ValueIdColumn, ValueCounts | null>();
 
-/** The column's index, built at first use; undefined when its dictionary is too large to index. */
-export function valueCountsOf(valueIds: ValueIdColumn, valueCount: number): ValueCounts | undefined {
+/** The column's index, built at first use; undefined when its dictionary is too large to index. `runStarts`: the segment's event runs. */
+export function valueCountsOf(valueIds: ValueIdColumn, valueCount: number, runStarts: ArrayLike<number>): ValueCounts | undefined {
   let counts = built.get(valueIds);
   if (counts === undefined || (counts !== null && counts.valueCount !== valueCount)) {
-    counts = valueCount > valueCountsValuesMax ? null : buildValueCounts(valueIds, valueCount, chunkRowsFor(valueCount));
+    counts = valueCount > valueCountsValuesMax ? null : buildValueCounts(valueIds, valueCount, valueCountMarks(valueIds.length, valueCount, chunkRowsFor(valueCount), runStarts));
     built.set(valueIds, counts);
   }
   return counts ?? undefined;
 }
 
+/** First index of ascending `marks` whose mark is at least `row`. */
+function firstMarkAtOrAfter(marks: Uint32Array, row: number): number {
+  let low = 0;
+  let high = marks.length;
+  while (low < high) {
+    const middle = (low + high) >>> 1;
+    if (marks[middle] < row) low = middle + 1;
+    else high = middle;
+  }
+  return low;
+}
+
 /**
- * Rows of [start, end) whose value passes: whole chunks from the index, the
- * partial chunks at either end by `scan` (the caller's row loop).
+ * Rows of [start, end) whose value passes: between the first and last marks
+ * inside the range from the index, the rows outside them by `scan` (the
+ * caller's row loop).
  */
 export function countPassingIndexed(
   counts: ValueCounts,
@@ -80,9 +109,10 @@ export function countPassingIndexed(
   end: number,
   scan: (passes: Uint8Array, start: number, end: number) => number,
 ): number {
-  const { chunkRows } = counts;
-  const firstChunk = Math.ceil(start / chunkRows);
-  const lastChunk = Math.min(Math.floor(end / chunkRows), counts.wholeChunks);
-  if (lastChunk <= firstChunk) return scan(passes, start, end);
-  return scan(passes, start, firstChunk * chunkRows) + countPassingChunks(counts, passes, firstChunk, lastChunk) + scan(passes, lastChunk * chunkRows, end);
+  const { marks } = counts;
+  const low = firstMarkAtOrAfter(marks, start);
+  const afterEnd = firstMarkAtOrAfter(marks, end + 1);
+  const high = afterEnd - 1;
+  if (low >= high) return scan(passes, start, end);
+  return scan(passes, start, marks[low]) + countPassingBetweenMarks(counts, passes, low, high) + scan(passes, marks[high], end);
 }
