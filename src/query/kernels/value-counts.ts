@@ -17,6 +17,7 @@
  * `valueCountsValuesMax` values get none: they are scanned.
  */
 import type { ValueIdColumn } from "../segment-view.js";
+import { lowerBoundUser } from "./rows.js";
 
 /** A dictionary this large makes chunks so long that the end scans cost most of a full one. */
 export const valueCountsValuesMax = 4096;
@@ -85,18 +86,6 @@ export function valueCountsOf(valueIds: ValueIdColumn, valueCount: number, runSt
   return counts ?? undefined;
 }
 
-/** First index of ascending `marks` whose mark is at least `row`. */
-function firstMarkAtOrAfter(marks: Uint32Array, row: number): number {
-  let low = 0;
-  let high = marks.length;
-  while (low < high) {
-    const middle = (low + high) >>> 1;
-    if (marks[middle] < row) low = middle + 1;
-    else high = middle;
-  }
-  return low;
-}
-
 /**
  * Rows of [start, end) whose value passes: between the first and last marks
  * inside the range from the index, the rows outside them by `scan` (the
@@ -110,9 +99,9 @@ export function countPassingIndexed(
   scan: (passes: Uint8Array, start: number, end: number) => number,
 ): number {
   const { marks } = counts;
-  const low = firstMarkAtOrAfter(marks, start);
-  const afterEnd = firstMarkAtOrAfter(marks, end + 1);
-  const high = afterEnd - 1;
+  // The first mark at or after start, and the last at or before end (lowerBoundUser searches any ascending u32s).
+  const low = lowerBoundUser(marks, 0, marks.length, start);
+  const high = lowerBoundUser(marks, 0, marks.length, end + 1) - 1;
   if (low >= high) return scan(passes, start, end);
   return scan(passes, start, marks[low]) + countPassingBetweenMarks(counts, passes, low, high) + scan(passes, marks[high], end);
 }
