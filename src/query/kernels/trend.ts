@@ -17,9 +17,9 @@
  *      skipped, one that passes none skips the segment, the others narrow the
  *      rows into (or within) the selection, two of them in one pass. A sealed
  *      segment with one or two such filters writes no selection for `total`
- *      by day, week or month (passing rows are counted: per chunk of rows from
- *      the column's value counts with one filter, value-counts.ts, four
- *      one-byte ids at a time for `eq`-like tables), nor for `unique` when it is alone in its
+ *      by day, week or month (passing rows are counted: with one filter from
+ *      the column's value counts between marked rows, value-counts.ts, else
+ *      four one-byte ids at a time for `eq`-like tables), nor for `unique` when it is alone in its
  *      bucket (a user counts at its first passing row);
  *   3. counting: `total` per day/week/month is just the number of rows; `hour`
  *      adds one per row at its hour; `unique` marks each user with the bucket it
@@ -35,7 +35,7 @@ import { CompiledFilterCache, type FilterPlan } from "../filters.js";
 import { segmentFilterPasses } from "./event-rows.js";
 import { sumPartials } from "./partials.js";
 import { EpochMarks, GrowableInt32, ScratchUint32 } from "./scratch.js";
-import { chunkRowsMin, countPassingIndexed, valueCountsOf } from "./value-counts.js";
+import { chunkRowsMin, countPassingIndexed, countPassingValues, valueCountsOf } from "./value-counts.js";
 import { segmentsByDay, sealedShardRows, selectActiveUsers, type RowRange } from "./rows.js";
 
 const { RoaringBitmap32 } = roaring;
@@ -103,7 +103,8 @@ export function trendPartial(segments: readonly SegmentView[], plan: TrendPlan, 
         // One filter over every user: the index's per-value counts answer without reading the rows.
         const valueCounts = filterCount === 1 && plan.filters.length === 1 && userLo === 0 ? segment.eventValueCounts(eventId, plan.filters[0].keyId!, userHi) : undefined;
         if (valueCounts !== undefined) {
-          counts[bucket] += countPassingValues(valueCounts, segmentPasses[0]);
+          // Ids past the pass table's are newer than this snapshot's dictionary: no visible row holds them.
+          counts[bucket] += countPassingValues(valueCounts, segmentPasses[0], 0, Math.min(valueCounts.length, segmentPasses[0].length));
           continue;
         }
         if (filterCount <= 2) {
@@ -309,14 +310,6 @@ function countActiveRowsPassing(
     }
   }
   return count;
-}
-
-/** Rows counted per value id (`counts`) whose value passes. */
-function countPassingValues(counts: Uint32Array, passes: Uint8Array): number {
-  let total = 0;
-  const end = Math.min(counts.length, passes.length);
-  for (let id = 0; id < end; id++) total += passes[id] * counts[id];
-  return total;
 }
 
 /** Keeps the selected rows that pass, in order, in place. */

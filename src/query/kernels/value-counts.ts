@@ -64,14 +64,17 @@ export function buildValueCounts(valueIds: ValueIdColumn, valueCount: number, ma
   return { valueCount, marks, prefix };
 }
 
+/** Rows counted per value id (`counts[at + id]`, ids below `valueCount`) whose value `passes`. */
+export function countPassingValues(counts: Uint32Array, passes: Uint8Array, at = 0, valueCount = counts.length): number {
+  let total = 0;
+  for (let id = 0; id < valueCount; id++) if (passes[id] !== 0) total += counts[at + id];
+  return total;
+}
+
 /** Rows of [marks[low], marks[high]) whose value `passes`. */
 export function countPassingBetweenMarks(counts: ValueCounts, passes: Uint8Array, low: number, high: number): number {
   const { prefix, valueCount } = counts;
-  const lowAt = low * valueCount;
-  const highAt = high * valueCount;
-  let total = 0;
-  for (let id = 0; id < valueCount; id++) if (passes[id] !== 0) total += prefix[highAt + id] - prefix[lowAt + id];
-  return total;
+  return countPassingValues(prefix, passes, high * valueCount, valueCount) - countPassingValues(prefix, passes, low * valueCount, valueCount);
 }
 
 const built = new WeakMap<ValueIdColumn, ValueCounts | null>();
