@@ -10,7 +10,7 @@ import { randomBytes } from "node:crypto";
 
 import type { CliContext } from "../cli.js";
 import { CliCommandError } from "../cli/command-errors.js";
-import { takeSnapshot, type SnapshotSummary } from "./snapshot.js";
+import { copySnapshot, linkSnapshot, removeSnapshot, type SnapshotSummary } from "./snapshot.js";
 
 export async function backupCommand(targetArgument: string, { io, dataDir }: CliContext): Promise<SnapshotSummary & { backup: string; dataDir: string }> {
   const target = resolve(io.workingDirectory, targetArgument);
@@ -20,13 +20,18 @@ export async function backupCommand(targetArgument: string, { io, dataDir }: Cli
   // Copied beside the target and renamed into place: a backup that stopped half-way never looks like a backup.
   const temporary = join(dirname(target), `.${basename(target)}.tmp-${randomBytes(4).toString("hex")}`);
   io.writeDiagnostic(`eventide: backing up ${dataDir} to ${target}\n`);
+  let snapshot: string | undefined;
   try {
-    const summary = takeSnapshot(dataDir, temporary, "copy");
+    const linked = linkSnapshot(dataDir);
+    snapshot = linked.directory;
+    copySnapshot(snapshot, temporary);
+    const summary = linked.summary;
     // An empty target directory (checked above) gives way to the copy.
     if (existsSync(target)) rmdirSync(target);
     renameSync(temporary, target);
     return { backup: target, dataDir, ...summary };
   } finally {
+    if (snapshot !== undefined) removeSnapshot(snapshot);
     rmSync(temporary, { recursive: true, force: true });
   }
 }

@@ -4,23 +4,22 @@
  * hard links (instant, no copy) in a private directory inside it, so a running
  * server's checkpoints and merges cannot delete a file mid-read; the server is
  * never asked anything and needs not run. The snapshot is removed at the end
- * (a killed export's is removed by the next export).
+ * (a killed export's is removed by the next snapshot).
  */
 import { randomBytes } from "node:crypto";
-import { createWriteStream, existsSync, readdirSync, renameSync, rmSync } from "node:fs";
-import { join, resolve } from "node:path";
+import { createWriteStream, existsSync, renameSync, rmSync } from "node:fs";
+import { resolve } from "node:path";
 import type { Writable } from "node:stream";
 
 import { findWorkspaceSummary, listWorkspaces } from "../auth/registry.js";
 import type { CliContext } from "../cli.js";
 import { CliCommandError, CliExit, CliUsageError } from "../cli/command-errors.js";
 import { readWorkspaceEvents, type ExportedEvent } from "./event-reader.js";
-import { takeSnapshot } from "./snapshot.js";
+import { linkSnapshot, removeSnapshot } from "./snapshot.js";
 
 const dayMs = 86_400_000;
 /** Output is handed to the stream in pieces of about this size: few writes, little held. */
 const outputPieceBytes = 256 * 1024;
-const snapshotPrefix = "tmp_export_";
 
 export type ExportFormat = "ndjson" | "csv";
 
@@ -63,21 +62,6 @@ async function writePiece(output: Writable, piece: string): Promise<void> {
   });
 }
 
-/** Removes snapshots of exports that were killed (their process is gone). */
-function removeAbandonedSnapshots(dataDir: string): void {
-  for (const name of readdirSync(dataDir)) {
-    const match = new RegExp(`^${snapshotPrefix}(\\d+)_`).exec(name);
-    if (match === null) continue;
-    try {
-      process.kill(Number(match[1]), 0);
-      continue;
-    } catch (error) {
-      if ((error as NodeJS.ErrnoException).code !== "ESRCH") continue;
-    }
-    rmSync(join(dataDir, name), { recursive: true, force: true });
-  }
-}
-
 export async function exportCommand({ io, dataDir, options }: CliContext): Promise<unknown> {
   const format = options.format ?? "ndjson";
   if (format !== "ndjson" && format !== "csv") throw new CliUsageError("--format must be ndjson or csv");
@@ -89,12 +73,12 @@ export async function exportCommand({ io, dataDir, options }: CliContext): Promi
   const outputPath = typeof options.output === "string" ? resolve(io.workingDirectory, options.output) : undefined;
   if (outputPath === undefined && io.dataOutput === undefined) throw new CliUsageError("--output FILE is needed here");
 
-  removeAbandonedSnapshots(dataDir);
-  const snapshotDir = join(dataDir, `${snapshotPrefix}${process.pid}_${randomBytes(4).toString("hex")}`);
+  let snapshotDir: string | undefined;
   const temporaryOutput = outputPath === undefined ? undefined : `${outputPath}.tmp-${randomBytes(4).toString("hex")}`;
   let count = 0;
   try {
-    const snapshot = takeSnapshot(dataDir, snapshotDir, "link", workspace.workspaceId);
+    const { directory, summary: snapshot } = linkSnapshot(dataDir, workspace.workspaceId);
+    snapshotDir = directory;
     io.writeDiagnostic(`eventide: exporting workspace ${workspace.name} from ${dataDir} (${snapshot.segments} segments, ${snapshot.walFiles} log files)\n`);
     const output: Writable = temporaryOutput === undefined ? io.dataOutput! : createWriteStream(temporaryOutput, { mode: 0o600 });
     let piece = format === "csv" ? csvHeader : "";
@@ -119,7 +103,7 @@ export async function exportCommand({ io, dataDir, options }: CliContext): Promi
     if ((error as NodeJS.ErrnoException).code === "EPIPE") return new CliExit(1);
     throw error instanceof CliCommandError ? error : new CliCommandError(`export failed after ${count} events: ${(error as Error).message}`);
   } finally {
-    rmSync(snapshotDir, { recursive: true, force: true });
+    if (snapshotDir !== undefined) removeSnapshot(snapshotDir);
     if (temporaryOutput !== undefined && existsSync(temporaryOutput)) rmSync(temporaryOutput, { force: true });
   }
 }

@@ -1,7 +1,10 @@
 /**
  * A consistent copy of a data directory, taken while a server may be writing
- * it, without asking the server anything: `eventide backup` copies into a new
- * directory, `eventide export` links into a private one and reads that.
+ * it, without asking the server anything. Both `eventide backup` and
+ * `eventide export` first take it as hard links in a private directory inside
+ * the data directory (no bytes copied, so a busy server's checkpoints rarely
+ * interrupt it); export reads that, backup then copies it out at leisure,
+ * since a link keeps a file the server deletes meanwhile.
  *
  * What the store guarantees, and this relies on (storage/store.ts): sealed
  * segments are immutable and published by rename; a checkpoint names its
@@ -19,16 +22,14 @@
  * the server during the copy could have left: recovery (Store.open) cuts a
  * torn WAL tail, drops segments above C and finishes interrupted merges. Every
  * event acknowledged before the copy began is in it: it was in a WAL file ≥ C
- * (copied whole, later than the acknowledgement) or sealed at a checkpoint ≤ C.
+ * (linked whole, later than the acknowledgement) or sealed at a checkpoint ≤ C.
  */
 import { closeSync, copyFileSync, existsSync, fsyncSync, linkSync, mkdirSync, openSync, readdirSync, readFileSync, rmSync, statSync, utimesSync, writeFileSync } from "node:fs";
+import { randomBytes } from "node:crypto";
 import { join } from "node:path";
 
 import { errorCode } from "../storage/lock-file.js";
 import { checkpointPath, isWorkspaceId, registryPath, walDirectory, workspacesDirectory } from "../storage/paths.js";
-
-/** `copy`: independent files (a backup). `link`: segments and WAL files hard-linked, read-only use (export). */
-export type SnapshotMode = "copy" | "link";
 
 export interface SnapshotSummary {
   checkpointSequence: number;
@@ -38,8 +39,10 @@ export interface SnapshotSummary {
   attempts: number;
 }
 
-/** Copies start over at most this often: each restart means a checkpoint finished during the copy (seconds apart). */
-const snapshotAttemptsMax = 10;
+/** Links start over at most this often: each restart means a checkpoint finished during the few milliseconds of linking. */
+const snapshotAttemptsMax = 20;
+/** Private snapshot directories inside the data directory: `tmp_` entries are never read by the store (`tmp_export_`: older versions). */
+const snapshotPrefix = "tmp_snapshot_";
 
 class SnapshotChanged extends Error {}
 
@@ -58,33 +61,80 @@ export function checkpointSequenceOf(dataDir: string): number {
 }
 
 /**
- * Takes a snapshot of `source` into `target` (created; must not exist or be
- * empty). `workspaceId` limits the segments and dictionaries to one workspace
- * (WAL files hold every workspace and are taken whole).
+ * Links a snapshot of `source` into a new private directory inside it and
+ * returns its path; the caller removes it (`removeSnapshot`), or the next
+ * snapshot does if the caller was killed. `workspaceId` limits the segments
+ * and dictionaries to one workspace (WAL files hold every workspace and are
+ * taken whole).
  */
-export function takeSnapshot(source: string, target: string, mode: SnapshotMode, workspaceId?: string): SnapshotSummary {
+export function linkSnapshot(source: string, workspaceId?: string): { directory: string; summary: SnapshotSummary } {
+  removeAbandonedSnapshots(source);
+  const directory = join(source, `${snapshotPrefix}${process.pid}_${randomBytes(4).toString("hex")}`);
   for (let attempt = 1; ; attempt++) {
-    rmSync(target, { recursive: true, force: true });
-    mkdirSync(target, { recursive: true, mode: 0o700 });
+    rmSync(directory, { recursive: true, force: true });
+    mkdirSync(directory, { mode: 0o700 });
     try {
-      return { ...copyOnce(source, target, mode, workspaceId), attempts: attempt };
+      return { directory, summary: { ...linkOnce(source, directory, workspaceId), attempts: attempt } };
     } catch (error) {
       const vanished = errorCode(error) === "ENOENT";
-      if (!(error instanceof SnapshotChanged) && !vanished) throw error;
-      if (attempt >= snapshotAttemptsMax) throw new Error(`the data directory kept changing under the copy (${attempt} attempts); try again`);
+      if ((!(error instanceof SnapshotChanged) && !vanished) || attempt >= snapshotAttemptsMax) {
+        rmSync(directory, { recursive: true, force: true });
+        if (error instanceof SnapshotChanged || vanished) throw new Error(`the data directory kept changing under the snapshot (${attempt} attempts); try again`);
+        throw error;
+      }
     }
   }
 }
 
-function copyOnce(source: string, target: string, mode: SnapshotMode, onlyWorkspace: string | undefined): Omit<SnapshotSummary, "attempts"> {
+export function removeSnapshot(directory: string): void {
+  rmSync(directory, { recursive: true, force: true });
+}
+
+/**
+ * Copies a linked snapshot into `target` (created), every file its own and
+ * durable, directory times kept (the uuid horizon reads a segment's, store.ts
+ * writtenAtMs). The newest WAL file may still grow through its link: it is
+ * copied up to where it is, and recovery cuts a torn tail.
+ */
+export function copySnapshot(snapshot: string, target: string): void {
+  copyTree(snapshot, target);
+  fsyncTree(target);
+}
+
+function copyTree(from: string, to: string): void {
+  mkdirSync(to, { recursive: true, mode: 0o700 });
+  for (const entry of readdirSync(from, { withFileTypes: true })) {
+    if (entry.isDirectory()) copyTree(join(from, entry.name), join(to, entry.name));
+    else copyDurably(join(from, entry.name), join(to, entry.name));
+  }
+  const { atime, mtime } = statSync(from);
+  utimesSync(to, atime, mtime);
+}
+
+/** Removes snapshots of commands that were killed (their process is gone). */
+function removeAbandonedSnapshots(dataDir: string): void {
+  for (const name of readdirSync(dataDir)) {
+    const match = /^tmp_(?:snapshot|export)_(\d+)_/.exec(name);
+    if (match === null) continue;
+    try {
+      process.kill(Number(match[1]), 0);
+      continue;
+    } catch (error) {
+      if (errorCode(error) !== "ESRCH") continue;
+    }
+    rmSync(join(dataDir, name), { recursive: true, force: true });
+  }
+}
+
+function linkOnce(source: string, target: string, onlyWorkspace: string | undefined): Omit<SnapshotSummary, "attempts"> {
   const checkpointSequence = checkpointSequenceOf(source);
   let segments = 0;
   let walFiles = 0;
   let bytes = 0;
-  const put = (from: string, to: string, how: SnapshotMode): void => {
+  const put = (from: string, to: string, how: "link" | "copy"): void => {
     bytes += statSync(from).size;
     if (how === "link") linkSync(from, to);
-    else copyDurably(from, to);
+    else copyFileSync(from, to);
   };
 
   const sourceWorkspaces = workspacesDirectory(source);
@@ -108,7 +158,7 @@ function copyOnce(source: string, target: string, mode: SnapshotMode, onlyWorksp
         mkdirSync(segmentTo);
         // Segment files are immutable: a link shares them safely; _meta.json last, as the store publishes it.
         const names = readdirSync(segmentFrom).sort((left, right) => Number(left === "_meta.json") - Number(right === "_meta.json"));
-        for (const name of names) put(join(segmentFrom, name), join(segmentTo, name), mode);
+        for (const name of names) put(join(segmentFrom, name), join(segmentTo, name), "link");
         // The directory's time is when the segment was written, which the uuid horizon reads (store.ts writtenAtMs).
         const { atime, mtime } = statSync(segmentFrom);
         utimesSync(segmentTo, atime, mtime);
@@ -129,15 +179,14 @@ function copyOnce(source: string, target: string, mode: SnapshotMode, onlyWorksp
   const walNames = existsSync(sourceWal) ? readdirSync(sourceWal).filter((name) => walPattern.test(name)).sort() : [];
   for (const name of walNames) {
     if (Number(name.slice(0, 12)) < checkpointSequence) continue;
-    // Recovery truncates a WAL file's torn tail: a backup's files must be its own.
-    put(join(sourceWal, name), join(targetWal, name), mode);
+    // A link keeps the file if a checkpoint deletes it; readers copy it before recovery may cut its tail.
+    put(join(sourceWal, name), join(targetWal, name), "link");
     walFiles++;
   }
 
-  if (existsSync(registryPath(source))) copyDurably(registryPath(source), registryPath(target));
-  if (checkpointSequence > 0) writeDurably(checkpointPath(target), JSON.stringify({ walSequence: checkpointSequence }));
+  if (existsSync(registryPath(source))) copyFileSync(registryPath(source), registryPath(target));
+  if (checkpointSequence > 0) writeFileSync(checkpointPath(target), JSON.stringify({ walSequence: checkpointSequence }), { mode: 0o600 });
   if (checkpointSequenceOf(source) !== checkpointSequence) throw new SnapshotChanged();
-  if (mode === "copy") fsyncTree(target);
   return { checkpointSequence, segments, walFiles, bytes };
 }
 
@@ -145,16 +194,6 @@ function copyOnce(source: string, target: string, mode: SnapshotMode, onlyWorksp
 function copyDurably(from: string, to: string): void {
   copyFileSync(from, to);
   const fd = openSync(to, "r");
-  try {
-    fsyncSync(fd);
-  } finally {
-    closeSync(fd);
-  }
-}
-
-function writeDurably(path: string, text: string): void {
-  writeFileSync(path, text, { mode: 0o600 });
-  const fd = openSync(path, "r");
   try {
     fsyncSync(fd);
   } finally {

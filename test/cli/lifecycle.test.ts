@@ -4,7 +4,7 @@
  * stores nothing; a backup taken under concurrent ingest holds every event
  * acknowledged before it began, and a server starts from it.
  */
-import { readFileSync } from "node:fs";
+import { readdirSync, readFileSync } from "node:fs";
 import { join } from "node:path";
 import { afterEach, beforeEach, describe, expect, it } from "vitest";
 
@@ -116,7 +116,7 @@ describe("eventide export and import", () => {
 
 describe("eventide backup", () => {
   it("holds every event acknowledged before it began, taken under concurrent ingest, and a server starts from it", async () => {
-    const source = await startServer({ dataDir: join(root, "source"), env: { EVENTIDE_CHECKPOINT_ROWS_MAX: "3000" } });
+    const source = await startServer({ dataDir: join(root, "source"), env: { EVENTIDE_CHECKPOINT_ROWS_MAX: "500" } });
     servers.push(source);
     let batch = 0;
     let stop = false;
@@ -136,6 +136,8 @@ describe("eventide backup", () => {
     stop = true;
     await ingesting;
     expect(summary.backup).toBe(backupDir);
+    // The links it copied from are gone from the server's directory.
+    expect(readdirSync(source.dataDir).filter((name) => name.startsWith("tmp_"))).toEqual([]);
 
     const restored = await startServer({ dataDir: backupDir, credentials: { apiKey: source.apiKey, token: source.token, workspaceId: source.workspaceId } });
     servers.push(restored);
