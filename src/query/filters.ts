@@ -120,38 +120,57 @@ function compileComparison(passes: Uint8Array, texts: readonly string[], op: "gt
 /**
  * Compiled filters of sealed segments, kept across queries by this thread. A
  * sealed segment's dictionary never changes, so a pass table compiled for
- * (segment, key, op, value) stays right; a dashboard repeating one filtered
+ * (dictionary, op, value) stays right; a dashboard repeating one filtered
  * query over a high-cardinality property (50 k URLs per day) then compiles it
- * once instead of per query. Bounded by bytes, least recently used first out.
+ * once instead of per query. Found by the dictionary's own texts array (one
+ * per sealed column for as long as the worker keeps its view) and a key per
+ * filter made once per task, so a query over 90 segments builds no string
+ * per segment. Bounded by bytes: past the bound, the least recently used
+ * tables go until a quarter of it is free, so the scan that picks them is rare.
  */
 export class CompiledFilterCache {
-  private readonly entries = new Map<string, { texts: readonly string[]; compiled: CompiledFilter }>();
+  private readonly dictionaries = new Map<readonly string[], Map<string, { compiled: CompiledFilter; usedAt: number }>>();
   private bytes = 0;
+  private uses = 0;
 
   constructor(private readonly bytesMax: number) {}
 
-  compile(segmentKey: string, keyId: number, texts: readonly string[], op: FilterOp, value: string | undefined): CompiledFilter {
-    const cacheKey = `${segmentKey}\u0000${keyId}\u0000${op}\u0000${value ?? ""}`;
-    const entry = this.entries.get(cacheKey);
-    if (entry !== undefined && entry.texts === texts) {
-      this.entries.delete(cacheKey);
-      this.entries.set(cacheKey, entry);
+  compile(texts: readonly string[], filter: FilterPlan): CompiledFilter {
+    const key = filterKeyOf(filter);
+    let filters = this.dictionaries.get(texts);
+    const entry = filters?.get(key);
+    if (entry !== undefined) {
+      entry.usedAt = ++this.uses;
       return entry.compiled;
     }
-    const compiled = compileFilter(texts, op, value);
-    if (entry !== undefined) {
-      this.entries.delete(cacheKey);
-      this.bytes -= entry.compiled.passes.length;
-    }
-    if (compiled.passes.length <= this.bytesMax) {
-      this.entries.set(cacheKey, { texts, compiled });
-      this.bytes += compiled.passes.length;
-      for (const [oldestKey, oldest] of this.entries) {
-        if (this.bytes <= this.bytesMax) break;
-        this.entries.delete(oldestKey);
-        this.bytes -= oldest.compiled.passes.length;
-      }
-    }
+    const compiled = compileFilter(texts, filter.op, filter.value);
+    if (compiled.passes.length > this.bytesMax) return compiled;
+    if (filters === undefined) this.dictionaries.set(texts, (filters = new Map()));
+    filters.set(key, { compiled, usedAt: ++this.uses });
+    this.bytes += compiled.passes.length;
+    if (this.bytes > this.bytesMax) this.evict();
     return compiled;
   }
+
+  private evict(): void {
+    const entries: Array<{ texts: readonly string[]; key: string; usedAt: number; bytes: number }> = [];
+    for (const [texts, filters] of this.dictionaries) for (const [key, { compiled, usedAt }] of filters) entries.push({ texts, key, usedAt, bytes: compiled.passes.length });
+    entries.sort((left, right) => left.usedAt - right.usedAt);
+    for (const { texts, key, bytes } of entries) {
+      if (this.bytes <= (this.bytesMax * 3) / 4) break;
+      const filters = this.dictionaries.get(texts)!;
+      filters.delete(key);
+      if (filters.size === 0) this.dictionaries.delete(texts);
+      this.bytes -= bytes;
+    }
+  }
+}
+
+/** A filter's op and value as one string, made once per FilterPlan object (one per task). */
+const filterKeys = new WeakMap<FilterPlan, string>();
+
+function filterKeyOf(filter: FilterPlan): string {
+  let key = filterKeys.get(filter);
+  if (key === undefined) filterKeys.set(filter, (key = `${filter.op}\u0000${filter.value ?? ""}`));
+  return key;
 }

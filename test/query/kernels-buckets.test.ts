@@ -19,7 +19,7 @@ import {
   trendLayout,
   type GroupBy,
 } from "../../src/query/buckets.js";
-import { CompiledFilterCache, compileFilter, filterOps, filterPassesNotSet } from "../../src/query/filters.js";
+import { CompiledFilterCache, compileFilter, filterOps, filterPassesNotSet, type FilterPlan } from "../../src/query/filters.js";
 
 describe("calendar dates", () => {
   it.each(["2024-02-29", "2000-02-29", "1970-01-01", "9999-12-31", "0001-01-01", "2023-12-31"])("accepts %s", (date) => {
@@ -149,26 +149,39 @@ describe("filters", () => {
 });
 
 describe("compiled filter cache", () => {
-  it("reuses a pass table for the same segment, key, op and value, and recompiles for another dictionary", () => {
+  const eq = (value: string): FilterPlan => ({ keyId: 0, op: "eq", value });
+
+  it("reuses a pass table for the same dictionary, op and value, and compiles another for another dictionary", () => {
     const cache = new CompiledFilterCache(1024);
     const texts = ["", "a", "b"];
-    const first = cache.compile("segment-1", 0, texts, "eq", "a");
+    const first = cache.compile(texts, eq("a"));
     expect(Array.from(first.passes)).toEqual([0, 1, 0]);
-    expect(cache.compile("segment-1", 0, texts, "eq", "a")).toBe(first);
-    expect(cache.compile("segment-1", 0, texts, "eq", "b")).not.toBe(first);
-    expect(cache.compile("segment-1", 1, texts, "eq", "a")).not.toBe(first);
-    // Same key but another dictionary (never for a sealed segment, but never wrong either).
-    expect(Array.from(cache.compile("segment-1", 0, ["", "b", "a"], "eq", "a").passes)).toEqual([0, 0, 1]);
+    // Another plan object of the same filter (each task brings its own) finds it too.
+    expect(cache.compile(texts, eq("a"))).toBe(first);
+    expect(cache.compile(texts, eq("b"))).not.toBe(first);
+    expect(cache.compile(texts, { keyId: 0, op: "neq", value: "a" })).not.toBe(first);
+    // The same texts in another dictionary (another column or segment): its own table, right for it.
+    expect(Array.from(cache.compile(["", "b", "a"], eq("a")).passes)).toEqual([0, 0, 1]);
+    expect(cache.compile(["", "a", "b"], eq("a"))).not.toBe(first);
   });
 
   it("forgets the least recently used tables beyond its byte bound", () => {
-    const cache = new CompiledFilterCache(10);
-    const texts = ["", "a", "b", "c", "d"]; // 5 bytes per table
-    const first = cache.compile("s1", 0, texts, "eq", "a");
-    const second = cache.compile("s2", 0, texts, "eq", "a");
-    expect(cache.compile("s1", 0, texts, "eq", "a")).toBe(first); // s1 is now the most recent
-    cache.compile("s3", 0, texts, "eq", "a"); // evicts s2
-    expect(cache.compile("s1", 0, texts, "eq", "a")).toBe(first);
-    expect(cache.compile("s2", 0, texts, "eq", "a")).not.toBe(second);
+    // 5 bytes per table; past 14 bytes it frees down to 10.5.
+    const cache = new CompiledFilterCache(14);
+    const s1 = ["", "a", "b", "c", "d"];
+    const s2 = [...s1];
+    const s3 = [...s1];
+    const first = cache.compile(s1, eq("a"));
+    const second = cache.compile(s2, eq("a"));
+    expect(cache.compile(s1, eq("a"))).toBe(first); // s1 is now the most recent
+    cache.compile(s3, eq("a")); // 15 bytes: evicts s2, the least recent, and stops at 10
+    expect(cache.compile(s1, eq("a"))).toBe(first);
+    expect(cache.compile(s2, eq("a"))).not.toBe(second);
+  });
+
+  it("does not keep a table larger than its bound", () => {
+    const cache = new CompiledFilterCache(3);
+    const texts = ["", "a", "b", "c"];
+    expect(cache.compile(texts, eq("a"))).not.toBe(cache.compile(texts, eq("a")));
   });
 });

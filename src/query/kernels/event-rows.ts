@@ -144,7 +144,7 @@ export function segmentFilterPasses(
       return undefined;
     }
     const compiled =
-      segment.eventRowStart !== undefined ? cache.compile(segment.key, filter.keyId!, column.texts, filter.op, filter.value) : compileFilter(column.texts, filter.op, filter.value);
+      segment.eventRowStart !== undefined ? cache.compile(column.texts, filter) : compileFilter(column.texts, filter.op, filter.value);
     if (compiled.passingCount === compiled.passes.length) continue;
     if (compiled.passingCount === 0) return undefined;
     passes[count] = compiled.passes;
