@@ -1,5 +1,5 @@
 import { describe, expect, it } from "vitest";
-import { buildValueCounts, chunkRowsFor, countPassingIndexed, valueCountMarks, valueCountsOf, valueCountsValuesMax } from "../../src/query/kernels/value-counts.js";
+import { buildValueCounts, chunkRowsFor, countPassingIndexed, countValuesIndexed, valueCountMarks, valueCountsOf, valueCountsValuesMax } from "../../src/query/kernels/value-counts.js";
 import { seededRandom } from "./kernels-fixtures.js";
 
 const naiveCount = (valueIds: ArrayLike<number>, passes: Uint8Array, start: number, end: number) => {
@@ -9,7 +9,7 @@ const naiveCount = (valueIds: ArrayLike<number>, passes: Uint8Array, start: numb
 };
 
 describe("value counts of a sealed column", () => {
-  it("count the passing rows of any range as a row scan does", () => {
+  it("count the passing rows, and the rows of each value, of any range as a row scan does", () => {
     let checked = 0;
     for (let seed = 1; seed <= 60; seed++) {
       const random = seededRandom(seed);
@@ -28,6 +28,13 @@ describe("value counts of a sealed column", () => {
         const end = run >= 0 ? runStarts[run + 1] : start + Math.floor(random() * (rows - start + 1));
         const scan = (rowPasses: Uint8Array, from: number, to: number) => naiveCount(valueIds, rowPasses, from, to);
         expect(countPassingIndexed(counts, passes, start, end, scan), JSON.stringify({ seed, query, start, end })).toBe(naiveCount(valueIds, passes, start, end));
+        // Each value's rows, as a sum or an extreme over the range reads them (left-over entries past valueCount untouched).
+        const rowsOfValue = new Float64Array(valueCount + 2).fill(7);
+        countValuesIndexed(counts, valueIds, start, end, rowsOfValue);
+        const expected = new Float64Array(valueCount + 2).fill(7);
+        expected.fill(0, 0, valueCount);
+        for (let row = start; row < end; row++) expected[valueIds[row]]++;
+        expect(Array.from(rowsOfValue), JSON.stringify({ seed, query, start, end })).toEqual(Array.from(expected));
         checked++;
       }
     }

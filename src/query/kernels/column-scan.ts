@@ -226,7 +226,7 @@ function wholeSpan(parts: readonly DayPart[]): DaySpan | undefined {
 }
 
 /** The parts of the UTC day starting at dayStartMs that lie in a bucket, in time order. */
-function dayParts(startsMs: Float64Array, dayStartMs: number): DayPart[] {
+export function dayParts(startsMs: Float64Array, dayStartMs: number): DayPart[] {
   const bucketCount = startsMs.length - 1;
   const dayEndMs = dayStartMs + dayMs;
   const parts: DayPart[] = [];
@@ -296,7 +296,7 @@ function planSegment(segment: SegmentView, gather: GatherPlan, userLo: number, u
  */
 const numbersOfColumn = new WeakMap<PropertyColumn, Float64Array>();
 
-function numbersOf(column: PropertyColumn): Float64Array {
+export function numbersOf(column: PropertyColumn): Float64Array {
   let numbers = numbersOfColumn.get(column);
   if (numbers !== undefined) return numbers;
   numbers = new Float64Array(Math.max(1, column.texts.length)).fill(NaN);

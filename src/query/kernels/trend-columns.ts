@@ -17,12 +17,20 @@
  * most a few parts, column-scan.ts), at most `valueWordsMax` × 32 breakdown
  * values. Anything else answers undefined and runs through the
  * gathered rows (event-rows.ts, trend-series.ts).
+ *
+ * A sum, average, minimum or maximum without breakdown or filters reads no
+ * rows of a sealed day that lies whole in one bucket: how many of the
+ * event's rows hold each value of the property comes from the column's value
+ * counts (value-counts.ts), and a value's number counts that many times.
  */
-import type { SegmentView } from "../segment-view.js";
-import { blockUsersDefault, planColumnScan, runColumnScan, type BatchVisit, type RowRepeats } from "./column-scan.js";
+import { dayMs } from "../buckets.js";
+import type { PropertyColumn, SegmentView } from "../segment-view.js";
+import { blockUsersDefault, dayParts, numbersOf, planColumnScan, runColumnScan, type BatchVisit, type RowRepeats } from "./column-scan.js";
 import type { GatherPlan } from "./event-rows.js";
 import { rankSeries, valueOf } from "./series.js";
 import type { BucketValues, TrendSeriesAnswer, TrendSeriesPlan } from "./trend-series.js";
+import { sealedShardRows, type RowRange } from "./rows.js";
+import { countValuesIndexed, valueCountsOf, type ValueCounts } from "./value-counts.js";
 
 /** Per-user value bit sets of this many 32-bit words at most (128 values): `unique` keeps two arrays of users × words. */
 const valueWordsMax = 4;
@@ -31,7 +39,8 @@ export function trendColumns(segments: readonly SegmentView[], gather: GatherPla
   const bucketCount = plan.startsMs.length - 1;
   // Only the distinct maths keep state per user: the others read each day in one run, not one per block.
   const distinct = plan.math === "unique" || plan.math === "avg_per_user";
-  const scan = planColumnScan(segments, gather, plan.startsMs, userLo, userHi, distinct ? blockUsers : Math.max(1, userHi - userLo));
+  const counted = countedDays(segments, gather, plan);
+  const scan = planColumnScan(counted?.rest ?? segments, gather, plan.startsMs, userLo, userHi, distinct ? blockUsers : Math.max(1, userHi - userLo));
   if (scan === undefined) return undefined;
   const valueTexts = scan.valueTexts;
   const breakdown = plan.breakdownLimit !== undefined;
@@ -60,6 +69,23 @@ export function trendColumns(segments: readonly SegmentView[], gather: GatherPla
   const marks = new Int32Array(distinct ? slots : 0).fill(-1);
   const bucketValues = new Uint32Array(distinct && breakdown ? slots * words : 0);
   const rangeValues = new Uint32Array(distinct && breakdown ? slots * words : 0);
+
+  for (const day of counted?.days ?? []) {
+    sealedShardRows(day.segment.eventRowStart!, day.segment.userIds, gather.references[0].eventId!, userLo, userHi, shardRows);
+    if (shardRows.start === shardRows.end) continue;
+    const rowsOfValue = valueRows.length >= day.counts.valueCount ? valueRows : (valueRows = new Float64Array(day.counts.valueCount));
+    countValuesIndexed(day.counts, day.column.valueIds, shardRows.start, shardRows.end, rowsOfValue);
+    const numbers = numbersOf(day.column);
+    const bucket = day.bucket;
+    for (let id = 1; id < day.counts.valueCount; id++) {
+      const rows = rowsOfValue[id];
+      const number = numbers[id];
+      if (rows === 0 || Number.isNaN(number)) continue;
+      events[bucket] += rows;
+      sums[bucket] += rows * number;
+      if (better(number, extremes[bucket])) extremes[bucket] = number;
+    }
+  }
 
   // One visitor per shape, chosen once: the row loop does not branch on the query.
   const countNumbers: BatchVisit = ({ count, values, numbers, buckets }) => {
@@ -221,4 +247,39 @@ export function trendColumns(segments: readonly SegmentView[], gather: GatherPla
     }, "skip");
   }
   return { values, series, other: finish(otherUsers, otherEvents, otherSums, otherExtremes, 0) };
+}
+
+const shardRows: RowRange = { start: 0, end: 0 };
+let valueRows = new Float64Array(0);
+
+interface CountedDay {
+  segment: SegmentView;
+  bucket: number;
+  column: PropertyColumn;
+  counts: ValueCounts;
+}
+
+/**
+ * The sealed days a numeric math without breakdown or filters reads from
+ * value counts (a whole day in one bucket, its property column indexed), and
+ * the segments left to the row scan; undefined when the query is not such a math.
+ */
+function countedDays(segments: readonly SegmentView[], gather: GatherPlan, plan: TrendSeriesPlan): { days: CountedDay[]; rest: SegmentView[] } | undefined {
+  const numeric = plan.math === "sum" || plan.math === "avg" || plan.math === "min" || plan.math === "max";
+  const reference = gather.references[0];
+  if (!numeric || plan.breakdownLimit !== undefined || gather.allEvents || gather.references.length !== 1 || reference.eventId === undefined || reference.filters.length > 0) return undefined;
+  if (gather.math.kind !== "key" || gather.math.keyId === undefined) return undefined;
+  const days: CountedDay[] = [];
+  const rest: SegmentView[] = [];
+  for (const segment of segments) {
+    const parts = segment.eventRowStart === undefined ? [] : dayParts(plan.startsMs, segment.dayStartMs);
+    const whole = parts.length === 1 && parts[0].lowMs === 0 && parts[0].highMs === dayMs;
+    const column = whole ? segment.property(gather.math.keyId) : undefined;
+    // No row of the day sets the property: none of its rows counts.
+    if (whole && column === undefined) continue;
+    const counts = column === undefined ? undefined : valueCountsOf(column.valueIds, Math.max(1, column.texts.length), segment.eventRowStart!);
+    if (counts === undefined) rest.push(segment);
+    else days.push({ segment, bucket: parts[0].bucket, column: column!, counts });
+  }
+  return { days, rest };
 }

@@ -6,7 +6,9 @@
  * Marks are every `chunkRows` rows and, when it costs little, the start of
  * every event's run, so a whole run (a query over every user) scans nothing.
  * A filtered `total` trend over a sealed segment costs what an unfiltered
- * one does, whatever the rows' count.
+ * one does, whatever the rows' count; a sum, average, minimum or maximum of
+ * a property over whole days (trend-columns.ts) reads the counts of each of
+ * its values the same way.
  *
  * Built on the first count over a column (one pass over it, about the cost
  * of the scan it replaces) and kept while the column is: the index is held
@@ -107,4 +109,23 @@ export function countPassingIndexed(
   const high = lowerBoundUser(marks, 0, marks.length, end + 1) - 1;
   if (low >= high) return scan(passes, start, end);
   return scan(passes, start, marks[low]) + countPassingBetweenMarks(counts, passes, low, high) + scan(passes, marks[high], end);
+}
+
+/**
+ * How many rows of [start, end) hold each value id, into `into[0 … valueCount)`:
+ * between the first and last marks inside the range from the index, the rows
+ * outside them read one by one.
+ */
+export function countValuesIndexed(counts: ValueCounts, valueIds: ValueIdColumn, start: number, end: number, into: Float64Array): void {
+  const { marks, prefix, valueCount } = counts;
+  into.fill(0, 0, valueCount);
+  const low = lowerBoundUser(marks, 0, marks.length, start);
+  const high = lowerBoundUser(marks, 0, marks.length, end + 1) - 1;
+  if (low >= high) {
+    for (let row = start; row < end; row++) into[valueIds[row]]++;
+    return;
+  }
+  for (let row = start; row < marks[low]; row++) into[valueIds[row]]++;
+  for (let id = 0, lowAt = low * valueCount, highAt = high * valueCount; id < valueCount; id++) into[id] += prefix[highAt + id] - prefix[lowAt + id];
+  for (let row = marks[high]; row < end; row++) into[valueIds[row]]++;
 }
