@@ -152,6 +152,37 @@ describe("the §7 trend fast path answers as the gathered rows do", () => {
   });
 });
 
+describe("a §7 sum, average or extreme from value counts answers as the gathered rows do", () => {
+  it.each(seeds)("seed %i", (seed) => {
+    const data = dataset(seed);
+    const random = seededRandom(seed * 41);
+    for (let query = 0; query < 10; query++) {
+      const groupBy = pick(random, ["day", "week", "month"] as GroupBy[]);
+      // UTC half the time: every day whole in one bucket, sealed ones from their columns' counts, active ones from their index's.
+      const { zone, dateFrom, dateTo } = random() < 0.5 ? { ...randomRange(random, data), zone: "UTC" } : randomRange(random, data);
+      const startsMs = zonedTrendBoundaries(dateFrom, dateTo, groupBy, zoneClock(zone), 10_000)!.startsMs;
+      const math = pick(random, ["sum", "avg", "min", "max"] as TrendMath[]);
+      const gather: GatherPlan = {
+        fromMs: startsMs[0],
+        toMsExclusive: startsMs[startsMs.length - 1],
+        references: [{ eventId: integer(random, 3), filters: [] }],
+        allEvents: false,
+        breakdown: { kind: "none" },
+        math: { kind: "key", keyId: random() < 0.1 ? 7 : keyNumber },
+      };
+      const plan = { startsMs, math, breakdownLimit: undefined };
+      // One task over every user half the time: active days count only then.
+      const bounds = random() < 0.5 ? [0, data.userCount] : shardBounds(random, data.userCount);
+      for (const [lo, hi] of pairs(bounds)) {
+        const context = `seed ${seed} query ${query}: ${groupBy} in ${zone} ${dateFrom}…${dateTo}, ${math}, users [${lo}, ${hi})`;
+        const fast = trendColumns(data.segments, gather, plan, lo, hi);
+        expect(fast, context).toBeDefined();
+        expectTrendClose(fast!, trendSeries(gatherEventRows(data.segments, gather, lo, hi), plan), context);
+      }
+    }
+  });
+});
+
 describe("the §7 retention fast path answers as the gathered rows do", () => {
   it.each(seeds)("seed %i", (seed) => {
     const data = dataset(seed);

@@ -19,9 +19,10 @@
  * gathered rows (event-rows.ts, trend-series.ts).
  *
  * A sum, average, minimum or maximum without breakdown or filters reads no
- * rows of a sealed day that lies whole in one bucket: how many of the
- * event's rows hold each value of the property comes from the column's value
- * counts (value-counts.ts), and a value's number counts that many times.
+ * rows of a day that lies whole in one bucket: how many of the event's rows
+ * hold each value of the property comes from a sealed column's value counts
+ * (value-counts.ts) or an active segment's index (active-index.ts, when the
+ * task covers every user), and a value's number counts that many times.
  */
 import { dayMs } from "../buckets.js";
 import type { PropertyColumn, SegmentView } from "../segment-view.js";
@@ -39,7 +40,7 @@ export function trendColumns(segments: readonly SegmentView[], gather: GatherPla
   const bucketCount = plan.startsMs.length - 1;
   // Only the distinct maths keep state per user: the others read each day in one run, not one per block.
   const distinct = plan.math === "unique" || plan.math === "avg_per_user";
-  const counted = countedDays(segments, gather, plan);
+  const counted = countedDays(segments, gather, plan, userLo, userHi);
   const scan = planColumnScan(counted?.rest ?? segments, gather, plan.startsMs, userLo, userHi, distinct ? blockUsers : Math.max(1, userHi - userLo));
   if (scan === undefined) return undefined;
   const valueTexts = scan.valueTexts;
@@ -71,13 +72,23 @@ export function trendColumns(segments: readonly SegmentView[], gather: GatherPla
   const rangeValues = new Uint32Array(distinct && breakdown ? slots * words : 0);
 
   for (const day of counted?.days ?? []) {
-    sealedShardRows(day.segment.eventRowStart!, day.segment.userIds, gather.references[0].eventId!, userLo, userHi, shardRows);
-    if (shardRows.start === shardRows.end) continue;
-    const rowsOfValue = valueRows.length >= day.counts.valueCount ? valueRows : (valueRows = new Float64Array(day.counts.valueCount));
-    countValuesIndexed(day.counts, day.column.valueIds, shardRows.start, shardRows.end, rowsOfValue);
+    let rowsOfValue: ArrayLike<number>;
+    let valueCount: number;
+    if (day.counts === undefined) {
+      // An active day: the index's counts of every row the task sees, ids past the column's dictionary unseen by it.
+      rowsOfValue = day.activeCounts!;
+      valueCount = Math.min(day.activeCounts!.length, day.column.texts.length);
+    } else {
+      sealedShardRows(day.segment.eventRowStart!, day.segment.userIds, gather.references[0].eventId!, userLo, userHi, shardRows);
+      if (shardRows.start === shardRows.end) continue;
+      valueCount = day.counts.valueCount;
+      if (valueRows.length < valueCount) valueRows = new Float64Array(valueCount);
+      countValuesIndexed(day.counts, day.column.valueIds, shardRows.start, shardRows.end, valueRows);
+      rowsOfValue = valueRows;
+    }
     const numbers = numbersOf(day.column);
     const bucket = day.bucket;
-    for (let id = 1; id < day.counts.valueCount; id++) {
+    for (let id = 1; id < valueCount; id++) {
       const rows = rowsOfValue[id];
       const number = numbers[id];
       if (rows === 0 || Number.isNaN(number)) continue;
@@ -256,30 +267,38 @@ interface CountedDay {
   segment: SegmentView;
   bucket: number;
   column: PropertyColumn;
-  counts: ValueCounts;
+  /** Sealed: the column's index. */
+  counts: ValueCounts | undefined;
+  /** Active: rows per value id of the event, from the worker's active index. */
+  activeCounts: Uint32Array | undefined;
 }
 
 /**
- * The sealed days a numeric math without breakdown or filters reads from
- * value counts (a whole day in one bucket, its property column indexed), and
- * the segments left to the row scan; undefined when the query is not such a math.
+ * The days a numeric math without breakdown or filters reads from value
+ * counts (a whole day in one bucket; sealed: its property column indexed;
+ * active: the task covers every user and the worker's index counts the
+ * event's values), and the segments left to the row scan; undefined when the
+ * query is not such a math.
  */
-function countedDays(segments: readonly SegmentView[], gather: GatherPlan, plan: TrendSeriesPlan): { days: CountedDay[]; rest: SegmentView[] } | undefined {
+function countedDays(segments: readonly SegmentView[], gather: GatherPlan, plan: TrendSeriesPlan, userLo: number, userHi: number): { days: CountedDay[]; rest: SegmentView[] } | undefined {
   const numeric = plan.math === "sum" || plan.math === "avg" || plan.math === "min" || plan.math === "max";
   const reference = gather.references[0];
   if (!numeric || plan.breakdownLimit !== undefined || gather.allEvents || gather.references.length !== 1 || reference.eventId === undefined || reference.filters.length > 0) return undefined;
   if (gather.math.kind !== "key" || gather.math.keyId === undefined) return undefined;
+  const keyId = gather.math.keyId;
   const days: CountedDay[] = [];
   const rest: SegmentView[] = [];
   for (const segment of segments) {
-    const parts = segment.eventRowStart === undefined ? [] : dayParts(plan.startsMs, segment.dayStartMs);
+    const sealed = segment.eventRowStart !== undefined;
+    const parts = sealed || userLo === 0 ? dayParts(plan.startsMs, segment.dayStartMs) : [];
     const whole = parts.length === 1 && parts[0].lowMs === 0 && parts[0].highMs === dayMs;
-    const column = whole ? segment.property(gather.math.keyId) : undefined;
+    const column = whole ? segment.property(keyId) : undefined;
     // No row of the day sets the property: none of its rows counts.
     if (whole && column === undefined) continue;
-    const counts = column === undefined ? undefined : valueCountsOf(column.valueIds, Math.max(1, column.texts.length), segment.eventRowStart!);
-    if (counts === undefined) rest.push(segment);
-    else days.push({ segment, bucket: parts[0].bucket, column: column!, counts });
+    const counts = column === undefined || !sealed ? undefined : valueCountsOf(column.valueIds, Math.max(1, column.texts.length), segment.eventRowStart!);
+    const activeCounts = column === undefined || sealed ? undefined : segment.eventValueCounts(reference.eventId, keyId, userHi);
+    if (counts === undefined && activeCounts === undefined) rest.push(segment);
+    else days.push({ segment, bucket: parts[0].bucket, column: column!, counts, activeCounts });
   }
   return { days, rest };
 }
