@@ -21,6 +21,7 @@ import type { BucketValues, TrendSeriesAnswer } from "./kernels/trend-series.js"
 import type { TrendMath as CountMath } from "./kernels/trend.js";
 import { retentionCountsByPair } from "./kernels/retention.js";
 import { lowerBoundUser } from "./kernels/rows.js";
+import { mathFromValueCounts } from "./kernels/trend-columns.js";
 import type { QueryPlan, RowsAnswer, RowsAnswerPlan } from "./query-protocol.js";
 import {
   isVersion1Funnel,
@@ -328,7 +329,7 @@ export class QueryService {
       return result.rows;
     };
     const shardCount = this.pool.queryThreadCount;
-    const bounds = !(shardCount > 1 && shardable(answer))
+    const bounds = !(shardCount > 1 && shardable(answer)) || countsAnswer(gather, answer)
       ? undefined
       : answer.kind === "funnel"
         ? rowCount >= limits.rowsQueryShardRowsMin
@@ -576,4 +577,15 @@ function shardBoundsByRows(segments: readonly SegmentView[], eventId: number, us
   }
   bounds.push(userCount);
   return bounds;
+}
+
+/**
+ * A trend whose days all lie whole in their buckets and whose math reads
+ * value counts (trend-columns.ts): one task, since active segments' counts
+ * answer only a task that covers every user, and the rest is per-value
+ * arithmetic that shards would each repeat.
+ */
+function countsAnswer(gather: GatherPlan, answer: RowsAnswerPlan): boolean {
+  if (answer.kind !== "trend" || !mathFromValueCounts(gather, answer.plan)) return false;
+  return answer.plan.startsMs.every((startMs) => startMs % dayMs === 0);
 }

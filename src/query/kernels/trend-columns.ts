@@ -274,6 +274,18 @@ interface CountedDay {
 }
 
 /**
+ * Whether whole days of this trend are read from value counts (`countedDays`):
+ * a sum, average, minimum or maximum of a property, of one event without
+ * filters, without breakdown.
+ */
+export function mathFromValueCounts(gather: GatherPlan, plan: TrendSeriesPlan): boolean {
+  const numeric = plan.math === "sum" || plan.math === "avg" || plan.math === "min" || plan.math === "max";
+  const reference = gather.references[0];
+  if (!numeric || plan.breakdownLimit !== undefined || gather.allEvents || gather.references.length !== 1) return false;
+  return reference.eventId !== undefined && reference.filters.length === 0 && gather.math.kind === "key" && gather.math.keyId !== undefined;
+}
+
+/**
  * The days a numeric math without breakdown or filters reads from value
  * counts (a whole day in one bucket; sealed: its property column indexed;
  * active: the task covers every user and the worker's index counts the
@@ -281,11 +293,10 @@ interface CountedDay {
  * query is not such a math.
  */
 function countedDays(segments: readonly SegmentView[], gather: GatherPlan, plan: TrendSeriesPlan, userLo: number, userHi: number): { days: CountedDay[]; rest: SegmentView[] } | undefined {
-  const numeric = plan.math === "sum" || plan.math === "avg" || plan.math === "min" || plan.math === "max";
+  if (!mathFromValueCounts(gather, plan)) return undefined;
   const reference = gather.references[0];
-  if (!numeric || plan.breakdownLimit !== undefined || gather.allEvents || gather.references.length !== 1 || reference.eventId === undefined || reference.filters.length > 0) return undefined;
-  if (gather.math.kind !== "key" || gather.math.keyId === undefined) return undefined;
-  const keyId = gather.math.keyId;
+  const eventId = reference.eventId!;
+  const keyId = (gather.math as { keyId: number }).keyId;
   const days: CountedDay[] = [];
   const rest: SegmentView[] = [];
   for (const segment of segments) {
@@ -296,7 +307,7 @@ function countedDays(segments: readonly SegmentView[], gather: GatherPlan, plan:
     // No row of the day sets the property: none of its rows counts.
     if (whole && column === undefined) continue;
     const counts = column === undefined || !sealed ? undefined : valueCountsOf(column.valueIds, Math.max(1, column.texts.length), segment.eventRowStart!);
-    const activeCounts = column === undefined || sealed ? undefined : segment.eventValueCounts(reference.eventId, keyId, userHi);
+    const activeCounts = column === undefined || sealed ? undefined : segment.eventValueCounts(eventId, keyId, userHi);
     if (counts === undefined && activeCounts === undefined) rest.push(segment);
     else days.push({ segment, bucket: parts[0].bucket, column: column!, counts, activeCounts });
   }
