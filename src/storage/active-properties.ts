@@ -17,6 +17,7 @@
  * the old ones intact for readers that hold them.
  */
 import type { PropertyEntriesMessage } from "./property-transfer.js";
+import { sharedBuffer } from "./shared-memory.js";
 
 /** Entries a key keeps in its arena slot before it gets buffers of its own. */
 const arenaEntriesPerSlot = 16;
@@ -324,7 +325,7 @@ export class ActiveProperties {
     if (this.arenaSlotsFree === 0) {
       const last = this.arena.at(-1);
       const slots = last === undefined ? 8 : Math.min((last.length / arenaSlotWords) * 2, arenaSlotsPerBufferMax);
-      this.arena.push(new Uint32Array(new SharedArrayBuffer(slots * arenaSlotWords * Uint32Array.BYTES_PER_ELEMENT)));
+      this.arena.push(new Uint32Array(sharedBuffer(slots * arenaSlotWords * Uint32Array.BYTES_PER_ELEMENT)));
       this.arenaSlotsFree = slots;
     }
     const words = this.arena[this.arena.length - 1];
@@ -337,8 +338,8 @@ export class ActiveProperties {
   private growOwnBuffers(slot: number, own: OwnBuffers | undefined): OwnBuffers {
     const entryCount = this.entryCountOf[slot];
     const capacity = entryCount * 2;
-    const rows = new Uint32Array(new SharedArrayBuffer(capacity * Uint32Array.BYTES_PER_ELEMENT));
-    const valueIds = new Uint32Array(new SharedArrayBuffer(capacity * Uint32Array.BYTES_PER_ELEMENT));
+    const rows = new Uint32Array(sharedBuffer(capacity * Uint32Array.BYTES_PER_ELEMENT));
+    const valueIds = new Uint32Array(sharedBuffer(capacity * Uint32Array.BYTES_PER_ELEMENT));
     if (own !== undefined) {
       rows.set(own.rows);
       valueIds.set(own.valueIds);

@@ -6,6 +6,7 @@
  * count are never written again, and growth allocates a new buffer, leaving
  * the old one intact for readers that still hold it.
  */
+import { sharedBuffer } from "./shared-memory.js";
 type TypedArrayConstructor<T> = { new (buffer: SharedArrayBuffer, byteOffset?: number, length?: number): T; BYTES_PER_ELEMENT: number };
 
 export class SharedColumn<T extends Uint8Array | Uint32Array> {
@@ -17,7 +18,7 @@ export class SharedColumn<T extends Uint8Array | Uint32Array> {
     private readonly valuesPerRow: number,
     initialRows = 1024,
   ) {
-    this.buffer = new SharedArrayBuffer(initialRows * valuesPerRow * Type.BYTES_PER_ELEMENT);
+    this.buffer = sharedBuffer(initialRows * valuesPerRow * Type.BYTES_PER_ELEMENT);
     this.values = new Type(this.buffer);
   }
 
@@ -27,7 +28,7 @@ export class SharedColumn<T extends Uint8Array | Uint32Array> {
     if (needed <= this.values.length) return;
     let capacity = this.values.length;
     while (capacity < needed) capacity *= 2;
-    const buffer = new SharedArrayBuffer(capacity * this.Type.BYTES_PER_ELEMENT);
+    const buffer = sharedBuffer(capacity * this.Type.BYTES_PER_ELEMENT);
     const values = new this.Type(buffer);
     values.set(this.values);
     this.buffer = buffer;

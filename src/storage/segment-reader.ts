@@ -25,6 +25,7 @@ import {
   type ValueIdArray,
 } from "./segment-layout.js";
 import { NewerFormatError } from "./format-versions.js";
+import { sharedBuffer } from "./shared-memory.js";
 
 /** The property directory of a loaded segment: lookup by key id is a binary search. */
 export class PropertyDirectory {
@@ -135,7 +136,7 @@ function readSpan(directory: string, span: ColumnSpan, target: Uint8Array): void
 /** Reads a sealed segment's query columns into one shared buffer, verifying every checksum. */
 export function loadSegment(directory: string): LoadSegmentResult {
   const layout = readSegmentLayout(directory);
-  const memory = new SharedArrayBuffer(layout.memoryBytes);
+  const memory = sharedBuffer(layout.memoryBytes);
   const spans = [layout.time, layout.user, layout.eventStart, layout.bitmaps, layout.bitmapEnds];
   if (layout.properties) spans.push(layout.properties.span);
   for (const span of spans) readSpan(directory, span, new Uint8Array(memory, span.offset, span.bytes));

@@ -30,6 +30,7 @@ import {
   type ValueIdArray,
 } from "./segment-layout.js";
 import { inversePermutation, sortEntriesByRow, sortRows, type EntryColumns, type SealedOrder } from "./segment-sort.js";
+import { sharedBuffer } from "./shared-memory.js";
 
 const { RoaringBitmap32 } = roaring;
 
@@ -369,7 +370,7 @@ export function sealSegment(input: SealInput): LoadSegmentResult {
   const propertySectionStart = memoryBytes;
   const { directory, end } = layOutProperties(properties, rowCount, propertySectionStart);
   memoryBytes = end;
-  const memory = new SharedArrayBuffer(Math.max(8, memoryBytes));
+  const memory = sharedBuffer(Math.max(8, memoryBytes));
   const memoryView = new Uint8Array(memory);
   for (const { span, bytes } of placed) memoryView.set(bytes, span.offset);
   new Float64Array(memory, propertySectionStart, directory.length).set(directory);
