@@ -103,12 +103,9 @@ export function countPassingIndexed(
   end: number,
   scan: (passes: Uint8Array, start: number, end: number) => number,
 ): number {
-  const { marks } = counts;
-  // The first mark at or after start, and the last at or before end (lowerBoundUser searches any ascending u32s).
-  const low = lowerBoundUser(marks, 0, marks.length, start);
-  const high = lowerBoundUser(marks, 0, marks.length, end + 1) - 1;
+  const { low, high } = innerMarks(counts.marks, start, end);
   if (low >= high) return scan(passes, start, end);
-  return scan(passes, start, marks[low]) + countPassingBetweenMarks(counts, passes, low, high) + scan(passes, marks[high], end);
+  return scan(passes, start, counts.marks[low]) + countPassingBetweenMarks(counts, passes, low, high) + scan(passes, counts.marks[high], end);
 }
 
 /**
@@ -119,13 +116,24 @@ export function countPassingIndexed(
 export function countValuesIndexed(counts: ValueCounts, valueIds: ValueIdColumn, start: number, end: number, into: Float64Array): void {
   const { marks, prefix, valueCount } = counts;
   into.fill(0, 0, valueCount);
-  const low = lowerBoundUser(marks, 0, marks.length, start);
-  const high = lowerBoundUser(marks, 0, marks.length, end + 1) - 1;
-  if (low >= high) {
-    for (let row = start; row < end; row++) into[valueIds[row]]++;
-    return;
-  }
-  for (let row = start; row < marks[low]; row++) into[valueIds[row]]++;
+  const { low, high } = innerMarks(marks, start, end);
+  if (low >= high) return addRowValues(valueIds, start, end, into);
+  addRowValues(valueIds, start, marks[low], into);
   for (let id = 0, lowAt = low * valueCount, highAt = high * valueCount; id < valueCount; id++) into[id] += prefix[highAt + id] - prefix[lowAt + id];
-  for (let row = marks[high]; row < end; row++) into[valueIds[row]]++;
+  addRowValues(valueIds, marks[high], end, into);
+}
+
+function addRowValues(valueIds: ValueIdColumn, start: number, end: number, into: Float64Array): void {
+  for (let row = start; row < end; row++) into[valueIds[row]]++;
+}
+
+/** Reused: the indexes innerMarks answers. */
+const inner = { low: 0, high: 0 };
+
+/** The first mark at or after start (`low`) and the last at or before end (`high`); none lies between them when low ≥ high. */
+function innerMarks(marks: Uint32Array, start: number, end: number): { low: number; high: number } {
+  // lowerBoundUser searches any ascending u32s.
+  inner.low = lowerBoundUser(marks, 0, marks.length, start);
+  inner.high = lowerBoundUser(marks, 0, marks.length, end + 1) - 1;
+  return inner;
 }
