@@ -16,7 +16,10 @@
  * same question without the new fields.
  *
  * Also reported: the server's peak RSS during the load (VmHWM, the process
- * being fresh) and the bytes on disk per event once merges settle.
+ * being fresh), the bytes on disk per event once merges settle, and the
+ * server main thread's longest event-loop delay during the load, the merges
+ * after it and the first seconds of the second load (not while queries are
+ * timed: reading /metrics costs the main thread too).
  *
  * Estimate at 10 M: generation ~5 s, the load ~50 s at ~200 k events/s,
  * DuckDB's load and sort ~40 s, DuckDB's timings ~8 × (2 funnels × ~1.5 s +
@@ -229,6 +232,40 @@ async function getText(url: string): Promise<string> {
   });
 }
 
+/**
+ * The server's worst main-thread stalls: its event-loop delay, as prom-client
+ * reports it (the largest delay since the last scrape), read once a second.
+ * Every request waits out a stall, so these are the figures that matter for a
+ * server that answers HTTP on one thread.
+ */
+class StallSampler {
+  private readonly maxima = new Map<string, number>();
+  private phase = "";
+  private timer: NodeJS.Timeout | undefined;
+
+  constructor(private readonly target: Target) {}
+
+  /** From now on, maxima count towards `phase`; "" pauses (a scrape costs the server's main thread too, so none runs while queries are timed). */
+  enter(phase: string): void {
+    this.phase = phase;
+    this.timer ??= setInterval(() => void this.sample(), 1000);
+  }
+
+  private async sample(): Promise<void> {
+    const phase = this.phase;
+    if (phase === "") return;
+    const text = await getText(`${this.target.queryUrl}/metrics`).catch(() => "");
+    const match = /^nodejs_eventloop_lag_max_seconds (\S+)/m.exec(text);
+    if (match === null) return;
+    this.maxima.set(phase, Math.max(this.maxima.get(phase) ?? 0, Number(match[1]) * 1000));
+  }
+
+  stop(): Record<string, number> {
+    clearInterval(this.timer);
+    return Object.fromEntries(this.maxima);
+  }
+}
+
 async function segmentCount(target: Target): Promise<number> {
   const text = await getText(`${target.queryUrl}/metrics`);
   const match = /^eventide_segments (\d+)/m.exec(text);
@@ -340,6 +377,8 @@ export async function runRandomArrival(argv: string[], repositoryRoot: string): 
   const eventide = await startEventide({ repositoryRoot, keepData: options.keepData, extraNodeFlags });
   say(`eventide: pid ${eventide.pid}, data ${eventide.dataDirectory}`);
   const loadAverageBeforeLoad = loadavg()[0];
+  const stalls = new StallSampler(eventide);
+  stalls.enter("load");
   let lastReportMs = 0;
   const ingest = await loadDataset(eventide, dataset, {
     inflight: options.inflight,
@@ -350,6 +389,7 @@ export async function runRandomArrival(argv: string[], repositoryRoot: string): 
     },
   });
   const peakRssMiB = processMemoryBytes(eventide.pid!, "VmHWM") / 2 ** 20;
+  stalls.enter("");
   say(`loaded ${formatCount(ingest.events)} events in ${ingest.seconds.toFixed(1)} s (${formatCount(ingest.eventsPerSecond)} events/s); peak RSS during the load ${peakRssMiB.toFixed(0)} MiB`);
 
   const agent = keepAliveAgent(1);
@@ -389,6 +429,8 @@ export async function runRandomArrival(argv: string[], repositoryRoot: string): 
   say("(a) right after the load");
   phases.push({ key: "a", title: "right after the load", loadAverage: loadavg()[0] });
   await timeEventide("a", undefined);
+  // DuckDB's load and timings leave the server alone: its merges run meanwhile.
+  stalls.enter("after the load");
 
   say("loading DuckDB …");
   const duckdbLoad = await duckdb.loadDataset("events", dataset);
@@ -428,9 +470,11 @@ export async function runRandomArrival(argv: string[], repositoryRoot: string): 
   }
 
   say("waiting for merges to settle …");
+  stalls.enter("settle");
   const settle = await waitForMerges(eventide, options.settleTimeoutSeconds);
   const diskBytes = directoryBytes(eventide.dataDirectory!);
   say(`  ${settle.settled ? "settled" : "NOT settled"} after ${settle.seconds.toFixed(0)} s: ${settle.segments} segments, ${(diskBytes / ingest.events).toFixed(1)} B on disk per event`);
+  stalls.enter("");
   say("(b) after merges settle");
   phases.push({ key: "b", title: "after merges settle", loadAverage: loadavg()[0] });
   await timeEventide("b", compare("b"));
@@ -438,13 +482,16 @@ export async function runRandomArrival(argv: string[], repositoryRoot: string): 
   say(`(c) while a second load runs at ${formatCount(options.secondLoadRate)} events/s`);
   // Two minutes' worth: phase (c) takes well under that.
   const second = generateDataset({ eventCount: options.secondLoadRate * 120, userCount: options.users, dayCount: options.days, seed: options.seed + 1, startDate: options.startDate, batchEvents: 1000, ingestOrder: "random" });
+  stalls.enter("second load");
   const paced = startPacedLoad(eventide, second, options.secondLoadRate);
   await sleep(3000);
+  stalls.enter("");
   phases.push({ key: "c", title: `during a ${formatCount(options.secondLoadRate)} events/s load`, loadAverage: loadavg()[0] });
   await timeEventide("c", undefined);
   const secondLoad = await paced.stop();
   say(`  second load: ${formatCount(secondLoad.events)} events in ${secondLoad.seconds.toFixed(1)} s (${formatCount(secondLoad.events / secondLoad.seconds)} events/s, ${secondLoad.late} batches sent late)`);
   const finalRssMiB = processMemoryBytes(eventide.pid!, "VmHWM") / 2 ** 20;
+  const stallMaximaMs = stalls.stop();
   agent.destroy();
   const code = await eventide.stop();
   if (code !== 0) say(`  (eventide exited ${code} on SIGTERM)`);
@@ -464,6 +511,9 @@ export async function runRandomArrival(argv: string[], repositoryRoot: string): 
     `Load average (1 min) on ${machine.cores} cores: before the load ${loadAverageBeforeLoad.toFixed(1)}, ${phases.map((phase) => `(${phase.key}) ${phase.loadAverage.toFixed(1)}`).join(", ")}, DuckDB's timings ${duckdbLoadAverage.toFixed(1)}.`,
     `Load: ${formatCount(ingest.events)} events over /ingest/batch (1 000 per request, ${options.inflight} connections) in ${ingest.seconds.toFixed(1)} s, ${formatCount(ingest.eventsPerSecond)} events/s.`,
     `Server peak RSS during the load: ${peakRssMiB.toFixed(0)} MiB (VmHWM; ${finalRssMiB.toFixed(0)} MiB by the end of the run).`,
+    `Server main thread's longest event-loop delay (read from /metrics each second): ${Object.entries(stallMaximaMs)
+      .map(([phase, ms]) => `${phase} ${ms.toFixed(1)} ms`)
+      .join(", ")}. Every request in flight waits out such a stall.`,
     `Merges ${settle.settled ? "settled" : "had NOT settled"} ${settle.seconds.toFixed(0)} s after phase (a) and DuckDB's timings: ${settle.segments} sealed segments, ${(diskBytes / ingest.events).toFixed(1)} B on disk per event (${(diskBytes / 2 ** 20).toFixed(0)} MiB).`,
     `Second load in (c): ${formatCount(secondLoad.events / secondLoad.seconds)} events/s achieved (${secondLoad.late} of its batches went out late); its answers are not compared (the data moves under them).`,
     `DuckDB ${duckdbVersion}, ${duckdb.threads} threads, table sorted by (event, distinct_id, ts); its medians are of runs on a quiet server (between (a) and (b)). ${reference === undefined ? "" : "DuckDB's answers were also checked against the naive reference (test/reference)."}`,
@@ -480,7 +530,7 @@ export async function runRandomArrival(argv: string[], repositoryRoot: string): 
   const markdown = [`## ${caption}`, "", formatMarkdownTable(header, tableRows), "", ...notes.map((note) => `- ${note}`), ""];
   if (mismatches.length > 0) markdown.push(`**ANSWERS DIFFER:** ${mismatches.length}; first: ${mismatches.slice(0, 5).join("; ")}`, "");
   mkdirSync(dirname(options.out), { recursive: true });
-  writeFileSync(options.out, `${JSON.stringify({ benchmark: "query-random-arrival", startedAt, machine, options, rows: [...rows.values()], phases, peakRssMiB, diskBytes, ingest, secondLoad, settle, mismatches }, null, 2)}\n`);
+  writeFileSync(options.out, `${JSON.stringify({ benchmark: "query-random-arrival", startedAt, machine, options, rows: [...rows.values()], phases, peakRssMiB, stallMaximaMs, diskBytes, ingest, secondLoad, settle, mismatches }, null, 2)}\n`);
   const reportPath = writeDatedReport({
     repositoryRoot,
     bench: "query-random-arrival",

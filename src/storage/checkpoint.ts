@@ -13,7 +13,7 @@ import type { AbandonedSegments } from "./abandoned-segments.js";
 import type { ActiveGrowth } from "./apply.js";
 import { encodeCheckpointFile, readCheckpointFile } from "./checkpoint-file.js";
 import { injectFault } from "./fault-injection.js";
-import { publishFileAtomically } from "./files.js";
+import { publishFileAtomicallyInPool } from "./files.js";
 import { checkpointPath, dictionaryPath, segmentDirectory } from "./paths.js";
 import type { SegmentCache } from "./segment-cache.js";
 import type { LoadSegmentResult } from "./segment-layout.js";
@@ -187,12 +187,12 @@ export class Checkpoints implements PublishedCheckpoint {
       }
 
       for (const [workspace, [events, users, keys]] of dictionarySizes) {
-        workspace.events.persist(dictionaryPath(this.dataDir, workspace.id, "events"), events, this.fsync);
-        workspace.users.persist(dictionaryPath(this.dataDir, workspace.id, "users"), users, this.fsync);
-        workspace.keys.persist(dictionaryPath(this.dataDir, workspace.id, "keys"), keys, this.fsync);
+        await workspace.events.persist(dictionaryPath(this.dataDir, workspace.id, "events"), events, this.fsync);
+        await workspace.users.persist(dictionaryPath(this.dataDir, workspace.id, "users"), users, this.fsync);
+        await workspace.keys.persist(dictionaryPath(this.dataDir, workspace.id, "keys"), keys, this.fsync);
       }
       injectFault("checkpoint.publish", checkpointPath(this.dataDir));
-      publishFileAtomically(checkpointPath(this.dataDir), encodeCheckpointFile({ walSequence: rotatedSequence, dictionaryBytes: this.workspaces.dictionaryBytes() }), this.fsync);
+      await publishFileAtomicallyInPool(checkpointPath(this.dataDir), encodeCheckpointFile({ walSequence: rotatedSequence, dictionaryBytes: this.workspaces.dictionaryBytes() }), this.fsync);
       // As if the directory fsync that ends the publish had failed, after the rename.
       injectFault("checkpoint.directory-fsync", checkpointPath(this.dataDir));
     } catch (error) {

@@ -8,7 +8,7 @@ import { strict as assert } from "node:assert";
 import { limits } from "../config/limits.js";
 import type { AbandonedSegments } from "./abandoned-segments.js";
 import type { PublishedCheckpoint } from "./checkpoint.js";
-import { fsyncDirectory, removeDirectory } from "./files.js";
+import { fsyncDirectoryInPool, removeDirectoryInPool } from "./files.js";
 import { dayDirectory, segmentDirectory } from "./paths.js";
 import type { SegmentCache } from "./segment-cache.js";
 import type { LoadSegmentResult } from "./segment-layout.js";
@@ -161,7 +161,8 @@ export class MergeScheduler {
     }
     if (merged) this.cache.admit(merged, merged.layout.memoryBytes);
     // Renamed away before deletion: a kill mid-delete must not leave a victim without its _meta.json.
-    for (const victim of victims) removeDirectory(victim.directory);
-    if (this.fsync) fsyncDirectory(dayDirectory(this.dataDir, workspace.id, day));
+    // Each victim is renamed before the next await: none is left under its own name for the next pass to pick.
+    await Promise.all(victims.map((victim) => removeDirectoryInPool(victim.directory)));
+    if (this.fsync) await fsyncDirectoryInPool(dayDirectory(this.dataDir, workspace.id, day));
   }
 }

@@ -8,7 +8,7 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterEach, beforeEach, describe, expect, it } from "vitest";
 import { StoreCorruptionError } from "../../src/storage/corruption.js";
-import { Dictionary } from "../../src/storage/dictionary.js";
+import { Dictionary, persistBlockEntriesMax, scanDictionaryBlocks } from "../../src/storage/dictionary.js";
 
 const blockHeaderBytes = 16;
 
@@ -28,13 +28,13 @@ const firstTexts = ["signup", "achat 🛒", "名前", "a\u0000b", "", "x".repeat
 const secondTexts = ["page view", "👩‍👩‍👧‍👦", "__proto__"];
 
 /** Writes two blocks; returns the byte length after the first. */
-function writeTwoBlocks(): number {
+async function writeTwoBlocks(): Promise<number> {
   const dictionary = new Dictionary();
   for (const text of firstTexts) dictionary.intern(text);
-  dictionary.persist(path, dictionary.size, false);
+  await dictionary.persist(path, dictionary.size, false);
   const firstBlockEnd = statSync(path).size;
   for (const text of secondTexts) dictionary.intern(text);
-  dictionary.persist(path, dictionary.size, false);
+  await dictionary.persist(path, dictionary.size, false);
   return firstBlockEnd;
 }
 
@@ -45,22 +45,39 @@ describe("a dictionary file", () => {
     expect(dictionary.persistedCount).toBe(0);
   });
 
-  it("round-trips texts and ids over several blocks", () => {
-    writeTwoBlocks();
+  it("round-trips texts and ids over several blocks", async () => {
+    await writeTwoBlocks();
     const loaded = Dictionary.load(path);
     expect(loaded.texts).toEqual([...firstTexts, ...secondTexts]);
     expect(loaded.persistedCount).toBe(firstTexts.length + secondTexts.length);
     for (const [id, text] of loaded.texts.entries()) expect(loaded.idOf(text)).toBe(id);
   });
 
-  it("persists only entries below upTo, and nothing twice", () => {
+  it("persists more entries than a block holds as several blocks, each checksummed, with every id kept", async () => {
+    const dictionary = new Dictionary();
+    const count = 2 * persistBlockEntriesMax + 17;
+    // Short, long (past the 64-byte copy loop) and multi-byte texts.
+    const textOf = (id: number) => (id % 1000 === 7 ? `long-${"é".repeat(60)}-${id}` : `user-${id}-名`);
+    for (let id = 0; id < count; id++) dictionary.intern(textOf(id));
+    await dictionary.persist(path, count - 5, false);
+    expect(dictionary.persistedCount).toBe(count - 5);
+    const { blocks, damage } = scanDictionaryBlocks(readFileSync(path));
+    expect(damage).toBeUndefined();
+    expect(blocks.map((block) => block.count)).toEqual([persistBlockEntriesMax, persistBlockEntriesMax, 12]);
+    const loaded = Dictionary.load(path);
+    expect(loaded.size).toBe(count - 5);
+    for (let id = 0; id < count - 5; id += 997) expect(loaded.idOf(textOf(id))).toBe(id);
+    expect(loaded.texts[count - 6]).toBe(textOf(count - 6));
+  });
+
+  it("persists only entries below upTo, and nothing twice", async () => {
     const dictionary = new Dictionary();
     for (const text of firstTexts) dictionary.intern(text);
-    dictionary.persist(path, 2, false);
-    dictionary.persist(path, 2, false);
-    dictionary.persist(path, 1, false);
+    await dictionary.persist(path, 2, false);
+    await dictionary.persist(path, 2, false);
+    await dictionary.persist(path, 1, false);
     expect(Dictionary.load(path).texts).toEqual(firstTexts.slice(0, 2));
-    dictionary.persist(path, firstTexts.length, false);
+    await dictionary.persist(path, firstTexts.length, false);
     expect(Dictionary.load(path).texts).toEqual(firstTexts);
   });
 
@@ -69,8 +86,8 @@ describe("a dictionary file", () => {
     ["right after the second block's header", (end: number) => end + blockHeaderBytes],
     ["inside the second block's entries", (end: number) => end + blockHeaderBytes + 9],
     ["one byte before the end", (_end: number, size: number) => size - 1],
-  ])("cuts a block torn %s and keeps the blocks before it", (_label, cutAt) => {
-    const firstBlockEnd = writeTwoBlocks();
+  ])("cuts a block torn %s and keeps the blocks before it", async (_label, cutAt) => {
+    const firstBlockEnd = await writeTwoBlocks();
     truncateSync(path, cutAt(firstBlockEnd, statSync(path).size));
     const loaded = Dictionary.load(path);
     expect(loaded.texts).toEqual(firstTexts);
@@ -87,8 +104,8 @@ describe("a dictionary file", () => {
       header.writeUInt32LE(1000, 8);
       return header;
     }],
-  ])("cuts %s appended after the last block", (_label, tail) => {
-    writeTwoBlocks();
+  ])("cuts %s appended after the last block", async (_label, tail) => {
+    await writeTwoBlocks();
     const sizeBefore = statSync(path).size;
     appendFileSync(path, tail());
     const loaded = Dictionary.load(path);
@@ -96,8 +113,8 @@ describe("a dictionary file", () => {
     expect(statSync(path).size).toBe(sizeBefore);
   });
 
-  it("drops a last block whose checksum does not match", () => {
-    const firstBlockEnd = writeTwoBlocks();
+  it("drops a last block whose checksum does not match", async () => {
+    const firstBlockEnd = await writeTwoBlocks();
     const bytes = readFileSync(path);
     bytes[bytes.length - 2] ^= 0x40;
     writeFileSync(path, bytes);
@@ -105,22 +122,22 @@ describe("a dictionary file", () => {
     expect(statSync(path).size).toBe(firstBlockEnd);
   });
 
-  it("appends readable blocks after a torn tail was cut, with the same ids as before", () => {
-    const firstBlockEnd = writeTwoBlocks();
+  it("appends readable blocks after a torn tail was cut, with the same ids as before", async () => {
+    const firstBlockEnd = await writeTwoBlocks();
     truncateSync(path, firstBlockEnd + 20);
     const recovered = Dictionary.load(path);
     // The texts of the lost block come back (as WAL replay would re-intern them) with the ids they had.
     for (const text of secondTexts) recovered.intern(text);
     recovered.intern("new after recovery");
-    recovered.persist(path, recovered.size, false);
+    await recovered.persist(path, recovered.size, false);
     const reloaded = Dictionary.load(path);
     expect(reloaded.texts).toEqual([...firstTexts, ...secondTexts, "new after recovery"]);
   });
 });
 
 describe("a damaged dictionary block", () => {
-  it("followed by a valid block is corruption: nothing is cut and no id is handed to another text", () => {
-    writeTwoBlocks();
+  it("followed by a valid block is corruption: nothing is cut and no id is handed to another text", async () => {
+    await writeTwoBlocks();
     const bytes = readFileSync(path);
     bytes[blockHeaderBytes + 4 + 1] ^= 0x02; // a letter of "signup"
     writeFileSync(path, bytes);
@@ -129,8 +146,8 @@ describe("a damaged dictionary block", () => {
     expect(statSync(path).size).toBe(bytes.length);
   });
 
-  it("below the bytes a checkpoint made durable is corruption, even as the last block", () => {
-    const firstBlockEnd = writeTwoBlocks();
+  it("below the bytes a checkpoint made durable is corruption, even as the last block", async () => {
+    const firstBlockEnd = await writeTwoBlocks();
     const bytes = readFileSync(path);
     bytes[bytes.length - 2] ^= 0x40;
     writeFileSync(path, bytes);
@@ -140,8 +157,8 @@ describe("a damaged dictionary block", () => {
     expect(statSync(path).size).toBe(firstBlockEnd);
   });
 
-  it("or a file shorter than its durable length, or missing, is corruption", () => {
-    const firstBlockEnd = writeTwoBlocks();
+  it("or a file shorter than its durable length, or missing, is corruption", async () => {
+    const firstBlockEnd = await writeTwoBlocks();
     const size = statSync(path).size;
     truncateSync(path, firstBlockEnd);
     expect(() => Dictionary.load(path, false, size)).toThrow(StoreCorruptionError);

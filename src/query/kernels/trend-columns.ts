@@ -22,7 +22,8 @@
  * rows of a day that lies whole in one bucket: how many of the event's rows
  * hold each value of the property comes from a sealed column's value counts
  * (value-counts.ts) or an active segment's index (active-index.ts, when the
- * task covers every user), and a value's number counts that many times.
+ * task covers every user), and a value's number counts that many times. A
+ * sealed day's totals are kept per column and row range for the next query.
  */
 import { dayMs } from "../buckets.js";
 import type { PropertyColumn, SegmentView } from "../segment-view.js";
@@ -72,30 +73,20 @@ export function trendColumns(segments: readonly SegmentView[], gather: GatherPla
   const rangeValues = new Uint32Array(distinct && breakdown ? slots * words : 0);
 
   for (const day of counted?.days ?? []) {
-    let rowsOfValue: ArrayLike<number>;
-    let valueCount: number;
+    let totals: NumberTotals;
     if (day.counts === undefined) {
       // An active day: the index's counts of every row the task sees, ids past the column's dictionary unseen by it.
-      rowsOfValue = day.activeCounts!;
-      valueCount = Math.min(day.activeCounts!.length, day.column.texts.length);
+      totals = numberTotals(day.column, day.activeCounts!, Math.min(day.activeCounts!.length, day.column.texts.length), activeTotals);
     } else {
       sealedShardRows(day.segment.eventRowStart!, day.segment.userIds, gather.references[0].eventId!, userLo, userHi, shardRows);
       if (shardRows.start === shardRows.end) continue;
-      valueCount = day.counts.valueCount;
-      if (valueRows.length < valueCount) valueRows = new Float64Array(valueCount);
-      countValuesIndexed(day.counts, day.column.valueIds, shardRows.start, shardRows.end, valueRows);
-      rowsOfValue = valueRows;
+      totals = sealedNumberTotals(day.column, day.counts, shardRows.start, shardRows.end);
     }
-    const numbers = numbersOf(day.column);
+    if (totals.rows === 0) continue;
     const bucket = day.bucket;
-    for (let id = 1; id < valueCount; id++) {
-      const rows = rowsOfValue[id];
-      const number = numbers[id];
-      if (rows === 0 || Number.isNaN(number)) continue;
-      events[bucket] += rows;
-      sums[bucket] += rows * number;
-      if (better(number, extremes[bucket])) extremes[bucket] = number;
-    }
+    events[bucket] += totals.rows;
+    sums[bucket] += totals.sum;
+    if (better(math === "min" ? totals.min : totals.max, extremes[bucket])) extremes[bucket] = math === "min" ? totals.min : totals.max;
   }
 
   // One visitor per shape, chosen once: the row loop does not branch on the query.
@@ -262,6 +253,59 @@ export function trendColumns(segments: readonly SegmentView[], gather: GatherPla
 
 const shardRows: RowRange = { start: 0, end: 0 };
 let valueRows = new Float64Array(0);
+
+/** The rows of a range whose property is a finite number, and their sum, minimum and maximum. */
+interface NumberTotals {
+  rows: number;
+  sum: number;
+  min: number;
+  max: number;
+}
+
+const activeTotals: NumberTotals = { rows: 0, sum: 0, min: Infinity, max: -Infinity };
+
+/** Totals over `rowsOfValue[1, valueCount)`, the rows holding each value id of `column`, into `into`. */
+function numberTotals(column: PropertyColumn, rowsOfValue: ArrayLike<number>, valueCount: number, into: NumberTotals): NumberTotals {
+  const numbers = numbersOf(column);
+  into.rows = 0;
+  into.sum = 0;
+  into.min = Infinity;
+  into.max = -Infinity;
+  for (let id = 1; id < valueCount; id++) {
+    const rows = rowsOfValue[id];
+    const number = numbers[id];
+    if (rows === 0 || Number.isNaN(number)) continue;
+    into.rows += rows;
+    into.sum += rows * number;
+    if (number < into.min) into.min = number;
+    if (number > into.max) into.max = number;
+  }
+  return into;
+}
+
+/**
+ * A sealed column's totals over rows [start, end) (an event's run, or a user
+ * shard's part of it), kept per column and range: sealed rows never change, and
+ * a dashboard asks the same sum of the same days again and again, which read
+ * every value's rows of every day (~0.5 ms over 90 days of 10 M events) to
+ * find a handful of numbers.
+ */
+const sealedTotals = new WeakMap<PropertyColumn, Map<number, NumberTotals & { end: number }>>();
+/** Ranges kept per column: an event's run, times the shard counts queries used. */
+const sealedTotalsPerColumnMax = 64;
+
+function sealedNumberTotals(column: PropertyColumn, counts: ValueCounts, start: number, end: number): NumberTotals {
+  let ranges = sealedTotals.get(column);
+  const cached = ranges?.get(start);
+  if (cached !== undefined && cached.end === end) return cached;
+  if (valueRows.length < counts.valueCount) valueRows = new Float64Array(counts.valueCount);
+  countValuesIndexed(counts, column.valueIds, start, end, valueRows);
+  const totals = { ...numberTotals(column, valueRows, counts.valueCount, { rows: 0, sum: 0, min: Infinity, max: -Infinity }), end };
+  if (ranges === undefined) sealedTotals.set(column, (ranges = new Map()));
+  if (ranges.size >= sealedTotalsPerColumnMax) ranges.clear();
+  ranges.set(start, totals);
+  return totals;
+}
 
 interface CountedDay {
   segment: SegmentView;
