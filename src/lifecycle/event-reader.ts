@@ -168,7 +168,7 @@ export function* readWorkspaceEvents(snapshotDir: string, workspaceId: string, f
         if (timeMs < fromMs || timeMs >= toMs) continue;
         yield {
           event: events.texts[event],
-          distinctId: users.texts[user[row]],
+          distinctId: users.textOf(user[row]),
           timestamp: new Date(timeMs).toISOString(),
           properties: properties[row - sliceStart],
           uuid: uuidOfRow[row] >= 0 ? uuidText(uuids, uuidOfRow[row] * 16) : derivedUuid(workspaceId, place, row),

@@ -1,9 +1,10 @@
 /**
  * Workspace dictionaries: event names, distinctIds (dense user ids, so roaring
  * bitmaps can hold users) and property keys, each text → u32 in first-seen
- * order. In memory: the texts, their UTF-8 bytes and a hash table over those
- * bytes (ingest looks up a chunk's strings by their bytes, never decoding
- * them). On disk: an append-only file of
+ * order. In memory: the texts' UTF-8 bytes and a hash table over those bytes
+ * (ingest looks up a chunk's strings by their bytes, never decoding them), and
+ * the texts as strings where answers name them (not distinctIds). On disk: an
+ * append-only file of
  * checksummed blocks, appended at each checkpoint before any segment that uses
  * the new ids is published, so a sealed segment never refers to an id the
  * dictionary lost. Ids assigned after the last checkpoint are re-assigned
@@ -33,7 +34,9 @@ export const persistBlockEntriesMax = 16_384;
 const textDecoder = new TextDecoder();
 
 export class Dictionary {
+  /** Every text as a string, by id; empty unless the dictionary keeps them (see the constructor). */
   readonly texts: string[] = [];
+  private count = 0;
   /** The UTF-8 of every text, one after another: text `id` is bytes[ends[id], ends[id + 1]). */
   private bytes = new Uint8Array(1024);
   private ends = new Uint32Array(65);
@@ -56,8 +59,22 @@ export class Dictionary {
   /** Whether this process fsynced the directory since the file was created or first seen. */
   private nameDurable = false;
 
+  /**
+   * `keepTexts`: hold every text as a string too (event names and property
+   * keys, which answers name). The distinctIds are kept as UTF-8 only: a
+   * string each was millions of heap objects that every garbage collection of
+   * the main thread walked and every young one copied, and only an export
+   * reads them, through textOf.
+   */
+  constructor(private readonly keepTexts = true) {}
+
   get size(): number {
-    return this.texts.length;
+    return this.count;
+  }
+
+  /** Text `id`, decoded from its UTF-8 when the dictionary keeps no strings. */
+  textOf(id: number): string {
+    return this.keepTexts ? this.texts[id] : textDecoder.decode(this.bytes.subarray(this.ends[id], this.ends[id + 1]));
   }
 
   idOf(text: string): number | undefined {
@@ -82,8 +99,8 @@ export class Dictionary {
     const hash = hashBytes(source, start, end);
     const found = this.find(source, start, end, hash);
     if (found >= 0) return found;
-    const id = this.texts.length;
-    this.texts.push(text ?? textDecoder.decode(source.subarray(start, end)));
+    const id = this.count++;
+    if (this.keepTexts) this.texts.push(text ?? textDecoder.decode(source.subarray(start, end)));
     const length = end - start;
     if (id + 1 === this.ends.length) {
       this.ends = grownTo(this.ends, this.ends.length * 2);
@@ -124,7 +141,7 @@ export class Dictionary {
   /** A table of `capacity` slots holding every text: after the text just added, or when doubling. */
   private rehash(capacity: number): void {
     this.slots = new Int32Array(capacity);
-    for (let id = 0; id < this.texts.length; id++) this.slots[this.freeSlot(this.hashes[id])] = id + 1;
+    for (let id = 0; id < this.count; id++) this.slots[this.freeSlot(this.hashes[id])] = id + 1;
   }
 
   /**
@@ -139,8 +156,8 @@ export class Dictionary {
    * segment using them would answer for the wrong names. Then nothing is cut
    * and StoreCorruptionError is thrown.
    */
-  static load(path: string, fsync = true, durableBytes = 0): Dictionary {
-    const dictionary = new Dictionary();
+  static load(path: string, fsync = true, durableBytes = 0, keepTexts = true): Dictionary {
+    const dictionary = new Dictionary(keepTexts);
     if (!existsSync(path)) {
       if (durableBytes > 0) throw new StoreCorruptionError(path, 0, `missing, though a checkpoint made ${durableBytes} bytes of it durable`);
       return dictionary;

@@ -55,7 +55,7 @@ export class WorkspaceStore {
   ) {
     makeDirectoryDurably(directory, fsync);
     this.events = Dictionary.load(dictionaryPath(dataDir, id, "events"), fsync, durableBytes[0]);
-    this.users = Dictionary.load(dictionaryPath(dataDir, id, "users"), fsync, durableBytes[1]);
+    this.users = Dictionary.load(dictionaryPath(dataDir, id, "users"), fsync, durableBytes[1], false);
     this.keys = Dictionary.load(dictionaryPath(dataDir, id, "keys"), fsync, durableBytes[2]);
   }
 

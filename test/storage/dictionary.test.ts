@@ -168,6 +168,32 @@ describe("a damaged dictionary block", () => {
   });
 });
 
+describe("a dictionary that keeps no strings (distinctIds)", () => {
+  it("gives the same ids, texts and file as one that keeps them", async () => {
+    const texts = [...firstTexts, ...secondTexts, "x".repeat(100), "user-42"];
+    const kept = new Dictionary();
+    const bare = new Dictionary(false);
+    for (const text of texts) {
+      const bytes = Buffer.from(text, "utf8");
+      expect(bare.internUtf8(bytes, 0, bytes.length)).toBe(kept.intern(text));
+    }
+    expect(bare.size).toBe(texts.length);
+    expect(bare.texts).toEqual([]);
+    for (const [id, text] of texts.entries()) {
+      expect(bare.textOf(id)).toBe(text);
+      expect(bare.idOf(text)).toBe(id);
+    }
+    await bare.persist(path, bare.size, false);
+    const fromBare = readFileSync(path);
+    rmSync(path);
+    await kept.persist(path, kept.size, false);
+    expect(readFileSync(path).equals(fromBare)).toBe(true);
+    const loaded = Dictionary.load(path, false, 0, false);
+    expect(loaded.size).toBe(texts.length);
+    expect(Array.from({ length: texts.length }, (_, id) => loaded.textOf(id))).toEqual(texts);
+  });
+});
+
 describe("a dictionary in memory", () => {
   it("gives a text the same id by its string or by its UTF-8 bytes, through many doublings of its table", () => {
     const dictionary = new Dictionary();
