@@ -161,7 +161,8 @@ export class MergeScheduler {
     }
     if (merged) this.cache.admit(merged, merged.layout.memoryBytes);
     // Renamed away before deletion: a kill mid-delete must not leave a victim without its _meta.json.
-    // Each victim is renamed before the next await: none is left under its own name for the next pass to pick.
+    // Each victim is renamed before its first await (after one, when a stale tmp_deleted_ of its name is removed first);
+    // replace is awaited by its pass, so no pass picks a victim still under its own name.
     await Promise.all(victims.map((victim) => removeDirectoryInPool(victim.directory)));
     if (this.fsync) await fsyncDirectoryInPool(dayDirectory(this.dataDir, workspace.id, day));
   }
