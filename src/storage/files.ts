@@ -108,9 +108,22 @@ export function writeFileDurably(path: string, data: Uint8Array | string, fsync 
   }
 }
 
+/** Where a file is written before it is renamed over `path`. */
+function publishingPath(path: string): string {
+  return join(dirname(path), `tmp_${basename(path)}.${process.pid}`);
+}
+
+/** Renames the written `temporary` over `path`; the caller fsyncs the directory. */
+function renameOver(temporary: string, path: string): void {
+  const replacing = existsSync(path);
+  renameSync(temporary, path);
+  // Replacing an existing file creates no new entry: before the directory fsync a power loss leaves the old or the new file, both valid.
+  if (!replacing) recordCreate(path);
+}
+
 /** publishFileAtomically with the write and both fsyncs in libuv's thread pool (the checkpoint file, while requests are served). */
 export async function publishFileAtomicallyInPool(path: string, data: Uint8Array | string, fsync = true): Promise<void> {
-  const temporary = join(dirname(path), `tmp_${basename(path)}.${process.pid}`);
+  const temporary = publishingPath(path);
   const file = await open(temporary, "w");
   try {
     await file.writeFile(data);
@@ -118,19 +131,14 @@ export async function publishFileAtomicallyInPool(path: string, data: Uint8Array
   } finally {
     await file.close();
   }
-  const replacing = existsSync(path);
-  renameSync(temporary, path);
-  if (!replacing) recordCreate(path);
+  renameOver(temporary, path);
   if (fsync) await fsyncDirectoryInPool(dirname(path));
 }
 
 /** Replaces `path` atomically: readers see the old file or the new one, never a mix. */
 export function publishFileAtomically(path: string, data: Uint8Array | string, fsync = true): void {
-  const temporary = join(dirname(path), `tmp_${basename(path)}.${process.pid}`);
+  const temporary = publishingPath(path);
   writeFileDurably(temporary, data, fsync);
-  const replacing = existsSync(path);
-  renameSync(temporary, path);
-  // Replacing an existing file creates no new entry: before the directory fsync a power loss leaves the old or the new file, both valid.
-  if (!replacing) recordCreate(path);
+  renameOver(temporary, path);
   if (fsync) fsyncDirectory(dirname(path));
 }
