@@ -10,7 +10,9 @@ import { limits } from "../config/limits.js";
 import type { ActiveSegmentDescriptor, PostedSegment, SealedSegmentDescriptor, SegmentDescriptor } from "../storage/segment-descriptor.js";
 import type { SegmentLayout } from "../storage/segment-layout.js";
 import { denseValueIds, PropertyDirectory } from "../storage/segment-reader.js";
+import { storedValueCountsAt, storedValueCountsIndex } from "../storage/value-counts-index.js";
 import { ActiveIndex, ActiveIndexCache, dayOfKey } from "./active-index.js";
+import { presetValueCounts } from "./kernels/value-counts.js";
 import type { PropertyColumn, SegmentView } from "./segment-view.js";
 
 const { RoaringBitmap32 } = roaring;
@@ -64,6 +66,9 @@ class SealedView implements SegmentView {
       this.onGrow(valueIds.byteLength);
     }
     const column = { valueIds, texts: property.texts() };
+    // Counts the seal stored are read in place (format 3); other columns' are built at first use.
+    const stored = this.layout.valueCounts === undefined ? -1 : storedValueCountsIndex(this.layout.valueCounts.keys, keyId);
+    if (stored >= 0) presetValueCounts(valueIds, storedValueCountsAt(this.layout.valueCounts!.keys, stored, this.memory));
     this.properties.set(keyId, column);
     return column;
   }

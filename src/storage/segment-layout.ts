@@ -15,12 +15,16 @@
  *                         directory (see PropertyDirectory); one file, however
  *                         many keys, so a day with 30 000 distinct keys is not
  *                         90 000 files
+ *   value-counts.u32      the value counts of the most used keys (format 3;
+ *                         value-counts-index.ts), so no thread builds them
  *   uuid-row.u32, uuid.b16   rows that carried a uuid, and their 16 bytes (dedupe only)
  */
 import { crc32 } from "node:zlib";
 
-/** 2: properties in one file, dense or sparse per key (1 had a dense file per key). */
-export const segmentFormatVersion = 2;
+/** 3: value counts stored (value-counts.u32). 2: properties in one file, dense or sparse per key (1 had a dense file per key). */
+export const segmentFormatVersion = 3;
+/** Older formats this version reads as they are: 2 has no value counts (queries build them). */
+export const segmentFormatOldestRead = 2;
 
 /** The file of each part of a segment; `meta` describes the others. */
 export const segmentFiles = {
@@ -31,6 +35,7 @@ export const segmentFiles = {
   bitmaps: "bitmaps.roaring",
   bitmapEnds: "bitmap-end.u32",
   properties: "properties.bin",
+  valueCounts: "value-counts.u32",
   uuidRows: "uuid-row.u32",
   uuids: "uuid.b16",
 } as const;
@@ -86,6 +91,27 @@ export const enum DirectoryField {
   TextsBytes = 9,
 }
 
+/**
+ * Stored value counts (value-counts-index.ts): one span of the segment's
+ * memory holding, per indexed key, its marks and then its prefix counts,
+ * each a run of u32s; `keys` lists `valueCountsFields` numbers per key,
+ * sorted by key id.
+ */
+export interface ValueCountsLayout {
+  span: ColumnSpan;
+  keys: number[];
+}
+
+export const valueCountsFields = 4;
+export const enum ValueCountsField {
+  KeyId = 0,
+  /** Ids counted: the key's distinct texts plus id 0 (not set). */
+  ValueCount = 1,
+  MarkCount = 2,
+  /** Byte offset of the marks in the segment's memory; the prefix counts follow them. */
+  MarksOffset = 3,
+}
+
 export type ValueIdArray = Uint8Array | Uint16Array | Uint32Array;
 
 /** One key of a sealed segment, read in place from shared memory. */
@@ -119,6 +145,8 @@ export interface SegmentLayout {
   bitmapEnds: ColumnSpan;
   /** Undefined when no row sets a property. */
   properties: PropertiesLayout | undefined;
+  /** Format 3, when some key is indexed: the value counts of its keys. */
+  valueCounts?: ValueCountsLayout;
   /** Segments of the same day this one replaces (a merge); start-up deletes them if they remain. */
   replaces?: string[];
   /** Not loaded for queries: read at start-up to rebuild the uuid set. */

@@ -16,6 +16,7 @@ import {
   DirectoryField,
   SegmentCorruptError,
   segmentFiles,
+  segmentFormatOldestRead,
   segmentFormatVersion,
   valueIdArray,
   type ColumnSpan,
@@ -26,6 +27,7 @@ import {
 } from "./segment-layout.js";
 import { NewerFormatError } from "./format-versions.js";
 import { sharedBuffer } from "./shared-memory.js";
+import { storedValueCountsFit } from "./value-counts-index.js";
 
 /** The property directory of a loaded segment: lookup by key id is a binary search. */
 export class PropertyDirectory {
@@ -33,7 +35,7 @@ export class PropertyDirectory {
   private readonly fields: Float64Array;
 
   constructor(
-    private readonly layout: SegmentLayout,
+    private readonly layout: Pick<SegmentLayout, "rowCount" | "properties">,
     private readonly memory: SharedArrayBuffer,
   ) {
     const section = layout.properties;
@@ -96,7 +98,7 @@ export function readSegmentLayout(directory: string): SegmentLayout {
   const path = join(directory, segmentFiles.meta);
   const layout = decodeLayout(readFileSync(path, "utf8"), path);
   if (typeof layout?.format === "number" && layout.format > segmentFormatVersion) throw new NewerFormatError(path, "segment", layout.format, segmentFormatVersion);
-  if (layout?.format !== segmentFormatVersion) throw new SegmentCorruptError(`${directory}: unknown segment format ${layout?.format}`);
+  if (typeof layout?.format !== "number" || layout.format < segmentFormatOldestRead) throw new SegmentCorruptError(`${directory}: unknown segment format ${layout?.format}`);
   return layout;
 }
 
@@ -106,7 +108,7 @@ export function readSegmentLayout(directory: string): SegmentLayout {
  * The uuid files too: a damaged one would let a retried event be stored twice.
  */
 export function verifySegment(directory: string, layout: SegmentLayout): void {
-  const spans = [layout.time, layout.user, layout.eventStart, layout.bitmaps, layout.bitmapEnds, layout.properties?.span, layout.uuidRows, layout.uuids];
+  const spans = [layout.time, layout.user, layout.eventStart, layout.bitmaps, layout.bitmapEnds, layout.properties?.span, layout.valueCounts?.span, layout.uuidRows, layout.uuids];
   let largest = 0;
   for (const span of spans) if (span) largest = Math.max(largest, span.bytes);
   const scratch = new Uint8Array(largest);
@@ -139,12 +141,14 @@ export function loadSegment(directory: string): LoadSegmentResult {
   const memory = sharedBuffer(layout.memoryBytes);
   const spans = [layout.time, layout.user, layout.eventStart, layout.bitmaps, layout.bitmapEnds];
   if (layout.properties) spans.push(layout.properties.span);
+  if (layout.valueCounts) spans.push(layout.valueCounts.span);
   for (const span of spans) readSpan(directory, span, new Uint8Array(memory, span.offset, span.bytes));
   // Row counts are checked after reading as well as before writing (STYLE rule 2).
   assert.equal(layout.time.bytes, layout.rowCount * 4, `${directory}: time column disagrees with row count`);
   assert.equal(layout.user.bytes, layout.rowCount * 4, `${directory}: user column disagrees with row count`);
   const eventStart = new Uint32Array(memory, layout.eventStart.offset, layout.eventCount + 1);
   assert.equal(eventStart[layout.eventCount], layout.rowCount, `${directory}: event runs disagree with row count`);
+  assert(layout.valueCounts === undefined || storedValueCountsFit(layout.valueCounts.keys, layout.valueCounts.span), `${directory}: value counts lie outside their file`);
   return { kind: "load-segment", layout, memory };
 }
 

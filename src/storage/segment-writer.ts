@@ -27,10 +27,13 @@ import {
   type LoadSegmentResult,
   type PropertiesLayout,
   type SegmentLayout,
+  type ValueCountsLayout,
   type ValueIdArray,
 } from "./segment-layout.js";
 import { inversePermutation, sortEntriesByRow, sortRows, type EntryColumns, type SealedOrder } from "./segment-sort.js";
 import { sharedBuffer } from "./shared-memory.js";
+import { denseValueIds, PropertyDirectory } from "./segment-reader.js";
+import { planStoredValueCounts, writeStoredValueCounts } from "./value-counts-index.js";
 
 const { RoaringBitmap32 } = roaring;
 
@@ -370,14 +373,25 @@ export function sealSegment(input: SealInput): LoadSegmentResult {
   const propertySectionStart = memoryBytes;
   const { directory, end } = layOutProperties(properties, rowCount, propertySectionStart);
   memoryBytes = end;
+  // Then the value counts of the most used keys, read in place by every thread's queries.
+  const countsStart = align8(memoryBytes);
+  const countsPlan = planStoredValueCounts(directory, keyCount, rowCount, eventStart, countsStart);
+  if (countsPlan.keys.length > 0) memoryBytes = countsPlan.end;
   const memory = sharedBuffer(Math.max(8, memoryBytes));
   const memoryView = new Uint8Array(memory);
   for (const { span, bytes } of placed) memoryView.set(bytes, span.offset);
   new Float64Array(memory, propertySectionStart, directory.length).set(directory);
   writeProperties(properties, directory, memory, rowCount);
-  const propertySection = memoryView.subarray(propertySectionStart, memoryBytes);
+  const propertySection = memoryView.subarray(propertySectionStart, end);
   const propertiesLayout: PropertiesLayout | undefined =
     keyCount === 0 ? undefined : { keyCount, span: { file: segmentFiles.properties, offset: propertySectionStart, bytes: propertySection.byteLength, crc: crc32(propertySection) } };
+  let valueCountsLayout: ValueCountsLayout | undefined;
+  if (countsPlan.keys.length > 0) {
+    const directoryView = new PropertyDirectory({ rowCount, properties: propertiesLayout }, memory);
+    writeStoredValueCounts(countsPlan, memory, (index) => denseValueIds(directoryView.at(index), rowCount));
+    const counts = memoryView.subarray(countsStart, countsPlan.end);
+    valueCountsLayout = { span: { file: segmentFiles.valueCounts, offset: countsStart, bytes: counts.byteLength, crc: crc32(counts) }, keys: countsPlan.keys };
+  }
 
   const uuidRowsSpan: ColumnSpan | undefined = uuidRows.length ? { file: segmentFiles.uuidRows, offset: notInMemoryOffset, bytes: uuidRows.byteLength, crc: crc32(asBytes(uuidRows)) } : undefined;
   const uuidsSpan: ColumnSpan | undefined = uuidRows.length ? { file: segmentFiles.uuids, offset: notInMemoryOffset, bytes: uuids.byteLength, crc: crc32(uuids) } : undefined;
@@ -393,6 +407,7 @@ export function sealSegment(input: SealInput): LoadSegmentResult {
     bitmaps: placed[3].span,
     bitmapEnds: placed[4].span,
     properties: propertiesLayout,
+    ...(valueCountsLayout ? { valueCounts: valueCountsLayout } : {}),
     uuidRows: uuidRowsSpan,
     uuids: uuidsSpan,
     memoryBytes: memory.byteLength,
@@ -409,6 +424,7 @@ export function sealSegment(input: SealInput): LoadSegmentResult {
   injectFault("segment.write", temporary);
   for (const { span, bytes } of placed) writeFileDurably(join(temporary, span.file), bytes, input.fsync);
   if (propertiesLayout) writeFileDurably(join(temporary, propertiesLayout.span.file), propertySection, input.fsync);
+  if (valueCountsLayout) writeFileDurably(join(temporary, valueCountsLayout.span.file), memoryView.subarray(countsStart, countsPlan.end), input.fsync);
   if (uuidRowsSpan) {
     writeFileDurably(join(temporary, uuidRowsSpan.file), asBytes(uuidRows), input.fsync);
     writeFileDurably(join(temporary, uuidsSpan!.file), uuids, input.fsync);

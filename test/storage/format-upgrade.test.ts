@@ -1,16 +1,20 @@
 /**
- * The upgrade path, on test/fixtures/format-2/data: a data directory written
- * by this release's formats (segment format 2 — two merged days and one
+ * The upgrade path, on data directories written by released formats:
+ * test/fixtures/format-2/data (segment format 2 — two merged days and one
  * sealed day —, WAL records EWL2 holding rows never checkpointed, dictionary
- * blocks DIC1, `_checkpoint.json` format 1, registry version 1). Every later
- * version must start on it and answer these queries as they were answered
- * when it was made (answers.json); a format change that breaks this needs an
- * upgrade of its own. And every file kind a newer version might write is
- * refused with a message that says so, and left as it is (no WAL tail cut).
+ * blocks DIC1, `_checkpoint.json` format 1, registry version 1) and
+ * test/fixtures/format-3/data (the same, with segment format 3: stored value
+ * counts). Every later version must start on each and answer these queries as
+ * they were answered when format-2 was made (format-2/answers.json); a format
+ * change that breaks this needs an upgrade of its own. And every file kind a
+ * newer version might write is refused with a message that says so, and left
+ * as it is (no WAL tail cut).
  *
- * The fixture was made by ingesting 340 events in three runs of the server:
- * two stopped cleanly (sealed, then merged per day), the last killed, so its 40
- * events are in the WAL only. EVENTIDE_RECORD_FORMAT_ANSWERS=1 rewrites
+ * format-2 was made by ingesting 340 events in three runs of the server: two
+ * stopped cleanly (sealed, then merged per day), the last killed, so its 40
+ * events are in the WAL only. format-3 holds the same 340 events (exported
+ * from format-2 with `eventide export`), ingested the same way in three runs
+ * of 150, 150 and 40 events. EVENTIDE_RECORD_FORMAT_ANSWERS=1 rewrites
  * answers.json from the current code (only when making a new fixture).
  */
 import { cpSync, existsSync, readdirSync, readFileSync, writeFileSync } from "node:fs";
@@ -22,8 +26,12 @@ import { makeDataDir, post, removeDataDir, repoRoot, serversPerFile, startServer
 import { runEventide, succeeded } from "../helpers/run-eventide.js";
 
 const startServer = serversPerFile();
-const fixture = join(repoRoot, "test", "fixtures", "format-2");
-const workspaceId = readdirSync(join(fixture, "data", "ws"))[0];
+const fixtures = ["format-2", "format-3"].map((name) => join(repoRoot, "test", "fixtures", name));
+/** The newest fixture, for the refusals. */
+const fixture = fixtures[fixtures.length - 1];
+const workspaceOf = (fixtureRoot: string) => readdirSync(join(fixtureRoot, "data", "ws"))[0];
+const workspaceId = workspaceOf(fixture);
+const answersPath = join(fixtures[0], "answers.json");
 
 const queries: Array<[string, object]> = [
   ["trend", { event: "view", dateFrom: "2024-03-01", dateTo: "2024-03-03" }],
@@ -39,20 +47,20 @@ afterAll(() => {
   for (const copy of copies) removeDataDir(copy);
 });
 
-/** A copy of the fixture's data directory, with a token of its workspace. */
-async function fixtureCopy(): Promise<{ dataDir: string; token: string }> {
+/** A copy of a fixture's data directory, with a token of its workspace. */
+async function fixtureCopy(fixtureRoot = fixture): Promise<{ dataDir: string; token: string }> {
   const root = makeDataDir("eventide-format-");
   copies.push(root);
   const dataDir = join(root, "data");
-  cpSync(join(fixture, "data"), dataDir, { recursive: true });
-  const { token } = succeeded(await runEventide(["token", "create", workspaceId, "--data-dir", dataDir]));
+  cpSync(join(fixtureRoot, "data"), dataDir, { recursive: true });
+  const { token } = succeeded(await runEventide(["token", "create", workspaceOf(fixtureRoot), "--data-dir", dataDir]));
   return { dataDir, token };
 }
 
 describe("data directory formats", () => {
-  it("a server started on this release's formats answers as when the fixture was made", async () => {
-    const { dataDir, token } = await fixtureCopy();
-    const server = await startServer({ dataDir, credentials: { apiKey: "unused", token, workspaceId } });
+  it.each(fixtures.map((root) => [root.slice(root.lastIndexOf("format-")), root]))("a server started on the %s fixture answers as when format-2 was made", async (_name, fixtureRoot) => {
+    const { dataDir, token } = await fixtureCopy(fixtureRoot);
+    const server = await startServer({ dataDir, credentials: { apiKey: "unused", token, workspaceId: workspaceOf(fixtureRoot) } });
     const answers: unknown[] = [];
     for (const [kind, body] of queries) {
       const response = await post(`${server.queryUrl}/api/v1/query/${kind}`, body, { token });
@@ -61,8 +69,7 @@ describe("data directory formats", () => {
     }
     const events = await fetch(`${server.queryUrl}/api/v1/events`, { headers: { authorization: `Bearer ${token}` } });
     answers.push(await events.json());
-    const answersPath = join(fixture, "answers.json");
-    if (process.env.EVENTIDE_RECORD_FORMAT_ANSWERS === "1") writeFileSync(answersPath, `${JSON.stringify(answers, null, 1)}\n`);
+    if (process.env.EVENTIDE_RECORD_FORMAT_ANSWERS === "1" && fixtureRoot === fixtures[0]) writeFileSync(answersPath, `${JSON.stringify(answers, null, 1)}\n`);
     expect(answers).toEqual(JSON.parse(readFileSync(answersPath, "utf8")));
     // 300 sealed events and 40 replayed from the WAL.
     expect((answers[answers.length - 1] as { data: Array<{ count: number }> }).data.reduce((sum, entry) => sum + entry.count, 0)).toBe(340);
@@ -76,10 +83,10 @@ describe("data directory formats", () => {
         const meta = join(day, readdirSync(day)[0], "_meta.json");
         const text = readFileSync(meta, "utf8");
         const layout = JSON.parse(text.slice(0, text.lastIndexOf(',"crc32":')) + "}") as SegmentLayout;
-        writeFileSync(meta, encodeLayout({ ...layout, format: 3 }));
+        writeFileSync(meta, encodeLayout({ ...layout, format: 4 }));
         return meta;
       },
-      /segment format 3; this version reads up to 2/,
+      /segment format 4; this version reads up to 3/,
     ],
     ["a write-ahead log file", (dataDir) => patchMagic(join(dataDir, "wal", readdirSync(join(dataDir, "wal"))[0]), "EWL3"), /write-ahead log record format 3; this version reads up to 2/],
     ["a dictionary", (dataDir) => patchMagic(join(dataDir, "ws", workspaceId, "_users.dict"), "DIC2"), /dictionary format 2; this version reads up to 1/],

@@ -10,7 +10,8 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import roaring from "roaring";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { SegmentCorruptError, type SegmentLayout } from "../../src/storage/segment-layout.js";
+import { SegmentCorruptError, segmentFormatVersion, valueCountsFields, type SegmentLayout } from "../../src/storage/segment-layout.js";
+import { buildValueCounts, segmentValueCountMarks, storedValueCountsAt } from "../../src/storage/value-counts-index.js";
 import { denseValueIds, loadSegment, PropertyDirectory, readSegmentLayout, readSegmentUuids, segmentExists } from "../../src/storage/segment-reader.js";
 import { sealSegment, type SealInput } from "../../src/storage/segment-writer.js";
 import { Random } from "../helpers/random.js";
@@ -137,6 +138,27 @@ function rowKey(row: InputRow): string {
   return JSON.stringify([row.event, row.user, row.time, row.uuid ?? null, properties]);
 }
 
+/**
+ * The value counts a segment stores are those a query would build over the
+ * same column (same marks, same counts), within the budget of a byte per row.
+ */
+function expectStoredValueCounts(layout: SegmentLayout, memory: SharedArrayBuffer, keysWithCounts: number): void {
+  expect(layout.format).toBe(segmentFormatVersion);
+  const keys = layout.valueCounts?.keys ?? [];
+  expect(keys.length / valueCountsFields).toBe(keysWithCounts);
+  expect(layout.valueCounts?.span.bytes ?? 0).toBeLessThanOrEqual(layout.rowCount);
+  const eventStart = new Uint32Array(memory, layout.eventStart.offset, layout.eventCount + 1);
+  const properties = new PropertyDirectory(layout, memory);
+  for (let index = 0; index < keys.length / valueCountsFields; index++) {
+    const stored = storedValueCountsAt(keys, index, memory);
+    const property = properties.find(stored.keyId)!;
+    expect(stored.valueCount).toBe(property.valueCount + 1);
+    const built = buildValueCounts(denseValueIds(property, layout.rowCount), stored.valueCount, segmentValueCountMarks(layout.rowCount, stored.valueCount, eventStart));
+    expect([...stored.marks]).toEqual([...built.marks]);
+    expect([...stored.prefix]).toEqual([...built.prefix]);
+  }
+}
+
 let root: string;
 
 beforeAll(() => {
@@ -162,6 +184,12 @@ describe("a sealed segment", () => {
     expect(segmentExists(directory)).toBe(true);
     expect(readdirSync(join(root, "2024-03-01"))).toEqual(["seg-000000000002-000001"]);
     expect(readdirSync(directory).sort()).toContain("_meta.json");
+  });
+
+  it("stores the value counts a query would build for its keys", () => {
+    const loaded = loadSegment(directory);
+    // Key 0 is set on 70 % of rows (dense), key 5 on 40 % with ~400 values; key 9 on none.
+    expectStoredValueCounts(loaded.layout, loaded.memory, 2);
   });
 
   it("loads back into the same layout and the same bytes", () => {
@@ -241,7 +269,7 @@ describe("a sealed segment", () => {
   it("refuses any column file with a flipped byte or cut short", () => {
     // Row numbers of uuids are not read back by the store (only the uuid bytes are, and checked).
     const files = readdirSync(directory).filter((name) => name !== "_meta.json" && name !== "uuid-row.u32");
-    expect(files.sort()).toEqual(["bitmap-end.u32", "bitmaps.roaring", "event-start.u32", "properties.bin", "time.u32", "user.u32", "uuid.b16"]);
+    expect(files.sort()).toEqual(["bitmap-end.u32", "bitmaps.roaring", "event-start.u32", "properties.bin", "time.u32", "user.u32", "uuid.b16", "value-counts.u32"]);
     for (const file of files) {
       for (const damage of ["flip", "truncate"] as const) {
         const copy = join(root, `damaged-${damage}-${file}`);
@@ -304,6 +332,8 @@ describe("sealing", () => {
     sealSegment(sealInput(directory, rows, [1, 2, 3, 4]));
     const loaded = loadSegment(directory);
     expect(storedRows(directory, loaded.layout, loaded.memory).map(rowKey).sort()).toEqual(rows.map(rowKey).sort());
+    // Key 4, on a tenth of the rows, is stored sparse; its counts are stored all the same.
+    expectStoredValueCounts(loaded.layout, loaded.memory, 4);
     const properties = new PropertyDirectory(loaded.layout, loaded.memory);
     // Only the texts the rows use, numbered in the order sealed rows first use them.
     for (let index = 0; index < properties.keyCount; index++) {

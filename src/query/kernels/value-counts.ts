@@ -10,8 +10,10 @@
  * a property over whole days (trend-columns.ts) reads the counts of each of
  * its values the same way.
  *
- * Built on the first count over a column (one pass over it, about the cost
- * of the scan it replaces) and kept while the column is: the index is held
+ * The seal writes the index of a segment's most used keys into the segment
+ * (storage/value-counts-index.ts); every thread reads those in place. Other
+ * columns get theirs on the first count over them (one pass, about the cost
+ * of the scan it replaces), kept while the column is: the index is held
  * weakly under the column's array, which lives in the worker's sealed-view
  * cache (segment-views.ts). Its size is at most a quarter of the column's
  * rows in bytes (chunks grow with the column's dictionary; event marks are
@@ -19,52 +21,10 @@
  * `valueCountsValuesMax` values get none: they are scanned.
  */
 import type { ValueIdColumn } from "../segment-view.js";
+import { buildValueCounts, segmentValueCountMarks, valueCountsValuesMax, type ValueCounts } from "../../storage/value-counts-index.js";
 import { lowerBoundUser } from "./rows.js";
 
-/** A dictionary this large makes chunks so long that the end scans cost most of a full one. */
-export const valueCountsValuesMax = 4096;
-/** Shortest chunk: below it the per-chunk subtractions cost about what reading the rows does. */
-export const chunkRowsMin = 1024;
-
-export interface ValueCounts {
-  /** Value ids 0 … valueCount - 1 (0: not set). */
-  valueCount: number;
-  /** Ascending row numbers, from 0. */
-  marks: Uint32Array;
-  /** Entry (mark index · valueCount + id): rows in [0, marks[mark index]) holding id. */
-  prefix: Uint32Array;
-}
-
-/** Rows per chunk for a dictionary of `valueCount` ids: the chunk marks stay within rows / 8 bytes. */
-export function chunkRowsFor(valueCount: number, minimum = chunkRowsMin): number {
-  let rows = minimum;
-  while (rows < valueCount * 32) rows *= 2;
-  return rows;
-}
-
-/** Marks every chunkRows rows, plus `runStarts` (ascending) when they fit within rows / 8 bytes of counts. */
-export function valueCountMarks(rowCount: number, valueCount: number, chunkRows: number, runStarts: ArrayLike<number>): Uint32Array {
-  const marks: number[] = [];
-  for (let row = 0; row <= rowCount; row += chunkRows) marks.push(row);
-  if (runStarts.length * valueCount * 4 <= rowCount / 8) {
-    for (let index = 0; index < runStarts.length; index++) if (runStarts[index] <= rowCount) marks.push(runStarts[index]);
-  }
-  const sorted = Uint32Array.from(marks).sort();
-  let kept = 0;
-  for (let index = 0; index < sorted.length; index++) if (kept === 0 || sorted[index] !== sorted[kept - 1]) sorted[kept++] = sorted[index];
-  return sorted.slice(0, kept);
-}
-
-export function buildValueCounts(valueIds: ValueIdColumn, valueCount: number, marks: Uint32Array): ValueCounts {
-  const prefix = new Uint32Array(marks.length * valueCount);
-  const running = new Uint32Array(valueCount);
-  let row = 0;
-  for (let mark = 0; mark < marks.length; mark++) {
-    for (const end = marks[mark]; row < end; row++) running[valueIds[row]]++;
-    prefix.set(running, mark * valueCount);
-  }
-  return { valueCount, marks, prefix };
-}
+export { buildValueCounts, chunkRowsFor, chunkRowsMin, valueCountMarks, valueCountsValuesMax, type ValueCounts } from "../../storage/value-counts-index.js";
 
 /** Rows counted per value id (`counts[at + id]`, ids below `valueCount`) whose value `passes`. */
 export function countPassingValues(counts: Uint32Array, passes: Uint8Array, at = 0, valueCount = counts.length): number {
@@ -81,11 +41,16 @@ export function countPassingBetweenMarks(counts: ValueCounts, passes: Uint8Array
 
 const built = new WeakMap<ValueIdColumn, ValueCounts | null>();
 
+/** A column's index read from its segment (segment-views.ts): valueCountsOf answers it instead of building one. */
+export function presetValueCounts(valueIds: ValueIdColumn, counts: ValueCounts): void {
+  built.set(valueIds, counts);
+}
+
 /** The column's index, built at first use; undefined when its dictionary is too large to index. `runStarts`: the segment's event runs. */
 export function valueCountsOf(valueIds: ValueIdColumn, valueCount: number, runStarts: ArrayLike<number>): ValueCounts | undefined {
   let counts = built.get(valueIds);
   if (counts === undefined || (counts !== null && counts.valueCount !== valueCount)) {
-    counts = valueCount > valueCountsValuesMax ? null : buildValueCounts(valueIds, valueCount, valueCountMarks(valueIds.length, valueCount, chunkRowsFor(valueCount), runStarts));
+    counts = valueCount > valueCountsValuesMax ? null : buildValueCounts(valueIds, valueCount, segmentValueCountMarks(valueIds.length, valueCount, runStarts));
     built.set(valueIds, counts);
   }
   return counts ?? undefined;
