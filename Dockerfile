@@ -39,4 +39,4 @@ HEALTHCHECK --interval=15s --timeout=5s --start-period=60s --retries=3 \
   CMD ["node", "-e", "fetch('http://127.0.0.1:'+(process.env.EVENTIDE_QUERY_PORT||8080)+'/ready').then(r=>process.exit(r.ok?0:1),()=>process.exit(1))"]
 # SIGTERM from `docker stop` reaches node directly (exec form): it seals, fsyncs and exits 0 within 10 s.
 STOPSIGNAL SIGTERM
-CMD ["node", "--initial-heap-size=128", "dist/src/main.js"]
+CMD ["node", "--initial-heap-size=128", "--expose-gc", "dist/src/main.js"]

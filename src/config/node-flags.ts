@@ -12,5 +12,9 @@
  * they take ~0.3 µs; in paired runs at 16 connections, 3–7 % more events per
  * second for 3–8 % less CPU per event. The cost: garbage may pile up to
  * ~128 MB of heap before it is collected.
+ *
+ * `--expose-gc`: lets each thread ask for a collection without blocking
+ * (shared-memory.ts), instead of allocating a balloon ArrayBuffer that held
+ * the main thread 35–80 ms now and then during a load.
  */
-export const serverNodeFlags: readonly string[] = ["--initial-heap-size=128"];
+export const serverNodeFlags: readonly string[] = ["--initial-heap-size=128", "--expose-gc"];
