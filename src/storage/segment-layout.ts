@@ -112,6 +112,22 @@ export const enum ValueCountsField {
   MarksOffset = 3,
 }
 
+/**
+ * The index of the record whose `keyField` is `key` among `count` records of
+ * `stride` numbers each, sorted by that field (the property directory, the
+ * stored value counts), or -1.
+ */
+export function findRecord(records: ArrayLike<number>, stride: number, count: number, keyField: number, key: number): number {
+  let low = 0;
+  let high = count;
+  while (low < high) {
+    const middle = (low + high) >>> 1;
+    if (records[middle * stride + keyField] < key) low = middle + 1;
+    else high = middle;
+  }
+  return low < count && records[low * stride + keyField] === key ? low : -1;
+}
+
 export type ValueIdArray = Uint8Array | Uint16Array | Uint32Array;
 
 /** One key of a sealed segment, read in place from shared memory. */

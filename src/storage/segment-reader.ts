@@ -14,6 +14,7 @@ import {
   decodeLayout,
   directoryFields,
   DirectoryField,
+  findRecord,
   SegmentCorruptError,
   segmentFiles,
   segmentFormatOldestRead,
@@ -44,14 +45,8 @@ export class PropertyDirectory {
   }
 
   find(keyId: number): StoredProperty | undefined {
-    let low = 0;
-    let high = this.keyCount;
-    while (low < high) {
-      const middle = (low + high) >>> 1;
-      if (this.fields[middle * directoryFields + DirectoryField.KeyId] < keyId) low = middle + 1;
-      else high = middle;
-    }
-    return low < this.keyCount && this.fields[low * directoryFields + DirectoryField.KeyId] === keyId ? this.at(low) : undefined;
+    const index = findRecord(this.fields, directoryFields, this.keyCount, DirectoryField.KeyId, keyId);
+    return index < 0 ? undefined : this.at(index);
   }
 
   at(index: number): StoredProperty {

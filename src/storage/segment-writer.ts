@@ -386,11 +386,11 @@ export function sealSegment(input: SealInput): LoadSegmentResult {
   const propertiesLayout: PropertiesLayout | undefined =
     keyCount === 0 ? undefined : { keyCount, span: { file: segmentFiles.properties, offset: propertySectionStart, bytes: propertySection.byteLength, crc: crc32(propertySection) } };
   let valueCountsLayout: ValueCountsLayout | undefined;
+  const valueCounts = memoryView.subarray(countsStart, countsPlan.end);
   if (countsPlan.keys.length > 0) {
     const directoryView = new PropertyDirectory({ rowCount, properties: propertiesLayout }, memory);
     writeStoredValueCounts(countsPlan, memory, (index) => denseValueIds(directoryView.at(index), rowCount));
-    const counts = memoryView.subarray(countsStart, countsPlan.end);
-    valueCountsLayout = { span: { file: segmentFiles.valueCounts, offset: countsStart, bytes: counts.byteLength, crc: crc32(counts) }, keys: countsPlan.keys };
+    valueCountsLayout = { span: { file: segmentFiles.valueCounts, offset: countsStart, bytes: valueCounts.byteLength, crc: crc32(valueCounts) }, keys: countsPlan.keys };
   }
 
   const uuidRowsSpan: ColumnSpan | undefined = uuidRows.length ? { file: segmentFiles.uuidRows, offset: notInMemoryOffset, bytes: uuidRows.byteLength, crc: crc32(asBytes(uuidRows)) } : undefined;
@@ -424,7 +424,7 @@ export function sealSegment(input: SealInput): LoadSegmentResult {
   injectFault("segment.write", temporary);
   for (const { span, bytes } of placed) writeFileDurably(join(temporary, span.file), bytes, input.fsync);
   if (propertiesLayout) writeFileDurably(join(temporary, propertiesLayout.span.file), propertySection, input.fsync);
-  if (valueCountsLayout) writeFileDurably(join(temporary, valueCountsLayout.span.file), memoryView.subarray(countsStart, countsPlan.end), input.fsync);
+  if (valueCountsLayout) writeFileDurably(join(temporary, valueCountsLayout.span.file), valueCounts, input.fsync);
   if (uuidRowsSpan) {
     writeFileDurably(join(temporary, uuidRowsSpan.file), asBytes(uuidRows), input.fsync);
     writeFileDurably(join(temporary, uuidsSpan!.file), uuids, input.fsync);

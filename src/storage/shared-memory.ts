@@ -17,7 +17,7 @@
  * now and then during a load: the longest stalls a request waited out.
  */
 
-/** Shared bytes allocated between two balloons: large enough that the balloon is mapped, not carved from the heap. */
+/** Shared bytes allocated between two collections asked for (or balloons: large enough that one is mapped, not carved from the heap). */
 const balloonBytes = 64 * 1024 * 1024;
 /** One balloon allocation at most this large (an ArrayBuffer's length is bounded). */
 const balloonBytesMax = 1024 * 1024 * 1024;

@@ -7,7 +7,7 @@
  * build the same index for other columns at first use
  * (query/kernels/value-counts.ts, which reads them).
  */
-import { directoryFields, DirectoryField, valueCountsFields, ValueCountsField, type ValueIdArray } from "./segment-layout.js";
+import { directoryFields, DirectoryField, findRecord, valueCountsFields, ValueCountsField, type ValueIdArray } from "./segment-layout.js";
 
 /** A dictionary this large makes chunks so long that the end scans cost most of a full one. */
 export const valueCountsValuesMax = 4096;
@@ -133,14 +133,7 @@ export function storedValueCountsAt(keys: readonly number[], index: number, memo
 
 /** The index of `keyId`'s stored counts in `keys` (sorted by key id), or -1. */
 export function storedValueCountsIndex(keys: readonly number[], keyId: number): number {
-  let low = 0;
-  let high = keys.length / valueCountsFields;
-  while (low < high) {
-    const middle = (low + high) >>> 1;
-    if (keys[middle * valueCountsFields + ValueCountsField.KeyId] < keyId) low = middle + 1;
-    else high = middle;
-  }
-  return low * valueCountsFields < keys.length && keys[low * valueCountsFields + ValueCountsField.KeyId] === keyId ? low : -1;
+  return findRecord(keys, valueCountsFields, keys.length / valueCountsFields, ValueCountsField.KeyId, keyId);
 }
 
 /** Whether every stored key's marks and counts lie inside the span its layout gives them (checked at load, as row counts are). */

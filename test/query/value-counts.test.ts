@@ -1,5 +1,6 @@
 import { describe, expect, it } from "vitest";
-import { buildValueCounts, chunkRowsFor, countPassingIndexed, countValuesIndexed, valueCountMarks, valueCountsOf, valueCountsValuesMax } from "../../src/query/kernels/value-counts.js";
+import { countPassingIndexed, countValuesIndexed, valueCountsOf } from "../../src/query/kernels/value-counts.js";
+import { buildValueCounts, chunkRowsFor, valueCountMarks, valueCountsValuesMax } from "../../src/storage/value-counts-index.js";
 import { seededRandom } from "./kernels-fixtures.js";
 
 const naiveCount = (valueIds: ArrayLike<number>, passes: Uint8Array, start: number, end: number) => {

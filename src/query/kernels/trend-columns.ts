@@ -32,7 +32,8 @@ import type { GatherPlan } from "./event-rows.js";
 import { rankSeries, valueOf } from "./series.js";
 import type { BucketValues, TrendSeriesAnswer, TrendSeriesPlan } from "./trend-series.js";
 import { sealedShardRows, type RowRange } from "./rows.js";
-import { countValuesIndexed, valueCountsOf, type ValueCounts } from "./value-counts.js";
+import type { ValueCounts } from "../../storage/value-counts-index.js";
+import { countValuesIndexed, valueCountsOf } from "./value-counts.js";
 
 /** Per-user value bit sets of this many 32-bit words at most (128 values): `unique` keeps two arrays of users × words. */
 const valueWordsMax = 4;

@@ -35,7 +35,8 @@ import { CompiledFilterCache, type FilterPlan } from "../filters.js";
 import { segmentFilterPasses } from "./event-rows.js";
 import { sumPartials } from "./partials.js";
 import { EpochMarks, GrowableInt32, ScratchUint32 } from "./scratch.js";
-import { chunkRowsMin, countPassingIndexed, countPassingValues, valueCountsOf } from "./value-counts.js";
+import { chunkRowsMin } from "../../storage/value-counts-index.js";
+import { countPassingIndexed, countPassingValues, valueCountsOf } from "./value-counts.js";
 import { segmentsByDay, sealedShardRows, selectActiveUsers, type RowRange } from "./rows.js";
 
 const { RoaringBitmap32 } = roaring;

@@ -24,8 +24,6 @@ import type { ValueIdColumn } from "../segment-view.js";
 import { buildValueCounts, segmentValueCountMarks, valueCountsValuesMax, type ValueCounts } from "../../storage/value-counts-index.js";
 import { lowerBoundUser } from "./rows.js";
 
-export { buildValueCounts, chunkRowsFor, chunkRowsMin, valueCountMarks, valueCountsValuesMax, type ValueCounts } from "../../storage/value-counts-index.js";
-
 /** Rows counted per value id (`counts[at + id]`, ids below `valueCount`) whose value `passes`. */
 export function countPassingValues(counts: Uint32Array, passes: Uint8Array, at = 0, valueCount = counts.length): number {
   let total = 0;
