@@ -149,6 +149,12 @@ function specs(dataset: Dataset): Spec[] {
       varies: true,
     },
     {
+      name: "§7 trend tz",
+      request: () => ({ kind: "v2", request: { kind: "trend", body: { event: "$pageview", dateFrom, dateTo, groupBy: "day", math: "unique", timezone: "America/New_York" } } }),
+      varies: false,
+      baseline: "trend-unique",
+    },
+    {
       name: "§7 trend tz+breakdown",
       request: () => ({
         kind: "v2",

@@ -22,6 +22,7 @@ import type { TrendMath as CountMath } from "./kernels/trend.js";
 import { retentionCountsByPair } from "./kernels/retention.js";
 import { lowerBoundUser } from "./kernels/rows.js";
 import { mathFromValueCounts } from "./kernels/trend-columns.js";
+import { dayPartsFit, trendDayPartsApplies } from "./kernels/trend-day-parts.js";
 import type { QueryPlan, RowsAnswer, RowsAnswerPlan } from "./query-protocol.js";
 import {
   isVersion1Funnel,
@@ -329,7 +330,7 @@ export class QueryService {
       return result.rows;
     };
     const shardCount = this.pool.queryThreadCount;
-    const bounds = !(shardCount > 1 && shardable(answer)) || countsAnswer(gather, answer)
+    const bounds = !(shardCount > 1 && shardable(answer)) || countsAnswer(gather, answer) || dayPartsAnswer(segments, gather, answer)
       ? undefined
       : answer.kind === "funnel"
         ? rowCount >= limits.rowsQueryShardRowsMin
@@ -588,4 +589,14 @@ function shardBoundsByRows(segments: readonly SegmentView[], eventId: number, us
 function countsAnswer(gather: GatherPlan, answer: RowsAnswerPlan): boolean {
   if (answer.kind !== "trend" || !mathFromValueCounts(gather, answer.plan)) return false;
   return answer.plan.startsMs.every((startMs) => startMs % dayMs === 0);
+}
+
+/**
+ * A trend total or unique of one event without filters or breakdown, in a
+ * zone whose boundaries cut each day into few parts (trend-day-parts.ts): one
+ * task, since a sealed part's users are kept over all users and each shard
+ * would union the same bitmaps again.
+ */
+function dayPartsAnswer(segments: ReadonlyArray<{ dayStartMs: number }>, gather: GatherPlan, answer: RowsAnswerPlan): boolean {
+  return answer.kind === "trend" && trendDayPartsApplies(gather, answer.plan) && dayPartsFit(segments, answer.plan.startsMs);
 }

@@ -9,6 +9,7 @@ import { funnelColumns } from "./kernels/funnel-columns.js";
 import { retentionCohorts } from "./kernels/retention-cohorts.js";
 import { trendSeries } from "./kernels/trend-series.js";
 import { trendColumns } from "./kernels/trend-columns.js";
+import { trendDayParts } from "./kernels/trend-day-parts.js";
 import { retentionColumns } from "./kernels/retention-columns.js";
 import { workspaceListing } from "./kernels/workspace-listing.js";
 import { retentionPartial } from "./kernels/retention.js";
@@ -51,7 +52,7 @@ export function runQueryTask(task: QueryTask): QueryTaskResult | SegmentsMissing
 /** The column fast paths of SPEC §7 queries; undefined when the plan's shape is not one they cover. */
 function answerColumns(segments: readonly SegmentView[], gather: GatherPlan, plan: RowsAnswerPlan, userLo: number, userHi: number): RowsAnswer | undefined {
   if (plan.kind === "trend") {
-    const answer = trendColumns(segments, gather, plan.plan, userLo, userHi);
+    const answer = trendDayParts(segments, gather, plan.plan, userLo, userHi) ?? trendColumns(segments, gather, plan.plan, userLo, userHi);
     return answer === undefined ? undefined : { kind: "trend", answer };
   }
   if (plan.kind === "retention") {

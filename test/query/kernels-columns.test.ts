@@ -20,6 +20,7 @@ import { funnelColumns } from "../../src/query/kernels/funnel-columns.js";
 import { retentionColumns } from "../../src/query/kernels/retention-columns.js";
 import { retentionCohorts } from "../../src/query/kernels/retention-cohorts.js";
 import { trendColumns } from "../../src/query/kernels/trend-columns.js";
+import { dayPartsFit, trendDayParts } from "../../src/query/kernels/trend-day-parts.js";
 import { trendSeries, type TrendSeriesAnswer } from "../../src/query/kernels/trend-series.js";
 import type { TrendMath } from "../../src/query/schemas.js";
 import type { SegmentView } from "../../src/query/segment-view.js";
@@ -183,6 +184,57 @@ describe("a §7 sum, average or extreme from value counts answers as the gathere
         expectTrendClose(trendColumns(data.segments, gather, plan, lo, hi)!, rows, `${context}, asked again`);
       }
     }
+  });
+});
+
+describe("a §7 total or unique of one event in a zone, from kept day parts, answers as the gathered rows do", () => {
+  it.each(seeds)("seed %i", (seed) => {
+    const data = dataset(seed);
+    const random = seededRandom(seed * 43);
+    for (let query = 0; query < 10; query++) {
+      const groupBy = pick(random, ["day", "day", "week", "month", "hour"] as GroupBy[]);
+      const { zone, dateFrom, dateTo } = randomRange(random, data);
+      const startsMs = zonedTrendBoundaries(dateFrom, dateTo, groupBy, zoneClock(zone), 10_000)!.startsMs;
+      const math = pick(random, ["total", "unique"] as TrendMath[]);
+      const gather: GatherPlan = {
+        fromMs: startsMs[0],
+        toMsExclusive: startsMs[startsMs.length - 1],
+        references: [{ eventId: random() < 0.05 ? undefined : integer(random, 3), filters: [] }],
+        allEvents: false,
+        breakdown: { kind: "none" },
+        math: { kind: "none" },
+      };
+      const plan = { startsMs, math, breakdownLimit: undefined };
+      // One task over every user half the time: sealed totals then come from the kept counts.
+      const bounds = random() < 0.5 ? [0, data.userCount] : shardBounds(random, data.userCount);
+      for (const [lo, hi] of pairs(bounds)) {
+        const context = `seed ${seed} query ${query}: ${groupBy} in ${zone} ${dateFrom}…${dateTo}, ${math}, users [${lo}, ${hi})`;
+        const fast = trendDayParts(data.segments, gather, plan, lo, hi);
+        expect(fast !== undefined, context).toBe(dayPartsFit(data.segments, startsMs));
+        if (groupBy === "hour") {
+          expect(fast, context).toBeUndefined();
+          continue;
+        }
+        expect(fast, context).toBeDefined();
+        const rows = trendSeries(gatherEventRows(data.segments, gather, lo, hi), plan);
+        expectTrendClose(fast!, rows, context);
+        // Asked again: sealed parts now answer from what was kept.
+        expectTrendClose(trendDayParts(data.segments, gather, plan, lo, hi)!, rows, `${context}, asked again`);
+      }
+    }
+  });
+
+  it("answers undefined for any other shape", () => {
+    const data = dataset(7_000);
+    const startsMs = zonedTrendBoundaries(data.firstDay, addDays(data.firstDay, 2), "day", zoneClock("America/New_York"), 10_000)!.startsMs;
+    const gather: GatherPlan = { fromMs: startsMs[0], toMsExclusive: startsMs[startsMs.length - 1], references: [{ eventId: 0, filters: [] }], allEvents: false, breakdown: { kind: "none" }, math: { kind: "none" } };
+    const plan = { startsMs, math: "unique" as TrendMath, breakdownLimit: undefined };
+    expect(trendDayParts(data.segments, gather, plan, 0, data.userCount)).toBeDefined();
+    expect(trendDayParts(data.segments, { ...gather, references: [{ eventId: 0, filters: [{ keyId: keyFilter, op: "eq", value: "x" }] }] }, plan, 0, data.userCount)).toBeUndefined();
+    expect(trendDayParts(data.segments, { ...gather, breakdown: { kind: "key", keyId: keyValue } }, { ...plan, breakdownLimit: 3 }, 0, data.userCount)).toBeUndefined();
+    expect(trendDayParts(data.segments, gather, { ...plan, math: "avg_per_user" }, 0, data.userCount)).toBeUndefined();
+    expect(trendDayParts(data.segments, { ...gather, math: { kind: "key", keyId: keyNumber } }, { ...plan, math: "sum" }, 0, data.userCount)).toBeUndefined();
+    expect(trendDayParts(data.segments, { ...gather, allEvents: true }, plan, 0, data.userCount)).toBeUndefined();
   });
 });
 
