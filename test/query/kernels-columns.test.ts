@@ -191,24 +191,25 @@ describe("a §7 total or unique of one event in a zone, from kept day parts, ans
   it.each(seeds)("seed %i", (seed) => {
     const data = dataset(seed);
     const random = seededRandom(seed * 43);
-    for (let query = 0; query < 10; query++) {
+    for (let query = 0; query < 12; query++) {
       const groupBy = pick(random, ["day", "day", "week", "month", "hour"] as GroupBy[]);
       const { zone, dateFrom, dateTo } = randomRange(random, data);
       const startsMs = zonedTrendBoundaries(dateFrom, dateTo, groupBy, zoneClock(zone), 10_000)!.startsMs;
       const math = pick(random, ["total", "unique"] as TrendMath[]);
+      const breakdown = random() < 0.5;
       const gather: GatherPlan = {
         fromMs: startsMs[0],
         toMsExclusive: startsMs[startsMs.length - 1],
         references: [{ eventId: random() < 0.05 ? undefined : integer(random, 3), filters: [] }],
         allEvents: false,
-        breakdown: { kind: "none" },
+        breakdown: breakdown ? randomBreakdown(random) : { kind: "none" },
         math: { kind: "none" },
       };
-      const plan = { startsMs, math, breakdownLimit: undefined };
+      const plan = { startsMs, math, breakdownLimit: breakdown ? pick(random, [1, 2, 3, 25]) : undefined };
       // One task over every user half the time: sealed totals then come from the kept counts.
       const bounds = random() < 0.5 ? [0, data.userCount] : shardBounds(random, data.userCount);
       for (const [lo, hi] of pairs(bounds)) {
-        const context = `seed ${seed} query ${query}: ${groupBy} in ${zone} ${dateFrom}…${dateTo}, ${math}, users [${lo}, ${hi})`;
+        const context = `seed ${seed} query ${query}: ${groupBy} in ${zone} ${dateFrom}…${dateTo}, ${math}, limit ${plan.breakdownLimit}, users [${lo}, ${hi})`;
         const fast = trendDayParts(data.segments, gather, plan, lo, hi);
         expect(fast !== undefined, context).toBe(dayPartsFit(data.segments, startsMs));
         if (groupBy === "hour") {
@@ -231,7 +232,8 @@ describe("a §7 total or unique of one event in a zone, from kept day parts, ans
     const plan = { startsMs, math: "unique" as TrendMath, breakdownLimit: undefined };
     expect(trendDayParts(data.segments, gather, plan, 0, data.userCount)).toBeDefined();
     expect(trendDayParts(data.segments, { ...gather, references: [{ eventId: 0, filters: [{ keyId: keyFilter, op: "eq", value: "x" }] }] }, plan, 0, data.userCount)).toBeUndefined();
-    expect(trendDayParts(data.segments, { ...gather, breakdown: { kind: "key", keyId: keyValue } }, { ...plan, breakdownLimit: 3 }, 0, data.userCount)).toBeUndefined();
+    expect(trendDayParts(data.segments, { ...gather, breakdown: { kind: "key", keyId: keyValue } }, { ...plan, breakdownLimit: 3 }, 0, data.userCount)).toBeDefined();
+    expect(trendDayParts(data.segments, { ...gather, breakdown: { kind: "key", keyId: keyValue } }, plan, 0, data.userCount)).toBeUndefined();
     expect(trendDayParts(data.segments, gather, { ...plan, math: "avg_per_user" }, 0, data.userCount)).toBeUndefined();
     expect(trendDayParts(data.segments, { ...gather, math: { kind: "key", keyId: keyNumber } }, { ...plan, math: "sum" }, 0, data.userCount)).toBeUndefined();
     expect(trendDayParts(data.segments, { ...gather, allEvents: true }, plan, 0, data.userCount)).toBeUndefined();

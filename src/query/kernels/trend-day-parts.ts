@@ -1,7 +1,8 @@
 /**
- * A SPEC §7 trend `total` or `unique` of one event, without filters,
- * breakdown or math property, in any time zone, by day, week or month: the
- * shape of a dashboard's "users per day" in the team's zone. A time zone cuts
+ * A SPEC §7 trend `total` or `unique` of one event, without filters or math
+ * property, with or without a breakdown, in any time zone, by day, week or
+ * month: the shape of a dashboard's "users per day" in the team's zone, or
+ * "users per day by country". A time zone cuts
  * each UTC day (a segment's day) into at most a few parts, each in one bucket
  * (column-scan.ts). A sealed segment holds the event's rows sorted by (user,
  * time), so the users with a row in one part, and how many rows it holds, are
@@ -11,6 +12,11 @@
  * by CRoaring, as trend.ts does for UTC days; only an active segment's rows
  * are read on every query. Without this, a zone other than UTC read every row
  * of the range on every query (~40× the time of the same trend in UTC).
+ *
+ * A breakdown keeps, per part, one bitmap and one row count per value of the
+ * property (the segment's value ids, mapped to task-wide ids by text). A
+ * value's weight (SPEC §7.3's rank) is the union of its bitmaps over the
+ * range, or its rows; "other" unions the left-out values per bucket.
  */
 import roaring from "roaring";
 import { dayMs } from "../buckets.js";
@@ -19,7 +25,8 @@ import { dayParts } from "./column-scan.js";
 import type { GatherPlan } from "./event-rows.js";
 import { sealedShardRows, type RowRange } from "./rows.js";
 import { ScratchUint32 } from "./scratch.js";
-import type { TrendSeriesAnswer, TrendSeriesPlan } from "./trend-series.js";
+import { rankSeries, valueOf } from "./series.js";
+import type { BucketValues, TrendSeriesAnswer, TrendSeriesPlan } from "./trend-series.js";
 
 const { RoaringBitmap32 } = roaring;
 type Bitmap = InstanceType<typeof RoaringBitmap32>;
@@ -28,7 +35,7 @@ type Bitmap = InstanceType<typeof RoaringBitmap32>;
 const partsPerDayMax = 3;
 
 /** Per worker thread: the kept parts' bitmaps, least recently used dropped first. */
-const dayPartsBytesMax = 32 * 1024 * 1024;
+const dayPartsBytesMax = 48 * 1024 * 1024;
 /** A bitmap's bytes, roughly: two per member in array containers, plus its object. */
 const bitmapBytesPerMember = 2;
 const bitmapBytesFixed = 64;
@@ -40,8 +47,20 @@ interface DayPartUsers {
   bytes: number;
 }
 
-/** Keyed by segment key, event and part: a sealed segment's rows never change under its key. */
-const keptParts = new Map<string, DayPartUsers>();
+/** The users and rows of each value of one property in one part of a sealed day; index: the segment's value id (0: not set). */
+interface DayPartValues {
+  texts: readonly string[];
+  users: Array<Bitmap | undefined>;
+  rows: Uint32Array;
+  bytes: number;
+}
+
+/** Breakdown values one task may hold here; more go through the row scan. */
+const breakdownValuesMax = 4096;
+const noTexts: readonly string[] = [""];
+
+/** Keyed by segment key, event, part (and property): a sealed segment's rows never change under its key. */
+const keptParts = new Map<string, DayPartUsers | DayPartValues>();
 let keptBytes = 0;
 const userScratch = new ScratchUint32();
 const shardRows: RowRange = { start: 0, end: 0 };
@@ -49,7 +68,8 @@ const shardRows: RowRange = { start: 0, end: 0 };
 /** Whether a trend of this shape answers here (for every segment whose days have at most three parts). */
 export function trendDayPartsApplies(gather: GatherPlan, plan: TrendSeriesPlan): boolean {
   if (plan.math !== "total" && plan.math !== "unique") return false;
-  if (plan.breakdownLimit !== undefined || gather.allEvents || gather.references.length !== 1 || gather.math.kind !== "none") return false;
+  if ((plan.breakdownLimit !== undefined) !== (gather.breakdown.kind === "key")) return false;
+  if (gather.allEvents || gather.references.length !== 1 || gather.math.kind !== "none") return false;
   return gather.references[0].filters.length === 0;
 }
 
@@ -62,12 +82,20 @@ export function dayPartsFit(segments: ReadonlyArray<{ dayStartMs: number }>, sta
 export function trendDayParts(segments: readonly SegmentView[], gather: GatherPlan, plan: TrendSeriesPlan, userLo: number, userHi: number): TrendSeriesAnswer | undefined {
   if (!trendDayPartsApplies(gather, plan)) return undefined;
   const bucketCount = plan.startsMs.length - 1;
-  const planned: Array<{ segment: SegmentView; parts: ReturnType<typeof dayParts> }> = [];
+  const planned: PlannedDay[] = [];
   for (const segment of segments) {
     if (segment.rowCount === 0) continue;
     const parts = dayParts(plan.startsMs, segment.dayStartMs);
     if (parts.length > partsPerDayMax) return undefined;
     if (parts.length > 0) planned.push({ segment, parts });
+  }
+  if (plan.breakdownLimit !== undefined) {
+    const keyId = (gather.breakdown as { keyId: number | undefined }).keyId;
+    const series = breakdownSeries(planned, gather, plan, keyId, userLo, userHi);
+    if (series === undefined) return undefined;
+    // The whole answer: the same trend without the breakdown, from the same kept parts.
+    const whole = trendDayParts(segments, { ...gather, breakdown: { kind: "none" } }, { ...plan, breakdownLimit: undefined }, userLo, userHi)!;
+    return { values: whole.values, series: series.series, other: series.other };
   }
   const unique = plan.math === "unique";
   const rows = new Float64Array(bucketCount);
@@ -118,31 +146,189 @@ export function trendDayParts(segments: readonly SegmentView[], gather: GatherPl
     const sets = bitmaps[bucket];
     const own = scanned[bucket];
     if (own !== undefined) sets.push(own);
-    if (sets.length === 0) values[bucket] = 0;
-    else if (sets.length === 1) values[bucket] = sets[0].rangeCardinality(userLo, userHi);
-    else if (sets.length === 2 && userLo === 0 && sets[0].maximum() < userHi && sets[1].maximum() < userHi) {
-      // A day's two parts, every member in range: |A ∪ B| = |A| + |B| - |A ∩ B|, without building the union.
-      values[bucket] = sets[0].size + sets[1].size - sets[0].andCardinality(sets[1]);
-    } else {
-      const union = RoaringBitmap32.orMany(sets);
-      values[bucket] = union.rangeCardinality(userLo, userHi);
-      union.dispose();
-    }
+    values[bucket] = unionCount(sets, userLo, userHi);
     own?.dispose();
   }
   return { values, series: undefined, other: undefined };
 }
 
-/** The event's users and rows in [lowMs, highMs) of a sealed day, over all its users; read once, then kept. */
-function sealedPart(segment: SegmentView, eventId: number, lowMs: number, highMs: number): DayPartUsers {
-  const key = `${segment.key}/${eventId}/${lowMs}/${highMs}`;
+type PlannedDay = { segment: SegmentView; parts: ReturnType<typeof dayParts> };
+
+/** How many users in [userLo, userHi) the sets hold together. */
+function unionCount(sets: readonly Bitmap[], userLo: number, userHi: number): number {
+  if (sets.length === 0) return 0;
+  if (sets.length === 1) return sets[0].rangeCardinality(userLo, userHi);
+  if (sets.length === 2 && userLo === 0 && sets[0].maximum() < userHi && sets[1].maximum() < userHi) {
+    // A day's two parts, every member in range: |A ∪ B| = |A| + |B| - |A ∩ B|, without building the union.
+    return sets[0].size + sets[1].size - sets[0].andCardinality(sets[1]);
+  }
+  const union = RoaringBitmap32.orMany(sets as Bitmap[]);
+  const count = union.rangeCardinality(userLo, userHi);
+  union.dispose();
+  return count;
+}
+
+/** The series and "other" of a breakdown by keyId (undefined: no row sets it); undefined when the values are too many for this path. */
+function breakdownSeries(
+  planned: readonly PlannedDay[],
+  gather: GatherPlan,
+  plan: TrendSeriesPlan,
+  keyId: number | undefined,
+  userLo: number,
+  userHi: number,
+): Pick<TrendSeriesAnswer, "series" | "other"> | undefined {
+  const bucketCount = plan.startsMs.length - 1;
+  const unique = plan.math === "unique";
+  const eventId = gather.references[0].eventId;
+  // Task-wide value ids: 0 is "not set", the others index valueTexts.
+  const valueTexts: string[] = [""];
+  const globalIdOfText = new Map<string, number>();
+  /** [value][bucket]: the value's user sets of the bucket (unique) and its rows. */
+  const cellSets: Bitmap[][][] = [];
+  const cellRows: Float64Array[] = [];
+  /** [value]: user sets whose union is the value's users over the range (unique's rank). */
+  const weightSets: Bitmap[][] = [];
+  const addValue = () => {
+    cellRows.push(new Float64Array(bucketCount));
+    cellSets.push(unique ? Array.from({ length: bucketCount }, () => []) : []);
+    weightSets.push([]);
+  };
+  addValue();
+  /** Users of active rows by cell (value × bucketCount + bucket). */
+  const scannedCells = new Map<number, number[]>();
+  if (eventId !== undefined && userLo < userHi) {
+    for (const { segment, parts } of planned) {
+      const column = keyId === undefined ? undefined : segment.property(keyId);
+      const texts = column?.texts ?? noTexts;
+      const globalIds = new Int32Array(Math.max(1, texts.length));
+      for (let id = 1; id < texts.length; id++) {
+        let global = globalIdOfText.get(texts[id]);
+        if (global === undefined) {
+          global = valueTexts.length;
+          valueTexts.push(texts[id]);
+          globalIdOfText.set(texts[id], global);
+          addValue();
+        }
+        globalIds[id] = global;
+      }
+      if (valueTexts.length > breakdownValuesMax) return undefined;
+      const valueIds = column?.valueIds;
+      if (segment.eventRowStart !== undefined) {
+        sealedShardRows(segment.eventRowStart, segment.userIds, eventId, userLo, userHi, shardRows);
+        if (shardRows.start === shardRows.end) continue;
+        const wholeRun = shardRows.start === segment.eventRowStart[eventId] && shardRows.end === segment.eventRowStart[eventId + 1];
+        // A day cut in parts but inside the range ranks by its whole-day sets: half as many to union.
+        const rankByDay = unique && parts.length > 1 && segment.dayStartMs >= plan.startsMs[0] && segment.dayStartMs + dayMs <= plan.startsMs[bucketCount];
+        if (rankByDay) {
+          const day = sealedPartValues(segment, eventId, keyId, 0, dayMs);
+          for (let id = 0; id < day.rows.length; id++) if (day.rows[id] > 0) weightSets[globalIds[id]].push(day.users[id]!);
+        }
+        for (const { lowMs, highMs, bucket } of parts) {
+          if (!unique && !wholeRun) {
+            // A shard's rows of the part, counted per value (its kept counts cover every user).
+            const { timeOffsetMs } = segment;
+            for (let row = shardRows.start; row < shardRows.end; row++) {
+              const offset = timeOffsetMs[row];
+              if (offset >= lowMs && offset < highMs) cellRows[globalIds[valueIds === undefined ? 0 : valueIds[row]]][bucket]++;
+            }
+            continue;
+          }
+          const kept = sealedPartValues(segment, eventId, keyId, lowMs, highMs);
+          for (let id = 0; id < kept.rows.length; id++) {
+            if (kept.rows[id] === 0) continue;
+            const global = globalIds[id];
+            if (!unique) cellRows[global][bucket] += kept.rows[id];
+            else {
+              cellSets[global][bucket].push(kept.users[id]!);
+              if (!rankByDay) weightSets[global].push(kept.users[id]!);
+            }
+          }
+        }
+        continue;
+      }
+      const eventRows = segment.eventRows(eventId);
+      if (eventRows === undefined || eventRows.length === 0) continue;
+      const { userIds, timeOffsetMs } = segment;
+      for (const { lowMs, highMs, bucket } of parts) {
+        for (let index = 0; index < eventRows.length; index++) {
+          const row = eventRows[index];
+          const user = userIds[row];
+          const offset = timeOffsetMs[row];
+          if (user < userLo || user >= userHi || offset < lowMs || offset >= highMs) continue;
+          const global = globalIds[valueIds === undefined ? 0 : valueIds[row]];
+          cellRows[global][bucket]++;
+          if (!unique) continue;
+          const cell = global * bucketCount + bucket;
+          let users = scannedCells.get(cell);
+          if (users === undefined) scannedCells.set(cell, (users = []));
+          users.push(user);
+        }
+      }
+    }
+  }
+  const owned: Bitmap[] = [];
+  for (const [cell, users] of scannedCells) {
+    const bitmap = new RoaringBitmap32(users);
+    owned.push(bitmap);
+    cellSets[Math.floor(cell / bucketCount)][cell % bucketCount].push(bitmap);
+    weightSets[Math.floor(cell / bucketCount)].push(bitmap);
+  }
+  const valueCount = valueTexts.length;
+  const weights = new Float64Array(valueCount);
+  const present = new Uint8Array(valueCount);
+  for (let value = 0; value < valueCount; value++) {
+    weights[value] = unique ? unionCount(weightSets[value], userLo, userHi) : cellRows[value].reduce((sum, rows) => sum + rows, 0);
+    present[value] = weights[value] > 0 ? 1 : 0;
+  }
+  const cells = (values: readonly number[]): BucketValues => {
+    const answer: BucketValues = new Array(bucketCount);
+    for (let bucket = 0; bucket < bucketCount; bucket++) {
+      let count = 0;
+      if (unique) count = unionCount(values.flatMap((value) => cellSets[value][bucket]), userLo, userHi);
+      else for (const value of values) count += cellRows[value][bucket];
+      answer[bucket] = count;
+    }
+    return answer;
+  };
+  const ranked = rankSeries(weights, present, valueTexts, plan.breakdownLimit!);
+  const series = ranked.listed.map((value) => ({ value: valueOf(valueTexts, value), values: cells([value]), weight: weights[value] }));
+  let other: BucketValues | undefined;
+  if (ranked.hasOther) {
+    const left: number[] = [];
+    for (let value = 0; value < valueCount; value++) if (present[value] === 1 && ranked.groupOfValue[value] === ranked.otherGroup) left.push(value);
+    other = cells(left);
+  }
+  for (const bitmap of owned) bitmap.dispose();
+  return { series, other };
+}
+
+/** What `key` names, kept; built and kept when missing, dropping the least recently used beyond the budget. */
+function keep<T extends DayPartUsers | DayPartValues>(key: string, build: () => T): T {
   const kept = keptParts.get(key);
   if (kept !== undefined) {
     // Most recently used last: eviction walks the map from its start.
     keptParts.delete(key);
     keptParts.set(key, kept);
-    return kept;
+    return kept as T;
   }
+  const built = build();
+  keptParts.set(key, built);
+  keptBytes += built.bytes;
+  // Not disposed when dropped: a query running now may still hold it; the collector frees it.
+  for (const [oldKey, old] of keptParts) {
+    if (keptBytes <= dayPartsBytesMax || oldKey === key) break;
+    keptParts.delete(oldKey);
+    keptBytes -= old.bytes;
+  }
+  return built;
+}
+
+/** The event's users and rows in [lowMs, highMs) of a sealed day, over all its users; read once, then kept. */
+function sealedPart(segment: SegmentView, eventId: number, lowMs: number, highMs: number): DayPartUsers {
+  return keep(`${segment.key}/${eventId}/${lowMs}/${highMs}`, () => readPart(segment, eventId, lowMs, highMs));
+}
+
+function readPart(segment: SegmentView, eventId: number, lowMs: number, highMs: number): DayPartUsers {
   const { userIds, timeOffsetMs } = segment;
   const start = segment.eventRowStart![eventId];
   const end = segment.eventRowStart![eventId + 1];
@@ -162,16 +348,58 @@ function sealedPart(segment: SegmentView, eventId: number, lowMs: number, highMs
   }
   const bitmap = new RoaringBitmap32();
   bitmap.addMany(users.subarray(0, userCount));
-  const part: DayPartUsers = { users: bitmap, rows, bytes: bitmapBytesFixed + bitmapBytesPerMember * userCount };
-  keptParts.set(key, part);
-  keptBytes += part.bytes;
-  // Not disposed when dropped: a query running now may still hold it; the collector frees it.
-  for (const [oldKey, old] of keptParts) {
-    if (keptBytes <= dayPartsBytesMax || oldKey === key) break;
-    keptParts.delete(oldKey);
-    keptBytes -= old.bytes;
-  }
-  return part;
+  return { users: bitmap, rows, bytes: bitmapBytesFixed + bitmapBytesPerMember * userCount };
+}
+
+/** Per value of keyId, the event's users and rows in [lowMs, highMs) of a sealed day, over all its users; read once, then kept. */
+function sealedPartValues(segment: SegmentView, eventId: number, keyId: number | undefined, lowMs: number, highMs: number): DayPartValues {
+  return keep(`${segment.key}/${eventId}/${lowMs}/${highMs}/${keyId}`, () => {
+    const { userIds, timeOffsetMs } = segment;
+    const column = keyId === undefined ? undefined : segment.property(keyId);
+    const valueIds = column?.valueIds;
+    const texts = column?.texts ?? noTexts;
+    const valueCount = Math.max(1, texts.length);
+    const start = segment.eventRowStart![eventId];
+    const end = segment.eventRowStart![eventId + 1];
+    // Two passes: rows and distinct users per value, then each value's users into its slice of one array.
+    // Rows are sorted by user, so each value's users come ascending, a repeat right after its last one.
+    const rows = new Uint32Array(valueCount);
+    const slices = new Uint32Array(valueCount + 1);
+    const lastUser = new Int32Array(valueCount).fill(-1);
+    for (let row = start; row < end; row++) {
+      const offset = timeOffsetMs[row];
+      if (offset < lowMs || offset >= highMs) continue;
+      const value = valueIds === undefined ? 0 : valueIds[row];
+      rows[value]++;
+      const user = userIds[row];
+      if (lastUser[value] === user) continue;
+      lastUser[value] = user;
+      slices[value + 1]++;
+    }
+    for (let value = 0; value < valueCount; value++) slices[value + 1] += slices[value];
+    const users = userScratch.get(slices[valueCount]);
+    const next = slices.slice(0, valueCount);
+    lastUser.fill(-1);
+    for (let row = start; row < end; row++) {
+      const offset = timeOffsetMs[row];
+      if (offset < lowMs || offset >= highMs) continue;
+      const value = valueIds === undefined ? 0 : valueIds[row];
+      const user = userIds[row];
+      if (lastUser[value] === user) continue;
+      lastUser[value] = user;
+      users[next[value]++] = user;
+    }
+    const bitmaps: Array<Bitmap | undefined> = new Array(valueCount).fill(undefined);
+    let bytes = rows.byteLength + bitmapBytesPerMember * slices[valueCount];
+    for (let value = 0; value < valueCount; value++) {
+      if (slices[value + 1] === slices[value]) continue;
+      const bitmap = new RoaringBitmap32();
+      bitmap.addMany(users.subarray(slices[value], slices[value + 1]));
+      bitmaps[value] = bitmap;
+      bytes += bitmapBytesFixed;
+    }
+    return { texts, users: bitmaps, rows, bytes };
+  });
 }
 
 /** Sealed rows [start, end) whose time offset lies in [lowMs, highMs). */
