@@ -22,7 +22,8 @@ import type { TrendMath as CountMath } from "./kernels/trend.js";
 import { retentionCountsByPair } from "./kernels/retention.js";
 import { lowerBoundUser } from "./kernels/rows.js";
 import { mathFromValueCounts } from "./kernels/trend-columns.js";
-import { dayPartsFit, trendDayPartsApplies } from "./kernels/trend-day-parts.js";
+import { breakdownFromDayParts, dayPartsFit, trendDayPartsApplies } from "./kernels/trend-day-parts.js";
+import { dayParts } from "./kernels/column-scan.js";
 import type { QueryPlan, RowsAnswer, RowsAnswerPlan } from "./query-protocol.js";
 import {
   isVersion1Funnel,
@@ -330,7 +331,7 @@ export class QueryService {
       return result.rows;
     };
     const shardCount = this.pool.queryThreadCount;
-    const bounds = !(shardCount > 1 && shardable(answer)) || countsAnswer(gather, answer) || dayPartsAnswer(segments, gather, answer)
+    const bounds = !(shardCount > 1 && shardable(answer)) || countsAnswer(gather, answer) || dayPartsAnswer(segments, gather, answer, referencedEventIds(gather))
       ? undefined
       : answer.kind === "funnel"
         ? rowCount >= limits.rowsQueryShardRowsMin
@@ -597,6 +598,10 @@ function countsAnswer(gather: GatherPlan, answer: RowsAnswerPlan): boolean {
  * task, since a sealed part's users are kept over all users and each shard
  * would union the same bitmaps again.
  */
-function dayPartsAnswer(segments: ReadonlyArray<{ dayStartMs: number }>, gather: GatherPlan, answer: RowsAnswerPlan): boolean {
-  return answer.kind === "trend" && trendDayPartsApplies(gather, answer.plan) && dayPartsFit(segments, answer.plan.startsMs);
+function dayPartsAnswer(segments: readonly SegmentDescriptor[], gather: GatherPlan, answer: RowsAnswerPlan, eventIds: readonly number[]): boolean {
+  if (answer.kind !== "trend" || !trendDayPartsApplies(gather, answer.plan) || !dayPartsFit(segments, answer.plan.startsMs)) return false;
+  // A breakdown over mostly active rows, or many segments a day, is scanned in shards instead (trend-day-parts.ts).
+  if (answer.plan.breakdownLimit === undefined || eventIds.length === 0) return true;
+  const inRange = segments.filter((segment) => dayParts(answer.plan.startsMs, segment.dayStartMs).length > 0);
+  return breakdownFromDayParts(inRange, sealedEventRowCount(ownedSegmentViews(inRange), eventIds[0]), activeRowCount(inRange));
 }

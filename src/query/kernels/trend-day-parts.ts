@@ -90,6 +90,7 @@ export function trendDayParts(segments: readonly SegmentView[], gather: GatherPl
     if (parts.length > 0) planned.push({ segment, parts });
   }
   if (plan.breakdownLimit !== undefined) {
+    if (!mostlySealed(planned, gather.references[0].eventId)) return undefined;
     const keyId = (gather.breakdown as { keyId: number | undefined }).keyId;
     const series = breakdownSeries(planned, gather, plan, keyId, userLo, userHi);
     if (series === undefined) return undefined;
@@ -154,6 +155,32 @@ export function trendDayParts(segments: readonly SegmentView[], gather: GatherPl
 
 type PlannedDay = { segment: SegmentView; parts: ReturnType<typeof dayParts> };
 
+/**
+ * Whether a breakdown reads few enough sets here: the event's sealed rows are
+ * at least its active ones, and the days hold at most two segments each on
+ * average. A breakdown collects an active row's user per value in plain
+ * arrays, and unions one set per value per segment part; the row scan
+ * (column-scan.ts) keeps per-user bit sets instead and splits over workers.
+ * Right after a 10 M load, before merges had settled, this path took 1.5×
+ * the scan's time.
+ */
+export function breakdownFromDayParts(segments: ReadonlyArray<{ dayStartMs: number }>, sealedRows: number, activeRows: number): boolean {
+  const days = new Set(segments.map((segment) => segment.dayStartMs));
+  return sealedRows >= activeRows && segments.length <= 2 * days.size;
+}
+
+function mostlySealed(planned: readonly PlannedDay[], eventId: number | undefined): boolean {
+  if (eventId === undefined) return true;
+  let sealed = 0;
+  let active = 0;
+  for (const { segment } of planned) {
+    const starts = segment.eventRowStart;
+    if (starts !== undefined) sealed += eventId + 1 < starts.length ? starts[eventId + 1] - starts[eventId] : 0;
+    else active += segment.eventRows(eventId)?.length ?? 0;
+  }
+  return breakdownFromDayParts(planned.map(({ segment }) => segment), sealed, active);
+}
+
 /** How many users in [userLo, userHi) the sets hold together. */
 function unionCount(sets: readonly Bitmap[], userLo: number, userHi: number): number {
   if (sets.length === 0) return 0;
@@ -217,8 +244,14 @@ function breakdownSeries(
         sealedShardRows(segment.eventRowStart, segment.userIds, eventId, userLo, userHi, shardRows);
         if (shardRows.start === shardRows.end) continue;
         const wholeRun = shardRows.start === segment.eventRowStart[eventId] && shardRows.end === segment.eventRowStart[eventId + 1];
-        // A day cut in parts but inside the range ranks by its whole-day sets: half as many to union.
-        const rankByDay = unique && parts.length > 1 && segment.dayStartMs >= plan.startsMs[0] && segment.dayStartMs + dayMs <= plan.startsMs[bucketCount];
+        // A day cut in parts but inside the range ranks by its whole-day sets: half as many to union. Only
+        // once its parts are kept: a segment new to this worker (a merge's, right after a load) is read once.
+        const rankByDay =
+          unique &&
+          parts.length > 1 &&
+          segment.dayStartMs >= plan.startsMs[0] &&
+          segment.dayStartMs + dayMs <= plan.startsMs[bucketCount] &&
+          parts.every(({ lowMs, highMs }) => keptParts.has(partValuesKey(segment, eventId, keyId, lowMs, highMs)));
         if (rankByDay) {
           const day = sealedPartValues(segment, eventId, keyId, 0, dayMs);
           for (let id = 0; id < day.rows.length; id++) if (day.rows[id] > 0) weightSets[globalIds[id]].push(day.users[id]!);
@@ -352,8 +385,12 @@ function readPart(segment: SegmentView, eventId: number, lowMs: number, highMs: 
 }
 
 /** Per value of keyId, the event's users and rows in [lowMs, highMs) of a sealed day, over all its users; read once, then kept. */
+function partValuesKey(segment: SegmentView, eventId: number, keyId: number | undefined, lowMs: number, highMs: number): string {
+  return `${segment.key}/${eventId}/${lowMs}/${highMs}/${keyId}`;
+}
+
 function sealedPartValues(segment: SegmentView, eventId: number, keyId: number | undefined, lowMs: number, highMs: number): DayPartValues {
-  return keep(`${segment.key}/${eventId}/${lowMs}/${highMs}/${keyId}`, () => {
+  return keep(partValuesKey(segment, eventId, keyId, lowMs, highMs), () => {
     const { userIds, timeOffsetMs } = segment;
     const column = keyId === undefined ? undefined : segment.property(keyId);
     const valueIds = column?.valueIds;
