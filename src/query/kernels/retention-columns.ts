@@ -33,6 +33,9 @@ export function retentionColumns(segments: readonly SegmentView[], gather: Gathe
   const cohortTimesMs = new Float64Array(slots);
   const cohortValues = new Int32Array(slots);
   const returns = new Uint32Array(slots * words);
+  // The users that have a cohort, in the order found: the passes after the scan visit them alone, not every user of the shard.
+  const cohortSlots = new Int32Array(slots);
+  let cohortCount = 0;
   runColumnScan(scan, ({ count, slots, masks, values, buckets, timesMs }) => {
     for (let index = 0; index < count; index++) {
       const slot = slots[index];
@@ -42,6 +45,7 @@ export function retentionColumns(segments: readonly SegmentView[], gather: Gathe
         const value = values[index];
         const timeMs = timesMs[index];
         if (cohortPeriods[slot] < 0) {
+          cohortSlots[cohortCount++] = slot;
           cohortPeriods[slot] = period;
           cohortTimesMs[slot] = timeMs;
           cohortValues[slot] = value;
@@ -66,8 +70,8 @@ export function retentionColumns(segments: readonly SegmentView[], gather: Gathe
   const weights = new Float64Array(valueCount);
   const present = new Uint8Array(valueCount);
   if (breakdown) {
-    for (let slot = 0; slot < slots; slot++) {
-      if (cohortPeriods[slot] < 0) continue;
+    for (let index = 0; index < cohortCount; index++) {
+      const slot = cohortSlots[index];
       weights[cohortValues[slot]]++;
       present[cohortValues[slot]] = 1;
     }
@@ -80,9 +84,9 @@ export function retentionColumns(segments: readonly SegmentView[], gather: Gathe
   const groupCells = weekStarts[periodCount];
   const weeks = new Float64Array(groupCount * groupCells);
   const groupOfValue = ranked?.groupOfValue;
-  for (let slot = 0; slot < slots; slot++) {
+  for (let index = 0; index < cohortCount; index++) {
+    const slot = cohortSlots[index];
     const period = cohortPeriods[slot];
-    if (period < 0) continue;
     const allStart = weekStarts[period];
     const seriesStart = groupOfValue === undefined ? -1 : groupOfValue[cohortValues[slot]] * groupCells + allStart;
     weeks[allStart]++;
