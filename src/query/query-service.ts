@@ -21,7 +21,7 @@ import type { BucketValues, TrendSeriesAnswer } from "./kernels/trend-series.js"
 import type { TrendMath as CountMath } from "./kernels/trend.js";
 import { retentionCountsByPair } from "./kernels/retention.js";
 import { lowerBoundUser } from "./kernels/rows.js";
-import { mathFromValueCounts } from "./kernels/trend-columns.js";
+import { mathFromValueCounts, trendFromCountsOnly } from "./kernels/trend-columns.js";
 import { breakdownFromDayParts, dayPartsFit, trendDayPartsApplies } from "./kernels/trend-day-parts.js";
 import { dayParts } from "./kernels/column-scan.js";
 import type { QueryPlan, RowsAnswer, RowsAnswerPlan } from "./query-protocol.js";
@@ -330,6 +330,11 @@ export class QueryService {
       if (result.rows === undefined || result.rows.kind !== plan.kind) throw new Error(`a rows task answered ${result.rows?.kind}, expected ${plan.kind}`);
       return result.rows;
     };
+    if (answer.kind === "trend" && countsAnswer(gather, answer) && segments.every((segment) => segment.kind === "sealed")) {
+      // Sealed days' value counts alone: answered here, without a worker's round trip (~0.4 ms, more than the sums).
+      const local = trendFromCountsOnly(ownedSegmentViews(segments), { ...gather, userCount }, answer.plan, 0, userCount);
+      if (local !== undefined) return { kind: "trend", answer: local };
+    }
     const shardCount = this.pool.queryThreadCount;
     const bounds = !(shardCount > 1 && shardable(answer)) || countsAnswer(gather, answer) || dayPartsAnswer(segments, gather, answer, referencedEventIds(gather))
       ? undefined

@@ -19,7 +19,7 @@ import { referenceFunnelV2, type FunnelQueryV2, type StoredEvent } from "../refe
 import { funnelColumns } from "../../src/query/kernels/funnel-columns.js";
 import { retentionColumns } from "../../src/query/kernels/retention-columns.js";
 import { retentionCohorts } from "../../src/query/kernels/retention-cohorts.js";
-import { trendColumns } from "../../src/query/kernels/trend-columns.js";
+import { trendColumns, trendFromCountsOnly } from "../../src/query/kernels/trend-columns.js";
 import { dayPartsFit, trendDayParts } from "../../src/query/kernels/trend-day-parts.js";
 import { trendSeries, type TrendSeriesAnswer } from "../../src/query/kernels/trend-series.js";
 import type { TrendMath } from "../../src/query/schemas.js";
@@ -49,7 +49,7 @@ interface Dataset {
   dayCount: number;
 }
 
-function dataset(seed: number): Dataset {
+function dataset(seed: number, activeShare = 0.3): Dataset {
   const random = seededRandom(seed);
   const firstDay = pick(random, firstDays);
   const firstDayMs = Date.parse(`${firstDay}T00:00:00Z`);
@@ -73,7 +73,7 @@ function dataset(seed: number): Dataset {
         ],
       };
       const key = `s${seed}/${day}/${piece}`;
-      segments.push(random() < 0.3 ? activeSegment(key, input, pick(random, [8, 16, 32] as const), random) : sealedSegment(key, input, { bitmaps: true, eventRowStartPadding: integer(random, 2), valueIdWidth: pick(random, [8, 16, 32] as const) }));
+      segments.push(random() < activeShare ? activeSegment(key, input, pick(random, [8, 16, 32] as const), random) : sealedSegment(key, input, { bitmaps: true, eventRowStartPadding: integer(random, 2), valueIdWidth: pick(random, [8, 16, 32] as const) }));
     }
   }
   return { segments, userCount, firstDay, dayCount };
@@ -153,25 +153,30 @@ describe("the §7 trend fast path answers as the gathered rows do", () => {
   });
 });
 
+/** A sum, average, minimum or maximum of one event without filters or breakdown, in UTC with probability `utcShare`. */
+function numericMathQuery(random: Random, data: Dataset, utcShare: number) {
+  const groupBy = pick(random, ["day", "week", "month"] as GroupBy[]);
+  const { zone, dateFrom, dateTo } = random() < utcShare ? { ...randomRange(random, data), zone: "UTC" } : randomRange(random, data);
+  const startsMs = zonedTrendBoundaries(dateFrom, dateTo, groupBy, zoneClock(zone), 10_000)!.startsMs;
+  const math = pick(random, ["sum", "avg", "min", "max"] as TrendMath[]);
+  const gather: GatherPlan = {
+    fromMs: startsMs[0],
+    toMsExclusive: startsMs[startsMs.length - 1],
+    references: [{ eventId: integer(random, 3), filters: [] }],
+    allEvents: false,
+    breakdown: { kind: "none" },
+    math: { kind: "key", keyId: random() < 0.1 ? 7 : keyNumber },
+  };
+  return { groupBy, zone, dateFrom, dateTo, math, gather, plan: { startsMs, math, breakdownLimit: undefined } };
+}
+
 describe("a §7 sum, average or extreme from value counts answers as the gathered rows do", () => {
   it.each(seeds)("seed %i", (seed) => {
     const data = dataset(seed);
     const random = seededRandom(seed * 41);
     for (let query = 0; query < 10; query++) {
-      const groupBy = pick(random, ["day", "week", "month"] as GroupBy[]);
       // UTC half the time: every day whole in one bucket, sealed ones from their columns' counts, active ones from their index's.
-      const { zone, dateFrom, dateTo } = random() < 0.5 ? { ...randomRange(random, data), zone: "UTC" } : randomRange(random, data);
-      const startsMs = zonedTrendBoundaries(dateFrom, dateTo, groupBy, zoneClock(zone), 10_000)!.startsMs;
-      const math = pick(random, ["sum", "avg", "min", "max"] as TrendMath[]);
-      const gather: GatherPlan = {
-        fromMs: startsMs[0],
-        toMsExclusive: startsMs[startsMs.length - 1],
-        references: [{ eventId: integer(random, 3), filters: [] }],
-        allEvents: false,
-        breakdown: { kind: "none" },
-        math: { kind: "key", keyId: random() < 0.1 ? 7 : keyNumber },
-      };
-      const plan = { startsMs, math, breakdownLimit: undefined };
+      const { groupBy, zone, dateFrom, dateTo, math, gather, plan } = numericMathQuery(random, data, 0.5);
       // One task over every user half the time: active days count only then.
       const bounds = random() < 0.5 ? [0, data.userCount] : shardBounds(random, data.userCount);
       for (const [lo, hi] of pairs(bounds)) {
@@ -182,6 +187,7 @@ describe("a §7 sum, average or extreme from value counts answers as the gathere
         expectTrendClose(fast!, rows, context);
         // Asked again: sealed days now answer from the totals kept per column and range.
         expectTrendClose(trendColumns(data.segments, gather, plan, lo, hi)!, rows, `${context}, asked again`);
+
       }
     }
   });
@@ -275,6 +281,28 @@ describe("a §7 total or unique of one event in a zone, from kept day parts, ans
     expect(trendDayParts(data.segments, gather, { ...plan, math: "avg_per_user" }, 0, data.userCount)).toBeUndefined();
     expect(trendDayParts(data.segments, { ...gather, math: { kind: "key", keyId: keyNumber } }, { ...plan, math: "sum" }, 0, data.userCount)).toBeUndefined();
     expect(trendDayParts(data.segments, { ...gather, allEvents: true }, plan, 0, data.userCount)).toBeUndefined();
+  });
+});
+
+describe("a §7 sum, average or extreme from value counts alone (the main thread's answer) is right, or declined", () => {
+  it.each(seeds)("seed %i", (seed) => {
+    // Every segment sealed: the only shape the query service asks this of.
+    const data = dataset(seed, 0);
+    const random = seededRandom(seed * 47);
+    for (let query = 0; query < 6; query++) {
+      const { groupBy, zone, dateFrom, dateTo, math, gather, plan } = numericMathQuery(random, data, 0.7);
+      const utc = zone === "UTC";
+      const context = `seed ${seed} query ${query}: ${groupBy} in ${zone} ${dateFrom}…${dateTo}, ${math}`;
+      const rows = trendSeries(gatherEventRows(data.segments, gather, 0, data.userCount), plan);
+      // Before any index of these columns exists it builds none, so it declines where a column has rows to count.
+      const before = trendFromCountsOnly(data.segments, gather, plan, 0, data.userCount);
+      if (before !== undefined) expectTrendClose(before, rows, `${context}, before any index`);
+      trendColumns(data.segments, gather, plan, 0, data.userCount);
+      const after = trendFromCountsOnly(data.segments, gather, plan, 0, data.userCount);
+      // Whole UTC days, their indexes built: answered from them alone.
+      if (utc) expect(after, context).toBeDefined();
+      if (after !== undefined) expectTrendClose(after, rows, context);
+    }
   });
 });
 

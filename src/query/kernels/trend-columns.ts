@@ -33,16 +33,31 @@ import { rankSeries, valueOf } from "./series.js";
 import type { BucketValues, TrendSeriesAnswer, TrendSeriesPlan } from "./trend-series.js";
 import { sealedShardRows, type RowRange } from "./rows.js";
 import type { ValueCounts } from "../../storage/value-counts-index.js";
-import { countValuesIndexed, valueCountsOf } from "./value-counts.js";
+import { countValuesIndexed, valueCountsKept, valueCountsOf } from "./value-counts.js";
 
 /** Per-user value bit sets of this many 32-bit words at most (128 values): `unique` keeps two arrays of users × words. */
 const valueWordsMax = 4;
 
 export function trendColumns(segments: readonly SegmentView[], gather: GatherPlan, plan: TrendSeriesPlan, userLo: number, userHi: number, blockUsers = blockUsersDefault): TrendSeriesAnswer | undefined {
+  return trendFromColumns(segments, gather, plan, userLo, userHi, blockUsers, true);
+}
+
+/**
+ * The same answer when every day is read from value counts (a numeric math
+ * without breakdown or filters, every segment sealed and counted), with no
+ * row read; undefined otherwise. Cheap enough for the thread that received
+ * the query: once a day's totals are kept, a few hundred additions.
+ */
+export function trendFromCountsOnly(segments: readonly SegmentView[], gather: GatherPlan, plan: TrendSeriesPlan, userLo: number, userHi: number): TrendSeriesAnswer | undefined {
+  return trendFromColumns(segments, gather, plan, userLo, userHi, blockUsersDefault, false);
+}
+
+function trendFromColumns(segments: readonly SegmentView[], gather: GatherPlan, plan: TrendSeriesPlan, userLo: number, userHi: number, blockUsers: number, rowsAllowed: boolean): TrendSeriesAnswer | undefined {
   const bucketCount = plan.startsMs.length - 1;
   // Only the distinct maths keep state per user: the others read each day in one run, not one per block.
   const distinct = plan.math === "unique" || plan.math === "avg_per_user";
-  const counted = countedDays(segments, gather, plan, userLo, userHi);
+  const counted = countedDays(segments, gather, plan, userLo, userHi, rowsAllowed);
+  if (!rowsAllowed && (counted === undefined || counted.rest.length > 0 || counted.days.some((day) => day.counts === undefined))) return undefined;
   const scan = planColumnScan(counted?.rest ?? segments, gather, plan.startsMs, userLo, userHi, distinct ? blockUsers : Math.max(1, userHi - userLo));
   if (scan === undefined) return undefined;
   const valueTexts = scan.valueTexts;
@@ -337,7 +352,7 @@ export function mathFromValueCounts(gather: GatherPlan, plan: TrendSeriesPlan): 
  * event's values), and the segments left to the row scan; undefined when the
  * query is not such a math.
  */
-function countedDays(segments: readonly SegmentView[], gather: GatherPlan, plan: TrendSeriesPlan, userLo: number, userHi: number): { days: CountedDay[]; rest: SegmentView[] } | undefined {
+function countedDays(segments: readonly SegmentView[], gather: GatherPlan, plan: TrendSeriesPlan, userLo: number, userHi: number, buildCounts: boolean): { days: CountedDay[]; rest: SegmentView[] } | undefined {
   if (!mathFromValueCounts(gather, plan)) return undefined;
   const reference = gather.references[0];
   const eventId = reference.eventId!;
@@ -346,12 +361,17 @@ function countedDays(segments: readonly SegmentView[], gather: GatherPlan, plan:
   const rest: SegmentView[] = [];
   for (const segment of segments) {
     const sealed = segment.eventRowStart !== undefined;
-    const parts = sealed || userLo === 0 ? dayParts(plan.startsMs, segment.dayStartMs) : [];
+    const dayInRange = dayParts(plan.startsMs, segment.dayStartMs);
+    // A day outside every bucket has nothing to count or scan.
+    if (dayInRange.length === 0) continue;
+    const parts = sealed || userLo === 0 ? dayInRange : [];
     const whole = parts.length === 1 && parts[0].lowMs === 0 && parts[0].highMs === dayMs;
     const column = whole ? segment.property(keyId) : undefined;
     // No row of the day sets the property: none of its rows counts.
     if (whole && column === undefined) continue;
-    const counts = column === undefined || !sealed ? undefined : valueCountsOf(column.valueIds, Math.max(1, column.texts.length), segment.eventRowStart!);
+    const valueCount = column === undefined ? 0 : Math.max(1, column.texts.length);
+    // Without building: the caller then has no rows to read either (a column's counts read all of its rows).
+    const counts = column === undefined || !sealed ? undefined : buildCounts ? valueCountsOf(column.valueIds, valueCount, segment.eventRowStart!) : valueCountsKept(column.valueIds, valueCount);
     const activeCounts = column === undefined || sealed ? undefined : segment.eventValueCounts(eventId, keyId, userHi);
     if (counts === undefined && activeCounts === undefined) rest.push(segment);
     else days.push({ segment, bucket: parts[0].bucket, column: column!, counts, activeCounts });

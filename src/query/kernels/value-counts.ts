@@ -44,6 +44,12 @@ export function presetValueCounts(valueIds: ValueIdColumn, counts: ValueCounts):
   built.set(valueIds, counts);
 }
 
+/** The column's index when its segment stored it or a query already built it; never builds one. */
+export function valueCountsKept(valueIds: ValueIdColumn, valueCount: number): ValueCounts | undefined {
+  const counts = built.get(valueIds);
+  return counts === undefined || counts === null || counts.valueCount !== valueCount ? undefined : counts;
+}
+
 /** The column's index, built at first use; undefined when its dictionary is too large to index. `runStarts`: the segment's event runs. */
 export function valueCountsOf(valueIds: ValueIdColumn, valueCount: number, runStarts: ArrayLike<number>): ValueCounts | undefined {
   let counts = built.get(valueIds);
