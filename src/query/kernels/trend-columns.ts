@@ -43,10 +43,11 @@ export function trendColumns(segments: readonly SegmentView[], gather: GatherPla
 }
 
 /**
- * The same answer when every day is read from value counts (a numeric math
- * without breakdown or filters, every segment sealed and counted), with no
- * row read; undefined otherwise. Cheap enough for the thread that received
- * the query: once a day's totals are kept, a few hundred additions.
+ * The same answer when every day is read from value counts or is a short
+ * run of rows (a numeric math without breakdown or filters, every segment
+ * sealed), building no counts; undefined otherwise. Cheap enough for the
+ * thread that received the query: once a day's totals are kept, a few
+ * hundred additions.
  */
 export function trendFromCountsOnly(segments: readonly SegmentView[], gather: GatherPlan, plan: TrendSeriesPlan, userLo: number, userHi: number): TrendSeriesAnswer | undefined {
   return trendFromColumns(segments, gather, plan, userLo, userHi, blockUsersDefault, false);
@@ -57,7 +58,7 @@ function trendFromColumns(segments: readonly SegmentView[], gather: GatherPlan, 
   // Only the distinct maths keep state per user: the others read each day in one run, not one per block.
   const distinct = plan.math === "unique" || plan.math === "avg_per_user";
   const counted = countedDays(segments, gather, plan, userLo, userHi, rowsAllowed);
-  if (!rowsAllowed && (counted === undefined || counted.rest.length > 0 || counted.days.some((day) => day.counts === undefined))) return undefined;
+  if (!rowsAllowed && (counted === undefined || counted.rest.length > 0 || counted.days.some((day) => day.activeCounts !== undefined))) return undefined;
   const scan = planColumnScan(counted?.rest ?? segments, gather, plan.startsMs, userLo, userHi, distinct ? blockUsers : Math.max(1, userHi - userLo));
   if (scan === undefined) return undefined;
   const valueTexts = scan.valueTexts;
@@ -90,9 +91,9 @@ function trendFromColumns(segments: readonly SegmentView[], gather: GatherPlan, 
 
   for (const day of counted?.days ?? []) {
     let totals: NumberTotals;
-    if (day.counts === undefined) {
+    if (day.activeCounts !== undefined) {
       // An active day: the index's counts of every row the task sees, ids past the column's dictionary unseen by it.
-      totals = numberTotals(day.column, day.activeCounts!, Math.min(day.activeCounts!.length, day.column.texts.length), activeTotals);
+      totals = numberTotals(day.column, day.activeCounts, Math.min(day.activeCounts.length, day.column.texts.length), activeTotals);
     } else {
       sealedShardRows(day.segment.eventRowStart!, day.segment.userIds, gather.references[0].eventId!, userLo, userHi, shardRows);
       if (shardRows.start === shardRows.end) continue;
@@ -310,24 +311,53 @@ const sealedTotals = new WeakMap<PropertyColumn, Map<number, NumberTotals & { en
 /** Ranges kept per column: an event's run, times the shard counts queries used. */
 const sealedTotalsPerColumnMax = 64;
 
-function sealedNumberTotals(column: PropertyColumn, counts: ValueCounts, start: number, end: number): NumberTotals {
+function sealedNumberTotals(column: PropertyColumn, counts: ValueCounts | undefined, start: number, end: number): NumberTotals {
   let ranges = sealedTotals.get(column);
   const cached = ranges?.get(start);
   if (cached !== undefined && cached.end === end) return cached;
-  if (valueRows.length < counts.valueCount) valueRows = new Float64Array(counts.valueCount);
-  countValuesIndexed(counts, column.valueIds, start, end, valueRows);
-  const totals = { ...numberTotals(column, valueRows, counts.valueCount, { rows: 0, sum: 0, min: Infinity, max: -Infinity }), end };
+  let totals: NumberTotals & { end: number };
+  if (counts === undefined) totals = { ...runNumberTotals(column, start, end), end };
+  else {
+    if (valueRows.length < counts.valueCount) valueRows = new Float64Array(counts.valueCount);
+    countValuesIndexed(counts, column.valueIds, start, end, valueRows);
+    totals = { ...numberTotals(column, valueRows, counts.valueCount, { rows: 0, sum: 0, min: Infinity, max: -Infinity }), end };
+  }
   if (ranges === undefined) sealedTotals.set(column, (ranges = new Map()));
   if (ranges.size >= sealedTotalsPerColumnMax) ranges.clear();
   ranges.set(start, totals);
   return totals;
 }
 
+/** Rows [start, end) of a column read one by one: the totals of a run too short to need counts. */
+function runNumberTotals(column: PropertyColumn, start: number, end: number): NumberTotals {
+  const numbers = numbersOf(column);
+  const { valueIds } = column;
+  const totals: NumberTotals = { rows: 0, sum: 0, min: Infinity, max: -Infinity };
+  for (let row = start; row < end; row++) {
+    // Id 0 (not set) and texts that are no finite number are NaN.
+    const number = numbers[valueIds[row]];
+    if (Number.isNaN(number)) continue;
+    totals.rows++;
+    totals.sum += number;
+    if (number < totals.min) totals.min = number;
+    if (number > totals.max) totals.max = number;
+  }
+  return totals;
+}
+
+/**
+ * Without a worker (`trendFromCountsOnly`), a sealed day whose column has no
+ * stored counts is read row by row when the event's run is at most this long
+ * (a purchase's price): no counts are built, and the totals are kept as
+ * counted ones are.
+ */
+const runRowsWithoutCountsMax = 32_768;
+
 interface CountedDay {
   segment: SegmentView;
   bucket: number;
   column: PropertyColumn;
-  /** Sealed: the column's index. */
+  /** Sealed: the column's index; undefined for a short run read row by row (`runRowsWithoutCountsMax`). */
   counts: ValueCounts | undefined;
   /** Active: rows per value id of the event, from the worker's active index. */
   activeCounts: Uint32Array | undefined;
@@ -373,7 +403,9 @@ function countedDays(segments: readonly SegmentView[], gather: GatherPlan, plan:
     // Without building: the caller then has no rows to read either (a column's counts read all of its rows).
     const counts = column === undefined || !sealed ? undefined : buildCounts ? valueCountsOf(column.valueIds, valueCount, segment.eventRowStart!) : valueCountsKept(column.valueIds, valueCount);
     const activeCounts = column === undefined || sealed ? undefined : segment.eventValueCounts(eventId, keyId, userHi);
-    if (counts === undefined && activeCounts === undefined) rest.push(segment);
+    const starts = segment.eventRowStart;
+    const shortRun = !buildCounts && column !== undefined && sealed && counts === undefined && (eventId + 1 >= starts!.length || starts![eventId + 1] - starts![eventId] <= runRowsWithoutCountsMax);
+    if (counts === undefined && activeCounts === undefined && !shortRun) rest.push(segment);
     else days.push({ segment, bucket: parts[0].bucket, column: column!, counts, activeCounts });
   }
   return { days, rest };
