@@ -20,7 +20,7 @@ import type { CohortCounts, RetentionCohortsAnswer } from "./kernels/retention-c
 import type { BucketValues, TrendSeriesAnswer } from "./kernels/trend-series.js";
 import type { TrendMath as CountMath } from "./kernels/trend.js";
 import { retentionCountsByPair } from "./kernels/retention.js";
-import { lowerBoundUser } from "./kernels/rows.js";
+import { lowerBoundUser, sealedEventRowCount } from "./kernels/rows.js";
 import { mathFromValueCounts, trendFromCountsOnly } from "./kernels/trend-columns.js";
 import { breakdownFromDayParts, dayPartsFit, trendDayPartsApplies } from "./kernels/trend-day-parts.js";
 import { dayParts } from "./kernels/column-scan.js";
@@ -536,16 +536,6 @@ function scanShardBounds(
   return eventIds.length > 0 && sealedRows >= activeRows ? shardBoundsByRows(views, eventIds[0], userCount, shardCount) : evenShardBounds(userCount, shardCount);
 }
 
-/** Rows of eventId in the sealed segments. */
-function sealedEventRowCount(segments: readonly SegmentView[], eventId: number): number {
-  let rows = 0;
-  for (const segment of segments) {
-    const starts = segment.eventRowStart;
-    if (starts !== undefined && eventId + 1 < starts.length) rows += starts[eventId + 1] - starts[eventId];
-  }
-  return rows;
-}
-
 function evenShardBounds(userCount: number, shardCount: number): number[] {
   return Array.from({ length: shardCount + 1 }, (_, shard) => Math.round((shard * userCount) / shardCount));
 }
@@ -613,9 +603,11 @@ function countsAnswer(gather: GatherPlan, answer: RowsAnswerPlan): boolean {
  * would union the same bitmaps again.
  */
 function dayPartsAnswer(segments: readonly SegmentDescriptor[], gather: GatherPlan, answer: RowsAnswerPlan, eventIds: readonly number[]): boolean {
-  if (answer.kind !== "trend" || !trendDayPartsApplies(gather, answer.plan) || !dayPartsFit(segments, answer.plan.startsMs)) return false;
+  if (answer.kind !== "trend" || !trendDayPartsApplies(gather, answer.plan)) return false;
+  const partCounts = segments.map((segment) => dayParts(answer.plan.startsMs, segment.dayStartMs).length);
+  if (!partCounts.every(dayPartsFit)) return false;
   // A breakdown over mostly active rows, or many segments a day, is scanned in shards instead (trend-day-parts.ts).
   if (answer.plan.breakdownLimit === undefined || eventIds.length === 0) return true;
-  const inRange = segments.filter((segment) => dayParts(answer.plan.startsMs, segment.dayStartMs).length > 0);
+  const inRange = segments.filter((_, index) => partCounts[index] > 0);
   return breakdownFromDayParts(inRange, sealedEventRowCount(ownedSegmentViews(inRange), eventIds[0]), activeRowCount(inRange));
 }

@@ -60,6 +60,16 @@ export function sealedShardRows(
   range.end = lowerBoundUser(userIds, range.start, eventEnd, userHi);
 }
 
+/** Rows of eventId in the sealed segments. */
+export function sealedEventRowCount(segments: readonly SegmentView[], eventId: number): number {
+  let rows = 0;
+  for (const segment of segments) {
+    const starts = segment.eventRowStart;
+    if (starts !== undefined && eventId + 1 < starts.length) rows += starts[eventId + 1] - starts[eventId];
+  }
+  return rows;
+}
+
 /**
  * Indexes of the segments whose day overlaps [fromMs, toMsExclusive), ordered
  * by day. Kernels rely on the order: all segments of one day (or one week or

@@ -23,7 +23,7 @@ import { dayMs } from "../buckets.js";
 import type { SegmentView } from "../segment-view.js";
 import { dayParts } from "./column-scan.js";
 import type { GatherPlan } from "./event-rows.js";
-import { sealedShardRows, type RowRange } from "./rows.js";
+import { sealedEventRowCount, sealedShardRows, type RowRange } from "./rows.js";
 import { ScratchUint32 } from "./scratch.js";
 import { rankSeries, valueOf } from "./series.js";
 import type { BucketValues, TrendSeriesAnswer, TrendSeriesPlan } from "./trend-series.js";
@@ -49,7 +49,6 @@ interface DayPartUsers {
 
 /** The users and rows of each value of one property in one part of a sealed day; index: the segment's value id (0: not set). */
 interface DayPartValues {
-  texts: readonly string[];
   users: Array<Bitmap | undefined>;
   rows: Uint32Array;
   bytes: number;
@@ -73,31 +72,33 @@ export function trendDayPartsApplies(gather: GatherPlan, plan: TrendSeriesPlan):
   return gather.references[0].filters.length === 0;
 }
 
-/** Whether every segment's day is cut into few enough parts by the buckets [startsMs[b], startsMs[b + 1]). */
-export function dayPartsFit(segments: ReadonlyArray<{ dayStartMs: number }>, startsMs: Float64Array): boolean {
-  return segments.every((segment) => dayParts(startsMs, segment.dayStartMs).length <= partsPerDayMax);
+/** Whether a day cut into this many parts by the buckets (column-scan.ts, dayParts) is read here. */
+export function dayPartsFit(partCount: number): boolean {
+  return partCount <= partsPerDayMax;
 }
 
 /** The trend for users [userLo, userHi); undefined when the shape is not this one, or a day has too many parts. */
 export function trendDayParts(segments: readonly SegmentView[], gather: GatherPlan, plan: TrendSeriesPlan, userLo: number, userHi: number): TrendSeriesAnswer | undefined {
   if (!trendDayPartsApplies(gather, plan)) return undefined;
-  const bucketCount = plan.startsMs.length - 1;
   const planned: PlannedDay[] = [];
   for (const segment of segments) {
     if (segment.rowCount === 0) continue;
     const parts = dayParts(plan.startsMs, segment.dayStartMs);
-    if (parts.length > partsPerDayMax) return undefined;
+    if (!dayPartsFit(parts.length)) return undefined;
     if (parts.length > 0) planned.push({ segment, parts });
   }
-  if (plan.breakdownLimit !== undefined) {
-    if (!mostlySealed(planned, gather.references[0].eventId)) return undefined;
-    const keyId = (gather.breakdown as { keyId: number | undefined }).keyId;
-    const series = breakdownSeries(planned, gather, plan, keyId, userLo, userHi);
-    if (series === undefined) return undefined;
-    // The whole answer: the same trend without the breakdown, from the same kept parts.
-    const whole = trendDayParts(segments, { ...gather, breakdown: { kind: "none" } }, { ...plan, breakdownLimit: undefined }, userLo, userHi)!;
-    return { values: whole.values, series: series.series, other: series.other };
-  }
+  if (plan.breakdownLimit === undefined) return { values: wholeValues(planned, gather, plan, userLo, userHi), series: undefined, other: undefined };
+  if (!mostlySealed(planned, gather.references[0].eventId)) return undefined;
+  const keyId = (gather.breakdown as { keyId: number | undefined }).keyId;
+  const series = breakdownSeries(planned, gather, plan, keyId, userLo, userHi);
+  if (series === undefined) return undefined;
+  // The whole answer: the same trend without the breakdown, from the same kept parts.
+  return { values: wholeValues(planned, gather, plan, userLo, userHi), series: series.series, other: series.other };
+}
+
+/** Each bucket's rows (`total`) or users (`unique`) of the event, without breakdown. */
+function wholeValues(planned: readonly PlannedDay[], gather: GatherPlan, plan: TrendSeriesPlan, userLo: number, userHi: number): BucketValues {
+  const bucketCount = plan.startsMs.length - 1;
   const unique = plan.math === "unique";
   const rows = new Float64Array(bucketCount);
   const bitmaps: Bitmap[][] = Array.from({ length: bucketCount }, () => []);
@@ -150,7 +151,7 @@ export function trendDayParts(segments: readonly SegmentView[], gather: GatherPl
     values[bucket] = unionCount(sets, userLo, userHi);
     own?.dispose();
   }
-  return { values, series: undefined, other: undefined };
+  return values;
 }
 
 type PlannedDay = { segment: SegmentView; parts: ReturnType<typeof dayParts> };
@@ -171,14 +172,10 @@ export function breakdownFromDayParts(segments: ReadonlyArray<{ dayStartMs: numb
 
 function mostlySealed(planned: readonly PlannedDay[], eventId: number | undefined): boolean {
   if (eventId === undefined) return true;
-  let sealed = 0;
+  const segments = planned.map(({ segment }) => segment);
   let active = 0;
-  for (const { segment } of planned) {
-    const starts = segment.eventRowStart;
-    if (starts !== undefined) sealed += eventId + 1 < starts.length ? starts[eventId + 1] - starts[eventId] : 0;
-    else active += segment.eventRows(eventId)?.length ?? 0;
-  }
-  return breakdownFromDayParts(planned.map(({ segment }) => segment), sealed, active);
+  for (const segment of segments) if (segment.eventRowStart === undefined) active += segment.eventRows(eventId)?.length ?? 0;
+  return breakdownFromDayParts(segments, sealedEventRowCount(segments, eventId), active);
 }
 
 /** How many users in [userLo, userHi) the sets hold together. */
@@ -435,7 +432,7 @@ function sealedPartValues(segment: SegmentView, eventId: number, keyId: number |
       bitmaps[value] = bitmap;
       bytes += bitmapBytesFixed;
     }
-    return { texts, users: bitmaps, rows, bytes };
+    return { users: bitmaps, rows, bytes };
   });
 }
 
