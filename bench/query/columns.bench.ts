@@ -2,7 +2,7 @@
  * SPEC §7 kernels without threads on the synthetic store of kernels.bench.ts
  * (2 M rows, 30 sealed days, 100 k users): the gathered-rows path
  * (event-rows.ts + trend-series.ts / retention-cohorts.ts) against the column
- * fast paths (trend-columns.ts, retention-columns.ts), and the §4 kernel of
+ * fast paths (trend-columns.ts, retention-columns.ts, retention-day-parts.ts), and the §4 kernel of
  * the same question without the §7 fields, on all users and on half of them.
  * Run: `npx tsc -p tsconfig.json && node dist/bench/query/columns.bench.js [name filter]`.
  */
@@ -11,6 +11,7 @@ import { retentionLayout, trendLayout, zonedRetentionBoundaries, zonedTrendBound
 import { gatherEventRows, type GatherPlan } from "../../src/query/kernels/event-rows.js";
 import { retentionColumns } from "../../src/query/kernels/retention-columns.js";
 import { retentionCohorts } from "../../src/query/kernels/retention-cohorts.js";
+import { retentionDayParts } from "../../src/query/kernels/retention-day-parts.js";
 import { retentionPartial } from "../../src/query/kernels/retention.js";
 import { trendColumns } from "../../src/query/kernels/trend-columns.js";
 import { trendSeries } from "../../src/query/kernels/trend-series.js";
@@ -67,6 +68,7 @@ const scenarios: Array<[string, (userLo: number, userHi: number) => unknown]> = 
   ["§4 retention", (lo, hi) => retentionPartial(segments, { cohortEventId: pageView, retentionEventId: pageView, ...retentionLayout(firstDate, "2024-03-26", 2) }, lo, hi)],
   ["§7 retention bd+tz rows", (lo, hi) => retentionCohorts(gatherEventRows(segments, retentionGather, lo, hi), retentionPlan)],
   ["§7 retention bd+tz columns", (lo, hi) => retentionColumns(segments, retentionGather, retentionPlan, lo, hi)],
+  ["§7 retention bd+tz day parts", (lo, hi) => retentionDayParts(segments, retentionGather, retentionPlan, lo, hi)],
 ];
 
 const only = process.argv[2];

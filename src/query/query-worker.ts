@@ -11,6 +11,7 @@ import { trendSeries } from "./kernels/trend-series.js";
 import { trendColumns } from "./kernels/trend-columns.js";
 import { trendDayParts } from "./kernels/trend-day-parts.js";
 import { retentionColumns } from "./kernels/retention-columns.js";
+import { retentionDayParts } from "./kernels/retention-day-parts.js";
 import { workspaceListing } from "./kernels/workspace-listing.js";
 import { retentionPartial } from "./kernels/retention.js";
 import { trendPartial } from "./kernels/trend.js";
@@ -56,7 +57,7 @@ function answerColumns(segments: readonly SegmentView[], gather: GatherPlan, pla
     return answer === undefined ? undefined : { kind: "trend", answer };
   }
   if (plan.kind === "retention") {
-    const answer = retentionColumns(segments, gather, plan.plan, userLo, userHi);
+    const answer = retentionDayParts(segments, gather, plan.plan, userLo, userHi) ?? retentionColumns(segments, gather, plan.plan, userLo, userHi);
     return answer === undefined ? undefined : { kind: "retention", answer };
   }
   if (plan.kind === "funnel") {

@@ -18,6 +18,7 @@ import type { FunnelRequest } from "../../src/query/schemas.js";
 import { referenceFunnelV2, type FunnelQueryV2, type StoredEvent } from "../reference/reference-v2.js";
 import { funnelColumns } from "../../src/query/kernels/funnel-columns.js";
 import { retentionColumns } from "../../src/query/kernels/retention-columns.js";
+import { retentionDayParts } from "../../src/query/kernels/retention-day-parts.js";
 import { retentionCohorts } from "../../src/query/kernels/retention-cohorts.js";
 import { trendColumns, trendFromCountsOnly } from "../../src/query/kernels/trend-columns.js";
 import { dayPartsFit, trendDayParts } from "../../src/query/kernels/trend-day-parts.js";
@@ -335,6 +336,74 @@ describe("the §7 retention fast path answers as the gathered rows do", () => {
         expect(fast, context).toEqual(retentionCohorts(gatherEventRows(data.segments, gather, lo, hi), plan));
       }
     }
+  });
+});
+
+describe("a §7 retention whose retention event has no filters, from kept day parts, answers as the gathered rows do", () => {
+  let answered = 0;
+  let leftToScan = 0;
+  afterAll(() => {
+    expect(answered).toBeGreaterThan(300);
+    expect(leftToScan).toBeGreaterThan(20);
+  });
+
+  it.each(seeds)("seed %i", (seed) => {
+    const data = dataset(seed);
+    const random = seededRandom(seed * 19);
+    for (let query = 0; query < 10; query++) {
+      const { zone, dateFrom, dateTo } = randomRange(random, data);
+      const startsMs = zonedRetentionBoundaries(dateFrom, dateTo, pick(random, [1, 1, 2, 3]), zoneClock(zone)).startsMs;
+      const breakdown = random() < 0.7;
+      const cohortEvent = random() < 0.05 ? undefined : integer(random, 3);
+      const gather: GatherPlan = {
+        fromMs: startsMs[0],
+        toMsExclusive: startsMs[startsMs.length - 1],
+        references: [
+          { eventId: cohortEvent, filters: randomFilters(random) },
+          { eventId: random() < 0.4 ? cohortEvent : random() < 0.05 ? undefined : integer(random, 3), filters: [] },
+        ],
+        allEvents: false,
+        breakdown: breakdown ? randomBreakdown(random) : { kind: "none" },
+        math: { kind: "none" },
+      };
+      const plan = { startsMs, breakdownLimit: breakdown ? pick(random, [1, 2, 3, 25]) : undefined };
+      for (const [lo, hi] of pairs(random() < 0.3 ? [0, data.userCount] : shardBounds(random, data.userCount))) {
+        const context = `seed ${seed} query ${query}: ${zone} ${dateFrom}…${dateTo}, limit ${plan.breakdownLimit}, users [${lo}, ${hi})`;
+        const rows = retentionCohorts(gatherEventRows(data.segments, gather, lo, hi), plan);
+        const fast = retentionDayParts(data.segments, gather, plan, lo, hi);
+        // Left to the row scan over mostly active rows or many segments a day.
+        const returnEvent = gather.references[1].eventId;
+        if (returnEvent !== undefined && breakdownLeftToScan(data.segments, returnEvent, startsMs)) {
+          expect(fast, context).toBeUndefined();
+          leftToScan++;
+          continue;
+        }
+        expect(fast, context).toBeDefined();
+        expect(fast, context).toEqual(rows);
+        // Asked again: sealed parts now come from what was kept.
+        expect(retentionDayParts(data.segments, gather, plan, lo, hi), `${context}, asked again`).toEqual(rows);
+        answered++;
+      }
+    }
+  });
+
+  it("answers undefined when the retention event has filters", () => {
+    const data = dataset(7_001, 0);
+    const startsMs = zonedRetentionBoundaries(data.firstDay, addDays(data.firstDay, 3), 1, zoneClock("America/New_York")).startsMs;
+    const gather: GatherPlan = {
+      fromMs: startsMs[0],
+      toMsExclusive: startsMs[startsMs.length - 1],
+      references: [
+        { eventId: 0, filters: [] },
+        { eventId: 1, filters: [{ keyId: keyFilter, op: "eq", value: "x" }] },
+      ],
+      allEvents: false,
+      breakdown: { kind: "none" },
+      math: { kind: "none" },
+    };
+    const plan = { startsMs, breakdownLimit: undefined };
+    expect(retentionDayParts(data.segments, gather, plan, 0, data.userCount)).toBeUndefined();
+    expect(retentionDayParts(data.segments, { ...gather, references: [gather.references[0], { eventId: 1, filters: [] }] }, plan, 0, data.userCount)).toBeDefined();
   });
 });
 

@@ -157,8 +157,13 @@ export function planColumnScan(segments: readonly SegmentView[], gather: GatherP
   return scan;
 }
 
-/** Visits every row of the scan: block after block of users, and within a block day after day, bucket after bucket. */
-export function runColumnScan(scan: ColumnScan, visit: BatchVisit, repeats: RowRepeats): void {
+/**
+ * Visits every row of the scan: block after block of users, and within a
+ * block day after day, bucket after bucket. With `settledAt`, a row of a user
+ * whose entry there is a bucket before the row's (-1: none yet) is not
+ * visited: a kernel that needs only each user's first bucket sets it as it goes.
+ */
+export function runColumnScan(scan: ColumnScan, visit: BatchVisit, repeats: RowRepeats, settledAt?: Int32Array): void {
   const { userLo, userHi, blockUsers } = scan;
   const batch: RowBatch = {
     count: 0,
@@ -187,9 +192,9 @@ export function runColumnScan(scan: ColumnScan, visit: BatchVisit, repeats: RowR
       if (day.segments.length === 1 && only.segment.eventRowStart !== undefined && only.events.length === 1) {
         // One sealed segment, one event: each user's rows come in time order, so one pass keeps every user's buckets in order.
         const end = lowerBoundUser(only.segment.userIds, cursor[0], only.events[0].end, blockHi);
-        if (day.whole !== undefined) scanRows(only, only.events[0], day.whole, undefined, cursor[0], end, userLo, skip, last, batch, visit);
+        if (day.whole !== undefined) scanRows(only, only.events[0], day.whole, undefined, cursor[0], end, userLo, skip, last, batch, visit, settledAt);
         // Parts apart: one pass each, in time order, so each user's buckets still come in order.
-        else for (const span of day.single) scanRows(only, only.events[0], span, undefined, cursor[0], end, userLo, skip, last, batch, visit);
+        else for (const span of day.single) scanRows(only, only.events[0], span, undefined, cursor[0], end, userLo, skip, last, batch, visit, settledAt);
         cursor[0] = end;
         continue;
       }
@@ -204,8 +209,8 @@ export function runColumnScan(scan: ColumnScan, visit: BatchVisit, repeats: RowR
         index = 0;
         for (const segment of day.segments) {
           for (const event of segment.events) {
-            if (event.rows === undefined) scanRows(segment, event, part, undefined, cursor[index], ends[index], userLo, skip, last, batch, visit);
-            else scanRows(segment, event, part, event.rows, event.blockStarts![block], event.blockStarts![block + 1], userLo, skip, last, batch, visit);
+            if (event.rows === undefined) scanRows(segment, event, part, undefined, cursor[index], ends[index], userLo, skip, last, batch, visit, settledAt);
+            else scanRows(segment, event, part, event.rows, event.blockStarts![block], event.blockStarts![block + 1], userLo, skip, last, batch, visit, settledAt);
             index++;
           }
         }
@@ -354,6 +359,7 @@ function scanRows(
   last: LastRow,
   batch: RowBatch,
   visit: BatchVisit,
+  settledAt: Int32Array | undefined,
 ): void {
   const { segment, valueIds, globalIds, mathIds, numbers } = scan;
   const { userIds, timeOffsetMs, dayStartMs } = segment;
@@ -376,9 +382,11 @@ function scanRows(
     else if (checksFiltered) mask |= maskOf(filtered, row);
     if (mask === 0) continue;
     const slot = userIds[row] - userLo;
-    const value = valueIds === undefined ? 0 : globalIds[valueIds[row]];
     // Offsets and edges are below 2^31: (edge - 1 - offset) is negative, its top bit set, exactly when offset >= edge.
     const bucket = firstBucket + ((edge1 - 1 - offset) >>> 31) + ((edge2 - 1 - offset) >>> 31) + ((edge3 - 1 - offset) >>> 31);
+    // Unsigned: -1 (not settled) is never below a bucket.
+    if (settledAt !== undefined && settledAt[slot] >>> 0 < bucket) continue;
+    const value = valueIds === undefined ? 0 : globalIds[valueIds[row]];
     const timeMs = dayStartMs + offset;
     if (skip) {
       if (((slot ^ lastSlot) | (bucket ^ lastBucket) | (value ^ lastValue) | (mask ^ lastMask)) === 0 && timeMs >= lastTimeMs) continue;

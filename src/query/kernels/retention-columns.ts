@@ -16,7 +16,7 @@ import type { SegmentView } from "../segment-view.js";
 import { blockUsersDefault, planColumnScan, runColumnScan } from "./column-scan.js";
 import { compareValues, type GatherPlan } from "./event-rows.js";
 import type { CohortCounts, RetentionCohortsAnswer, RetentionCohortsPlan } from "./retention-cohorts.js";
-import { rankSeries, valueOf } from "./series.js";
+import { rankSeries, valueOf, type SeriesGroups } from "./series.js";
 
 /** Per-user return bit sets of this many 32-bit words at most (128 periods). */
 const periodWordsMax = 4;
@@ -78,9 +78,8 @@ export function retentionColumns(segments: readonly SegmentView[], gather: Gathe
   }
   const ranked = breakdown ? rankSeries(weights, present, valueTexts, plan.breakdownLimit!) : undefined;
   const groupCount = ranked === undefined ? 1 : ranked.groupCount;
-  // Each group's weeks, flat: period p's run of P - p counts starts at weekStarts[p] (the JS arrays of arrays cost more per user than the scan).
-  const weekStarts = new Int32Array(periodCount + 1);
-  for (let period = 0; period < periodCount; period++) weekStarts[period + 1] = weekStarts[period] + periodCount - period;
+  // Each group's weeks, flat (the JS arrays of arrays cost more per user than the scan).
+  const weekStarts = weekStartsOf(periodCount);
   const groupCells = weekStarts[periodCount];
   const weeks = new Float64Array(groupCount * groupCells);
   const groupOfValue = ranked?.groupOfValue;
@@ -102,6 +101,20 @@ export function retentionColumns(segments: readonly SegmentView[], gather: Gathe
       }
     }
   }
+  return cohortsAnswer(weeks, weekStarts, ranked, valueTexts);
+}
+
+/** Period p's run of P - p counts starts at weekStarts[p] of a group's weeks. */
+export function weekStartsOf(periodCount: number): Int32Array {
+  const weekStarts = new Int32Array(periodCount + 1);
+  for (let period = 0; period < periodCount; period++) weekStarts[period + 1] = weekStarts[period] + periodCount - period;
+  return weekStarts;
+}
+
+/** The answer from each group's weeks, flat (group g's at g × weekStarts[P]; group 0 everyone, then the ranked series, then "other"). */
+export function cohortsAnswer(weeks: Float64Array, weekStarts: Int32Array, ranked: SeriesGroups | undefined, valueTexts: readonly string[]): RetentionCohortsAnswer {
+  const periodCount = weekStarts.length - 1;
+  const groupCells = weekStarts[periodCount];
   const counts = (group: number): CohortCounts => {
     const groupWeeks = Array.from({ length: periodCount }, (_, period) => Array.from(weeks.subarray(group * groupCells + weekStarts[period], group * groupCells + weekStarts[period + 1])));
     return { totals: groupWeeks.map((periodWeeks) => periodWeeks[0]), weeks: groupWeeks };

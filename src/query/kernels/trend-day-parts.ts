@@ -80,13 +80,8 @@ export function dayPartsFit(partCount: number): boolean {
 /** The trend for users [userLo, userHi); undefined when the shape is not this one, or a day has too many parts. */
 export function trendDayParts(segments: readonly SegmentView[], gather: GatherPlan, plan: TrendSeriesPlan, userLo: number, userHi: number): TrendSeriesAnswer | undefined {
   if (!trendDayPartsApplies(gather, plan)) return undefined;
-  const planned: PlannedDay[] = [];
-  for (const segment of segments) {
-    if (segment.rowCount === 0) continue;
-    const parts = dayParts(plan.startsMs, segment.dayStartMs);
-    if (!dayPartsFit(parts.length)) return undefined;
-    if (parts.length > 0) planned.push({ segment, parts });
-  }
+  const planned = plannedDays(segments, plan.startsMs);
+  if (planned === undefined) return undefined;
   if (plan.breakdownLimit === undefined) return { values: wholeValues(planned, gather, plan, userLo, userHi), series: undefined, other: undefined };
   if (!mostlySealed(planned, gather.references[0].eventId)) return undefined;
   const keyId = (gather.breakdown as { keyId: number | undefined }).keyId;
@@ -100,45 +95,7 @@ export function trendDayParts(segments: readonly SegmentView[], gather: GatherPl
 function wholeValues(planned: readonly PlannedDay[], gather: GatherPlan, plan: TrendSeriesPlan, userLo: number, userHi: number): BucketValues {
   const bucketCount = plan.startsMs.length - 1;
   const unique = plan.math === "unique";
-  const rows = new Float64Array(bucketCount);
-  const bitmaps: Bitmap[][] = Array.from({ length: bucketCount }, () => []);
-  const scanned: Array<Bitmap | undefined> = new Array(bucketCount).fill(undefined);
-  const eventId = gather.references[0].eventId;
-  if (eventId !== undefined && userLo < userHi) {
-    for (const { segment, parts } of planned) {
-      if (segment.eventRowStart !== undefined) {
-        sealedShardRows(segment.eventRowStart, segment.userIds, eventId, userLo, userHi, shardRows);
-        if (shardRows.start === shardRows.end) continue;
-        const runStart = segment.eventRowStart[eventId];
-        const runEnd = segment.eventRowStart[eventId + 1];
-        const wholeRun = shardRows.start === runStart && shardRows.end === runEnd;
-        for (const { lowMs, highMs, bucket } of parts) {
-          const wholeDay = lowMs === 0 && highMs === dayMs;
-          const stored = wholeDay && unique ? segment.userBitmap(eventId) : undefined;
-          if (wholeDay && (!unique || stored !== undefined)) {
-            rows[bucket] += shardRows.end - shardRows.start;
-            if (stored !== undefined) bitmaps[bucket].push(stored);
-            continue;
-          }
-          const part = sealedPart(segment, eventId, lowMs, highMs);
-          if (unique) bitmaps[bucket].push(part.users);
-          else rows[bucket] += wholeRun ? part.rows : rowsInPart(segment.timeOffsetMs, shardRows.start, shardRows.end, lowMs, highMs);
-        }
-        continue;
-      }
-      const eventRows = segment.eventRows(eventId);
-      if (eventRows === undefined || eventRows.length === 0) continue;
-      for (const { lowMs, highMs, bucket } of parts) {
-        const users = userScratch.get(eventRows.length);
-        const count = activeRowsInPart(eventRows, segment.userIds, segment.timeOffsetMs, userLo, userHi, lowMs, highMs, users);
-        if (count === 0) continue;
-        rows[bucket] += count;
-        if (!unique) continue;
-        const into = (scanned[bucket] ??= new RoaringBitmap32());
-        into.addMany(users.subarray(0, count));
-      }
-    }
-  }
+  const { rows, bitmaps, scanned } = bucketSets(planned, gather.references[0].eventId, bucketCount, unique, userLo, userHi);
   const values: Array<number | null> = new Array(bucketCount);
   for (let bucket = 0; bucket < bucketCount; bucket++) {
     if (!unique) {
@@ -152,6 +109,85 @@ function wholeValues(planned: readonly PlannedDay[], gather: GatherPlan, plan: T
     own?.dispose();
   }
   return values;
+}
+
+/**
+ * Per bucket, the event's rows of users [userLo, userHi), and (`unique`) its
+ * users: the stored or kept sets of sealed days, over all users, and one set
+ * of the active rows' users in range, which the caller owns and disposes.
+ */
+function bucketSets(planned: readonly PlannedDay[], eventId: number | undefined, bucketCount: number, unique: boolean, userLo: number, userHi: number): { rows: Float64Array; bitmaps: Bitmap[][]; scanned: Array<Bitmap | undefined> } {
+  const rows = new Float64Array(bucketCount);
+  const bitmaps: Bitmap[][] = Array.from({ length: bucketCount }, () => []);
+  const scanned: Array<Bitmap | undefined> = new Array(bucketCount).fill(undefined);
+  if (eventId === undefined || userLo >= userHi) return { rows, bitmaps, scanned };
+  for (const { segment, parts } of planned) {
+    if (segment.eventRowStart !== undefined) {
+      sealedShardRows(segment.eventRowStart, segment.userIds, eventId, userLo, userHi, shardRows);
+      if (shardRows.start === shardRows.end) continue;
+      const runStart = segment.eventRowStart[eventId];
+      const runEnd = segment.eventRowStart[eventId + 1];
+      const wholeRun = shardRows.start === runStart && shardRows.end === runEnd;
+      for (const { lowMs, highMs, bucket } of parts) {
+        const wholeDay = lowMs === 0 && highMs === dayMs;
+        const stored = wholeDay && unique ? segment.userBitmap(eventId) : undefined;
+        if (wholeDay && (!unique || stored !== undefined)) {
+          rows[bucket] += shardRows.end - shardRows.start;
+          if (stored !== undefined) bitmaps[bucket].push(stored);
+          continue;
+        }
+        const part = sealedPart(segment, eventId, lowMs, highMs);
+        if (unique) bitmaps[bucket].push(part.users);
+        else rows[bucket] += wholeRun ? part.rows : rowsInPart(segment.timeOffsetMs, shardRows.start, shardRows.end, lowMs, highMs);
+      }
+      continue;
+    }
+    const eventRows = segment.eventRows(eventId);
+    if (eventRows === undefined || eventRows.length === 0) continue;
+    for (const { lowMs, highMs, bucket } of parts) {
+      const users = userScratch.get(eventRows.length);
+      const count = activeRowsInPart(eventRows, segment.userIds, segment.timeOffsetMs, userLo, userHi, lowMs, highMs, users);
+      if (count === 0) continue;
+      rows[bucket] += count;
+      if (!unique) continue;
+      const into = (scanned[bucket] ??= new RoaringBitmap32());
+      into.addMany(users.subarray(0, count));
+    }
+  }
+  return { rows, bitmaps, scanned };
+}
+
+/**
+ * Each bucket's users of the event (no filters) among [userLo, userHi), as
+ * sets that may hold users out of that range too, for a kernel that counts
+ * them against its own users (retention-day-parts.ts). `owned` sets are the
+ * caller's to dispose. Undefined when a day has too many parts.
+ */
+export function bucketUsers(segments: readonly SegmentView[], eventId: number | undefined, startsMs: Float64Array, userLo: number, userHi: number): Array<{ users: Bitmap; owned: boolean }> | undefined {
+  const planned = plannedDays(segments, startsMs);
+  if (planned === undefined) return undefined;
+  const bucketCount = startsMs.length - 1;
+  const { bitmaps, scanned } = bucketSets(planned, eventId, bucketCount, true, userLo, userHi);
+  return bitmaps.map((sets, bucket) => {
+    const own = scanned[bucket];
+    if (own !== undefined) sets.push(own);
+    if (sets.length === 1) return { users: sets[0], owned: own !== undefined };
+    const union = sets.length === 0 ? new RoaringBitmap32() : RoaringBitmap32.orMany(sets);
+    own?.dispose();
+    return { users: union, owned: true };
+  });
+}
+
+/** The segments with rows and each one's day parts in buckets; undefined when a day has too many parts. */
+function plannedDays(segments: readonly SegmentView[], startsMs: Float64Array): PlannedDay[] | undefined {
+  const planned: PlannedDay[] = [];
+  for (const segment of segments) {
+    if (segment.rowCount === 0) continue;
+    const parts = dayParts(startsMs, segment.dayStartMs);
+    if (!dayPartsFit(parts.length)) return undefined;
+    if (parts.length > 0) planned.push({ segment, parts });
+  }
+  return planned;
 }
 
 type PlannedDay = { segment: SegmentView; parts: ReturnType<typeof dayParts> };
@@ -171,8 +207,17 @@ export function breakdownFromDayParts(segments: ReadonlyArray<{ dayStartMs: numb
 }
 
 function mostlySealed(planned: readonly PlannedDay[], eventId: number | undefined): boolean {
+  return mostlySealedEvent(planned.map(({ segment }) => segment), eventId);
+}
+
+/** breakdownFromDayParts over the rows of the event in the segments that have rows in the buckets (false: a day has too many parts). */
+export function mostlySealedInBuckets(segments: readonly SegmentView[], eventId: number | undefined, startsMs: Float64Array): boolean {
+  const planned = plannedDays(segments, startsMs);
+  return planned !== undefined && mostlySealed(planned, eventId);
+}
+
+function mostlySealedEvent(segments: readonly SegmentView[], eventId: number | undefined): boolean {
   if (eventId === undefined) return true;
-  const segments = planned.map(({ segment }) => segment);
   let active = 0;
   for (const segment of segments) if (segment.eventRowStart === undefined) active += segment.eventRows(eventId)?.length ?? 0;
   return breakdownFromDayParts(segments, sealedEventRowCount(segments, eventId), active);

@@ -1,0 +1,121 @@
+/**
+ * Retention of SPEC §7 whose retention event has no filters (the common
+ * shape: "of the users who first did X, who came back at all"), in any time
+ * zone, with or without cohort filters and a breakdown. The users who return
+ * in a period are the event's users of that period: the union of the day
+ * parts' user sets that trend-day-parts.ts keeps per worker, or the
+ * segments' stored day sets. Only the cohort event's rows are read, and
+ * only the rows its filters pass reach the kernel: each user's first one
+ * gives its cohort period and breakdown value, as in retention-columns.ts.
+ * Then each (period, group) of cohort users is counted against each later
+ * period's users by CRoaring. retention-columns.ts read every row of both
+ * events and kept a bit set of returns per user.
+ */
+import roaring from "roaring";
+import { planColumnScan, runColumnScan } from "./column-scan.js";
+import { compareValues, type GatherPlan } from "./event-rows.js";
+import type { RetentionCohortsAnswer, RetentionCohortsPlan } from "./retention-cohorts.js";
+import { rankSeries } from "./series.js";
+import { cohortsAnswer, weekStartsOf } from "./retention-columns.js";
+import { bucketUsers, mostlySealedInBuckets } from "./trend-day-parts.js";
+import type { SegmentView } from "../segment-view.js";
+
+const { RoaringBitmap32 } = roaring;
+
+/** Whether a retention of this shape is answered here (given days of at most three parts). */
+export function retentionDayPartsApplies(gather: GatherPlan): boolean {
+  return !gather.allEvents && gather.math.kind === "none" && gather.references.length === 2 && gather.references[1].filters.length === 0;
+}
+
+export function retentionDayParts(segments: readonly SegmentView[], gather: GatherPlan, plan: RetentionCohortsPlan, userLo: number, userHi: number): RetentionCohortsAnswer | undefined {
+  if (!retentionDayPartsApplies(gather)) return undefined;
+  // Over mostly active rows (right after a load), the returns' sets are built from rows on every query, and the
+  // cohort event read twice when it is the retention event: retention-columns.ts's one pass is faster then.
+  if (!mostlySealedInBuckets(segments, gather.references[1].eventId, plan.startsMs)) return undefined;
+  const periodCount = plan.startsMs.length - 1;
+  const scan = planColumnScan(segments, { ...gather, references: [gather.references[0]] }, plan.startsMs, userLo, userHi);
+  if (scan === undefined) return undefined;
+  const returning = bucketUsers(segments, gather.references[1].eventId, plan.startsMs, userLo, userHi);
+  if (returning === undefined) return undefined;
+  try {
+    const { valueTexts } = scan;
+    const slots = userHi - userLo;
+    const cohortPeriods = new Int32Array(slots).fill(-1);
+    const cohortTimesMs = new Float64Array(slots);
+    // Users without a cohort keep value `noCohort`, which the passes below count apart: they run without a branch per user.
+    const noCohort = valueTexts.length;
+    const cohortValues = new Int32Array(slots).fill(noCohort);
+    // Every visited row is a cohort row (the scan reads the cohort reference alone), each user's in period order.
+    runColumnScan(scan, ({ count, slots, values, buckets, timesMs }) => {
+      for (let index = 0; index < count; index++) {
+        const slot = slots[index];
+        const period = buckets[index];
+        const known = cohortPeriods[slot];
+        if (known < 0) {
+          cohortPeriods[slot] = period;
+          cohortTimesMs[slot] = timesMs[index];
+          cohortValues[slot] = values[index];
+        } else if (known === period) {
+          // Rows of one period come in any order: keep the earliest, ties to the least value ("not set" first).
+          const timeMs = timesMs[index];
+          const value = values[index];
+          if (timeMs < cohortTimesMs[slot] || (timeMs === cohortTimesMs[slot] && compareValues(valueTexts, value, cohortValues[slot], true) < 0)) {
+            cohortTimesMs[slot] = timeMs;
+            cohortValues[slot] = value;
+          }
+        }
+      }
+    }, "skip", cohortPeriods);
+
+    let ranked: ReturnType<typeof rankSeries> | undefined;
+    if (plan.breakdownLimit !== undefined) {
+      const weights = new Float64Array(noCohort + 1);
+      for (let slot = 0; slot < slots; slot++) weights[cohortValues[slot]]++;
+      const present = new Uint8Array(noCohort);
+      for (let value = 0; value < noCohort; value++) present[value] = weights[value] > 0 ? 1 : 0;
+      ranked = rankSeries(weights.subarray(0, noCohort), present, valueTexts, plan.breakdownLimit);
+    }
+    // Group 0 is everyone: with a breakdown, the sum of the other groups (each cohort user is in exactly one).
+    const groupCount = ranked === undefined ? 1 : ranked.groupCount;
+    const firstGroup = ranked === undefined ? 0 : 1;
+    const groupOfValue = new Int32Array(noCohort + 1);
+    if (ranked !== undefined) groupOfValue.set(ranked.groupOfValue);
+
+    // Cohort users by cell ((1 + period) × groupCount + group; the cells of "period -1" hold the users without a
+    // cohort), ascending within a cell: a counting sort over the slots in order. A user's value is read no more,
+    // so its cell takes its place.
+    const cells = cohortValues;
+    const cellStarts = new Int32Array((periodCount + 1) * groupCount + 1);
+    for (let slot = 0; slot < slots; slot++) {
+      const cell = (cohortPeriods[slot] + 1) * groupCount + groupOfValue[cohortValues[slot]];
+      cells[slot] = cell;
+      cellStarts[cell + 1]++;
+    }
+    for (let cell = 0; cell < cellStarts.length - 1; cell++) cellStarts[cell + 1] += cellStarts[cell];
+    const next = cellStarts.slice(0, cellStarts.length - 1);
+    const users = new Uint32Array(slots);
+    for (let slot = 0; slot < slots; slot++) users[next[cells[slot]]++] = userLo + slot;
+
+    // Each group's weeks, flat.
+    const weekStarts = weekStartsOf(periodCount);
+    const groupCells = weekStarts[periodCount];
+    const weeks = new Float64Array(groupCount * groupCells);
+    for (let period = 0; period < periodCount; period++) {
+      for (let group = firstGroup; group < groupCount; group++) {
+        const cell = (period + 1) * groupCount + group;
+        const size = cellStarts[cell + 1] - cellStarts[cell];
+        if (size === 0) continue;
+        const at = group * groupCells + weekStarts[period];
+        weeks[at] = size;
+        const cohort = new RoaringBitmap32(users.subarray(cellStarts[cell], cellStarts[cell + 1]));
+        for (let later = period + 1; later < periodCount; later++) weeks[at + later - period] = cohort.andCardinality(returning[later].users);
+        cohort.dispose();
+      }
+    }
+    if (ranked !== undefined) for (let group = 1; group < groupCount; group++) for (let at = 0; at < groupCells; at++) weeks[at] += weeks[group * groupCells + at];
+
+    return cohortsAnswer(weeks, weekStarts, ranked, valueTexts);
+  } finally {
+    for (const period of returning) if (period.owned) period.users.dispose();
+  }
+}
