@@ -70,14 +70,32 @@ interface EventScan {
   /** Sealed: rows [start, end), sorted by user. */
   start: number;
   end: number;
-  /** Active: the event's rows of the shard, grouped by user block: block k's are rows[blockStarts[k], blockStarts[k + 1]). */
-  rows: Uint32Array | undefined;
-  blockStarts: Uint32Array | undefined;
+  /** Active: the event's rows of the shard, copied out (ActiveRows). */
+  active: ActiveRows | undefined;
   /** Bits of the references without a filter: they hold on every row. */
   constantMask: number;
   /** References with filters; the first one's single filter is read inline when it is the only one (`single`). */
   filtered: SegmentReference[];
   single: { bit: number; passes: Uint8Array; valueIds: ValueIdColumn } | undefined;
+}
+
+/**
+ * An active segment's rows of one event with a user of the shard and some
+ * reference holding, copied out grouped by user block (block k's are
+ * [blockStarts[k], blockStarts[k + 1]), row order kept within a block), with
+ * what the scan reads of each: read in place, a block's rows lie all over an
+ * active segment's columns, and each row cost a few cache misses (5× a
+ * sealed row's time right after a load, when most rows are active). The copy
+ * reads the columns once, in row order.
+ */
+interface ActiveRows {
+  blockStarts: Uint32Array;
+  slots: Int32Array;
+  offsets: Uint32Array;
+  masks: Int32Array;
+  values: Int32Array;
+  /** The math property's number per row; undefined without one (NaN). */
+  numbers: Float64Array | undefined;
 }
 
 interface SegmentScan {
@@ -192,16 +210,16 @@ export function runColumnScan(scan: ColumnScan, visit: BatchVisit, repeats: RowR
       if (day.segments.length === 1 && only.segment.eventRowStart !== undefined && only.events.length === 1) {
         // One sealed segment, one event: each user's rows come in time order, so one pass keeps every user's buckets in order.
         const end = lowerBoundUser(only.segment.userIds, cursor[0], only.events[0].end, blockHi);
-        if (day.whole !== undefined) scanRows(only, only.events[0], day.whole, undefined, cursor[0], end, userLo, skip, last, batch, visit, settledAt);
+        if (day.whole !== undefined) scanRows(only, only.events[0], day.whole, cursor[0], end, userLo, skip, last, batch, visit, settledAt);
         // Parts apart: one pass each, in time order, so each user's buckets still come in order.
-        else for (const span of day.single) scanRows(only, only.events[0], span, undefined, cursor[0], end, userLo, skip, last, batch, visit, settledAt);
+        else for (const span of day.single) scanRows(only, only.events[0], span, cursor[0], end, userLo, skip, last, batch, visit, settledAt);
         cursor[0] = end;
         continue;
       }
       let index = 0;
       for (const segment of day.segments) {
         for (const event of segment.events) {
-          if (event.rows === undefined) ends[index] = lowerBoundUser(segment.segment.userIds, cursor[index], event.end, blockHi);
+          if (event.active === undefined) ends[index] = lowerBoundUser(segment.segment.userIds, cursor[index], event.end, blockHi);
           index++;
         }
       }
@@ -209,8 +227,9 @@ export function runColumnScan(scan: ColumnScan, visit: BatchVisit, repeats: RowR
         index = 0;
         for (const segment of day.segments) {
           for (const event of segment.events) {
-            if (event.rows === undefined) scanRows(segment, event, part, undefined, cursor[index], ends[index], userLo, skip, last, batch, visit, settledAt);
-            else scanRows(segment, event, part, event.rows, event.blockStarts![block], event.blockStarts![block + 1], userLo, skip, last, batch, visit, settledAt);
+            const active = event.active;
+            if (active === undefined) scanRows(segment, event, part, cursor[index], ends[index], userLo, skip, last, batch, visit, settledAt);
+            else scanActiveRows(segment.segment.dayStartMs, active, part, active.blockStarts[block], active.blockStarts[block + 1], skip, last, batch, visit, settledAt);
             index++;
           }
         }
@@ -260,11 +279,11 @@ function planSegment(segment: SegmentView, gather: GatherPlan, userLo: number, u
     if (segment.eventRowStart !== undefined) {
       sealedShardRows(segment.eventRowStart, segment.userIds, eventId, userLo, userHi, shardRows);
       if (shardRows.start === shardRows.end) continue;
-      events.push({ eventId, start: shardRows.start, end: shardRows.end, rows: undefined, blockStarts: undefined, ...masks });
+      events.push({ eventId, start: shardRows.start, end: shardRows.end, active: undefined, ...masks });
       continue;
     }
-    const grouped = activeRowsByBlock(segment, eventId, userLo, userHi, blockUsers);
-    if (grouped.rows.length > 0) events.push({ eventId, start: 0, end: 0, rows: grouped.rows, blockStarts: grouped.blockStarts, ...masks });
+    // Copied out below, once the property readers are known.
+    events.push({ eventId, start: 0, end: 0, active: undefined, ...masks });
   }
   if (events.length === 0) return undefined;
   let valueIds: ValueIdColumn | undefined;
@@ -291,7 +310,13 @@ function planSegment(segment: SegmentView, gather: GatherPlan, userLo: number, u
     mathIds = math.valueIds;
     numbers = numbersOf(math);
   }
-  return { segment, events, valueIds, globalIds, mathIds, numbers };
+  const scan: SegmentScan = { segment, events, valueIds, globalIds, mathIds, numbers };
+  if (segment.eventRowStart === undefined) {
+    for (const event of events) event.active = copyActiveRows(scan, event, userLo, userHi, blockUsers);
+    scan.events = events.filter((event) => event.active!.slots.length > 0);
+    if (scan.events.length === 0) return undefined;
+  }
+  return scan;
 }
 
 /**
@@ -317,41 +342,121 @@ export function numbersOf(column: PropertyColumn): Float64Array {
   return numbers;
 }
 
-/** An active segment's rows of eventId with a user in [userLo, userHi), grouped by user block (a counting sort), row order kept within a block. */
-function activeRowsByBlock(segment: SegmentView, eventId: number, userLo: number, userHi: number, blockUsers: number): { rows: Uint32Array; blockStarts: Uint32Array } {
-  const eventRows = segment.eventRows(eventId)!;
-  const { userIds } = segment;
+/** The event's rows of an active segment with a user in [userLo, userHi) and some reference holding, copied out by user block (ActiveRows). */
+function copyActiveRows(scan: SegmentScan, event: EventScan, userLo: number, userHi: number, blockUsers: number): ActiveRows {
+  const { segment, valueIds, globalIds, mathIds, numbers } = scan;
+  const eventRows = segment.eventRows(event.eventId)!;
+  const { userIds, timeOffsetMs } = segment;
+  const { constantMask, filtered, single } = event;
   const blockStarts = new Uint32Array(Math.ceil((userHi - userLo) / blockUsers) + 1);
+  // Pass 1: each kept row's mask (0: not kept), and how many rows each block keeps.
+  const rowMasks = new Int32Array(eventRows.length);
   let count = 0;
   for (let index = 0; index < eventRows.length; index++) {
-    const user = userIds[eventRows[index]];
+    const row = eventRows[index];
+    const user = userIds[row];
     if (user < userLo || user >= userHi) continue;
+    let mask = constantMask;
+    if (single !== undefined) mask |= single.passes[single.valueIds[row]] << single.bit;
+    else if (filtered.length > 0) mask |= maskOf(filtered, row);
+    if (mask === 0) continue;
+    rowMasks[index] = mask;
     blockStarts[Math.floor((user - userLo) / blockUsers) + 1]++;
     count++;
   }
   for (let block = 1; block < blockStarts.length; block++) blockStarts[block] += blockStarts[block - 1];
   const next = blockStarts.slice(0, blockStarts.length - 1);
-  const rows = new Uint32Array(count);
+  const copied: ActiveRows = {
+    blockStarts,
+    slots: new Int32Array(count),
+    offsets: new Uint32Array(count),
+    masks: new Int32Array(count),
+    values: new Int32Array(count),
+    numbers: mathIds === undefined ? undefined : new Float64Array(count),
+  };
   for (let index = 0; index < eventRows.length; index++) {
+    const mask = rowMasks[index];
+    if (mask === 0) continue;
     const row = eventRows[index];
-    const user = userIds[row];
-    if (user < userLo || user >= userHi) continue;
-    rows[next[Math.floor((user - userLo) / blockUsers)]++] = row;
+    const slot = userIds[row] - userLo;
+    const at = next[Math.floor(slot / blockUsers)]++;
+    copied.slots[at] = slot;
+    copied.offsets[at] = timeOffsetMs[row];
+    copied.masks[at] = mask;
+    copied.values[at] = valueIds === undefined ? 0 : globalIds[valueIds[row]];
+    if (copied.numbers !== undefined) copied.numbers[at] = numbers[mathIds![row]];
   }
-  return { rows, blockStarts };
+  return copied;
 }
 
 /**
- * Rows [from, to) of one event (sealed: row numbers; active: indexes into
- * `rows`) whose time lies in `span`, into the batch. A day's only sealed
- * segment and event is read with all its parts in one span; other days one
- * part at a time.
+ * Copied active rows [from, to) whose time lies in `span`, into the batch: as
+ * scanRows, from the copy.
+ */
+function scanActiveRows(
+  dayStartMs: number,
+  active: ActiveRows,
+  span: DaySpan,
+  from: number,
+  to: number,
+  skip: boolean,
+  last: LastRow,
+  batch: RowBatch,
+  visit: BatchVisit,
+  settledAt: Int32Array | undefined,
+): void {
+  const { slots: rowSlots, offsets, masks: rowMasks, values: rowValues, numbers: rowNumbersIn } = active;
+  const { lowMs, highMs, firstBucket, edge1, edge2, edge3 } = span;
+  const { slots, masks, values, buckets, timesMs } = batch;
+  const rowNumbers = batch.numbers;
+  let count = batch.count;
+  let { slot: lastSlot, bucket: lastBucket, value: lastValue, mask: lastMask, timeMs: lastTimeMs } = last;
+  for (let index = from; index < to; index++) {
+    const offset = offsets[index];
+    if (offset < lowMs || offset >= highMs) continue;
+    const slot = rowSlots[index];
+    const bucket = firstBucket + ((edge1 - 1 - offset) >>> 31) + ((edge2 - 1 - offset) >>> 31) + ((edge3 - 1 - offset) >>> 31);
+    if (settledAt !== undefined && settledAt[slot] >>> 0 < bucket) continue;
+    const mask = rowMasks[index];
+    const value = rowValues[index];
+    const timeMs = dayStartMs + offset;
+    if (skip) {
+      if (((slot ^ lastSlot) | (bucket ^ lastBucket) | (value ^ lastValue) | (mask ^ lastMask)) === 0 && timeMs >= lastTimeMs) continue;
+      lastSlot = slot;
+      lastBucket = bucket;
+      lastValue = value;
+      lastMask = mask;
+      lastTimeMs = timeMs;
+    }
+    slots[count] = slot;
+    masks[count] = mask;
+    values[count] = value;
+    buckets[count] = bucket;
+    rowNumbers[count] = rowNumbersIn === undefined ? NaN : rowNumbersIn[index];
+    timesMs[count] = timeMs;
+    if (++count === batchRowsMax) {
+      batch.count = count;
+      visit(batch);
+      count = 0;
+    }
+  }
+  batch.count = count;
+  last.slot = lastSlot;
+  last.bucket = lastBucket;
+  last.value = lastValue;
+  last.mask = lastMask;
+  last.timeMs = lastTimeMs;
+}
+
+/**
+ * Sealed rows [from, to) of one event whose time lies in `span`, into the
+ * batch. A day's only sealed segment and event is read with all its parts in
+ * one span; other days one part at a time.
  */
 function scanRows(
   scan: SegmentScan,
   event: EventScan,
   span: DaySpan,
-  rows: Uint32Array | undefined,
   from: number,
   to: number,
   userLo: number,
@@ -373,8 +478,7 @@ function scanRows(
   const rowNumbers = batch.numbers;
   let count = batch.count;
   let { slot: lastSlot, bucket: lastBucket, value: lastValue, mask: lastMask, timeMs: lastTimeMs } = last;
-  for (let index = from; index < to; index++) {
-    const row = rows === undefined ? index : rows[index];
+  for (let row = from; row < to; row++) {
     const offset = timeOffsetMs[row];
     if (offset < lowMs || offset >= highMs) continue;
     let mask = constantMask;
