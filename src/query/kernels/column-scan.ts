@@ -1,7 +1,7 @@
 /**
  * The row scan of the SPEC §7 column fast paths (trend-columns.ts,
- * retention-columns.ts): the referenced events' rows of one user shard, read
- * in place from the segments, in bucket order. A time zone only moves bucket
+ * retention-columns.ts, retention-day-parts.ts): the referenced events' rows
+ * of one user shard, read in place from sealed segments, in bucket order. A time zone only moves bucket
  * boundaries: segments are per UTC day, so a day splits into a few parts at
  * the local boundaries inside it, and each part lies in one bucket. Parts are
  * visited in time order (every segment of a day for its first part, then for
@@ -18,7 +18,8 @@
  * in another cache line, and the scan waited on memory. Within a block the
  * state stays in cache. Sealed rows of an event are
  * sorted by user, so a block's rows are a run found from the previous block's
- * end; active rows are grouped by block once, when the scan is planned.
+ * end; an active segment's rows are copied out grouped by block once, when
+ * the scan is planned (ActiveRows).
  *
  * Rows reach the kernel in batches, in visiting order: per row the user's
  * slot, its reference mask (bit i: reference i's event and filters hold),
