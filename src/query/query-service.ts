@@ -340,7 +340,7 @@ export class QueryService {
       ? undefined
       : answer.kind === "funnel"
         ? rowCount >= limits.rowsQueryShardRowsMin
-          ? evenShardBounds(userCount, shardCount)
+          ? scanShardBounds(segments, referencedEventIds(gather), userCount, shardCount, 0, true)
           : undefined
         : scanShardBounds(segments, referencedEventIds(gather), userCount, shardCount, limits.rowsQueryShardRowsMin, true);
     if (bounds !== undefined) {
