@@ -8,8 +8,9 @@
  * only the rows its filters pass reach the kernel: each user's first one
  * gives its cohort period and breakdown value, as in retention-columns.ts.
  * Then each (period, group) of cohort users is counted against each later
- * period's users by CRoaring. retention-columns.ts read every row of both
- * events and kept a bit set of returns per user.
+ * period's users by CRoaring. retention-columns.ts, which reads every row of
+ * both events and keeps a bit set of returns per user, answers other shapes,
+ * and this one over mostly active rows.
  */
 import roaring from "roaring";
 import { planColumnScan, runColumnScan } from "./column-scan.js";
