@@ -538,12 +538,10 @@ function scanShardBounds(
 }
 
 /**
- * What a §7 retention's user slot costs, in rows: its kernels keep arrays
- * over the shard's id range and pass over them after the scan, and every
- * user's first row goes further than its others. Cut by rows alone, the
- * shard of late ids (fewer rows each, many more ids) took 1.6× the other
- * (settled 10 M: 51 ms against 31 ms). A strict funnel, whose cost is its
- * candidates' rows, was slower with the same weight (143–146 → 157–158 ms).
+ * What a §7 retention's user id costs, in rows: its kernels keep arrays over
+ * the shard's id range and each user's first row goes further than the rest,
+ * so cut by rows alone the shard of late ids (few rows each) ran longest. A
+ * funnel's cost is its candidates' rows: the same weight made it slower.
  */
 const retentionRowsPerUserSlot = 4;
 
