@@ -1,10 +1,10 @@
 /**
  * The row scan of the SPEC §7 column fast paths (trend-columns.ts,
  * retention-columns.ts, retention-day-parts.ts): the referenced events' rows
- * of one user shard, read in place from sealed segments, in bucket order. A time zone only moves bucket
- * boundaries: segments are per UTC day, so a day splits into a few parts at
- * the local boundaries inside it, and each part lies in one bucket. Parts are
- * visited in time order (every segment of a day for its first part, then for
+ * of one user shard, read in place from sealed segments, in bucket order. A
+ * time zone only moves bucket boundaries: segments are per UTC day, so a day
+ * splits into a few parts at the local boundaries inside it, and each part
+ * lies in one bucket. Parts are visited in time order (every segment of a day for its first part, then for
  * its second…), so each user's rows are visited in bucket order, in any row
  * order within a bucket (sealed or active segments, several segments a day).
  * A day held by one sealed segment and one event is read in one pass: its
@@ -85,9 +85,8 @@ interface EventScan {
  * reference holding, copied out grouped by user block (block k's are
  * [blockStarts[k], blockStarts[k + 1]), row order kept within a block), with
  * what the scan reads of each: read in place, a block's rows lie all over an
- * active segment's columns, and each row cost a few cache misses (5× a
- * sealed row's time right after a load, when most rows are active). The copy
- * reads the columns once, in row order.
+ * active segment's columns and each costs a few cache misses; the copy reads
+ * the columns once, in row order.
  */
 interface ActiveRows {
   blockStarts: Uint32Array;
