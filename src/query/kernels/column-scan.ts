@@ -4,12 +4,12 @@
  * of one user shard, read in place from sealed segments, in bucket order. A
  * time zone only moves bucket boundaries: segments are per UTC day, so a day
  * splits into a few parts at the local boundaries inside it, and each part
- * lies in one bucket. Parts are visited in time order (every segment of a day for its first part, then for
- * its second…), so each user's rows are visited in bucket order, in any row
- * order within a bucket (sealed or active segments, several segments a day).
- * A day held by one sealed segment and one event is read in one pass: its
- * rows are sorted by (user, time), which keeps that order too. The kernels
- * rely on that order alone.
+ * lies in one bucket. Parts are visited in time order (every segment of a
+ * day for its first part, then for its second…), so each user's rows are
+ * visited in bucket order, in any row order within a bucket (sealed or
+ * active segments, several segments a day). A day held by one sealed segment
+ * and one event is read in one pass: its rows are sorted by (user, time),
+ * which keeps that order too. The kernels rely on that order alone.
  *
  * Users are visited in blocks of `blockUsers`: every day for the users of the
  * first block, then every day for the next block… A kernel keeps state per
