@@ -24,7 +24,7 @@ import type { SegmentView } from "../segment-view.js";
 import { dayParts } from "./column-scan.js";
 import type { GatherPlan } from "./event-rows.js";
 import { sealedEventRowCount, sealedShardRows, type RowRange } from "./rows.js";
-import { ScratchUint32 } from "./scratch.js";
+import { ScratchInt32, ScratchUint32 } from "./scratch.js";
 import { rankSeries, valueOf } from "./series.js";
 import type { BucketValues, TrendSeriesAnswer, TrendSeriesPlan } from "./trend-series.js";
 
@@ -62,6 +62,8 @@ const noTexts: readonly string[] = [""];
 const keptParts = new Map<string, DayPartUsers | DayPartValues>();
 let keptBytes = 0;
 const userScratch = new ScratchUint32();
+const memberScratch = new ScratchUint32();
+const wordScratch = new ScratchInt32();
 const shardRows: RowRange = { start: 0, end: 0 };
 
 /** Whether a trend of this shape answers here (for every segment whose days have at most three parts). */
@@ -237,6 +239,30 @@ function unionCount(sets: readonly Bitmap[], userLo: number, userHi: number): nu
   return count;
 }
 
+/**
+ * How many users in [userLo, userHi) many sets hold together, marked in a bit
+ * array: a value's rank unions a set per day of the range, each small and
+ * spread over the id range, and CRoaring's union of them took longer.
+ */
+function unionCountMarked(sets: readonly Bitmap[], userLo: number, userHi: number): number {
+  if (sets.length <= 2) return unionCount(sets, userLo, userHi);
+  const wordCount = ((userHi - userLo) >>> 5) + 1;
+  const words = wordScratch.get(wordCount).fill(0, 0, wordCount);
+  let count = 0;
+  for (const set of sets) {
+    const members = set.toUint32Array(memberScratch.get(set.size));
+    for (let index = 0; index < members.length; index++) {
+      const slot = members[index] - userLo;
+      if (slot < 0 || slot >= userHi - userLo) continue;
+      const bit = 1 << (slot & 31);
+      const word = words[slot >>> 5];
+      count += (word & bit) === 0 ? 1 : 0;
+      words[slot >>> 5] = word | bit;
+    }
+  }
+  return count;
+}
+
 /** The series and "other" of a breakdown by keyId (undefined: no row sets it); undefined when the values are too many for this path. */
 function breakdownSeries(
   planned: readonly PlannedDay[],
@@ -352,7 +378,7 @@ function breakdownSeries(
   const weights = new Float64Array(valueCount);
   const present = new Uint8Array(valueCount);
   for (let value = 0; value < valueCount; value++) {
-    weights[value] = unique ? unionCount(weightSets[value], userLo, userHi) : cellRows[value].reduce((sum, rows) => sum + rows, 0);
+    weights[value] = unique ? unionCountMarked(weightSets[value], userLo, userHi) : cellRows[value].reduce((sum, rows) => sum + rows, 0);
     present[value] = weights[value] > 0 ? 1 : 0;
   }
   const cells = (values: readonly number[]): BucketValues => {
