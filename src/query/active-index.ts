@@ -17,7 +17,7 @@
 import roaring from "roaring";
 import type { ActiveSegmentDescriptor } from "../storage/segment-descriptor.js";
 import { lowerBoundUser } from "./kernels/rows.js";
-import type { PropertyColumn } from "./segment-view.js";
+import type { PartUsers, PropertyColumn } from "./segment-view.js";
 
 const { RoaringBitmap32 } = roaring;
 type Bitmap = InstanceType<typeof RoaringBitmap32>;
@@ -33,6 +33,11 @@ const bitmapBytesFixed = 64;
 /** Users of newly covered rows, gathered for one addMany; one per thread. */
 let userScratch = new Uint32Array(1024);
 
+function scratchUsers(length: number): Uint32Array {
+  if (userScratch.length < length) userScratch = new Uint32Array(Math.max(length, userScratch.length * 2));
+  return userScratch;
+}
+
 interface EventUsers {
   bitmap: Bitmap;
   /** Entries of the event's row list whose users are in the bitmap. */
@@ -45,6 +50,11 @@ interface ValueCounts {
   coveredEntries: number;
   /** Highest user id among the counted rows; -1 before any. */
   userMax: number;
+}
+
+/** The users and rows of one event in one part of the day [lowMs, highMs): the first coveredEntries of its row list. */
+interface PartEntry extends PartUsers {
+  coveredEntries: number;
 }
 
 interface IndexedColumn {
@@ -63,6 +73,8 @@ export class ActiveIndex {
   private readonly columns = new Map<number, IndexedColumn>();
   /** By `${eventId}/${keyId}`. */
   private readonly valueCounts = new Map<string, ValueCounts>();
+  /** By `${eventId}/${lowMs}/${highMs}`. */
+  private readonly parts = new Map<string, PartEntry>();
   /** Bytes held, for the cache's budget (bitmaps estimated). */
   bytes = 0;
 
@@ -96,12 +108,10 @@ export class ActiveIndex {
     if (entry.coveredEntries > rows.length) return undefined;
     if (entry.coveredEntries < rows.length) {
       const added = rows.length - entry.coveredEntries;
-      if (userScratch.length < added) userScratch = new Uint32Array(Math.max(added, userScratch.length * 2));
+      const users = scratchUsers(added);
       const userIds = new Uint32Array(segment.user, 0, segment.rowCount);
-      for (let index = 0; index < added; index++) userScratch[index] = userIds[rows[entry.coveredEntries + index]];
-      const before = entry.bitmap.size;
-      entry.bitmap.addMany(userScratch.subarray(0, added));
-      this.bytes += (entry.bitmap.size - before) * bitmapBytesPerMember;
+      for (let index = 0; index < added; index++) users[index] = userIds[rows[entry.coveredEntries + index]];
+      this.addUsers(entry.bitmap, users.subarray(0, added));
       entry.coveredEntries = rows.length;
     }
     return entry.bitmap;
@@ -171,10 +181,56 @@ export class ActiveIndex {
     return entry.userMax < userHi ? entry.counts : undefined;
   }
 
+  /**
+   * The users and rows of eventId whose time offset lies in [lowMs, highMs),
+   * among the segment's first rowCount (a zoned trend's part of the day),
+   * extended by the rows that arrived since the last task; undefined when the
+   * entry already holds later rows (an older snapshot).
+   */
+  partUsers(segment: ActiveRows & Pick<ActiveSegmentDescriptor, "time">, eventId: number, lowMs: number, highMs: number): PartUsers | undefined {
+    const rows = this.eventRows(segment, eventId);
+    const key = `${eventId}/${lowMs}/${highMs}`;
+    let entry = this.parts.get(key);
+    if (entry === undefined) {
+      entry = { users: new RoaringBitmap32(), rows: 0, userMax: -1, coveredEntries: 0 };
+      this.parts.set(key, entry);
+      this.bytes += bitmapBytesFixed;
+    }
+    if (entry.coveredEntries > rows.length) return undefined;
+    if (entry.coveredEntries < rows.length) {
+      const users = scratchUsers(rows.length - entry.coveredEntries);
+      const userIds = new Uint32Array(segment.user, 0, segment.rowCount);
+      const timeOffsetMs = new Uint32Array(segment.time, 0, segment.rowCount);
+      let count = 0;
+      let userMax = entry.userMax;
+      for (let index = entry.coveredEntries; index < rows.length; index++) {
+        const row = rows[index];
+        const offset = timeOffsetMs[row];
+        if (offset < lowMs || offset >= highMs) continue;
+        const user = userIds[row];
+        users[count++] = user;
+        if (user > userMax) userMax = user;
+      }
+      this.addUsers(entry.users, users.subarray(0, count));
+      entry.rows += count;
+      entry.userMax = userMax;
+      entry.coveredEntries = rows.length;
+    }
+    return entry;
+  }
+
+  private addUsers(bitmap: Bitmap, users: Uint32Array): void {
+    const before = bitmap.size;
+    bitmap.addMany(users);
+    this.bytes += (bitmap.size - before) * bitmapBytesPerMember;
+  }
+
   /** Frees the sets (native memory). */
   dispose(): void {
     for (const { bitmap } of this.users.values()) bitmap.dispose();
     this.users.clear();
+    for (const { users } of this.parts.values()) users.dispose();
+    this.parts.clear();
   }
 
   /** Appends rows [coveredRows, rowCount) to their events' lists. */

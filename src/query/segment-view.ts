@@ -49,4 +49,18 @@ export interface SegmentView {
    * value-counts.ts). The caller must not change or keep it.
    */
   eventValueCounts(eventId: number, keyId: number, userHi: number): Uint32Array | undefined;
+  /**
+   * Active segments: the users with a row of the event whose time offset lies
+   * in [lowMs, highMs), how many such rows, and the highest of their users (-1:
+   * none), kept by the worker's index and extended by the rows that arrived
+   * since; undefined when not available (sealed segments, an older snapshot).
+   * The caller must not change or keep it.
+   */
+  partUsers(eventId: number, lowMs: number, highMs: number): PartUsers | undefined;
+}
+
+export interface PartUsers {
+  users: RoaringBitmap32;
+  rows: number;
+  userMax: number;
 }

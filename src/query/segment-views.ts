@@ -28,6 +28,7 @@ class SealedView implements SegmentView {
   readonly eventIds = undefined;
   readonly eventRows = () => undefined;
   readonly eventValueCounts = () => undefined;
+  readonly partUsers = () => undefined;
   /** Shared column bytes plus the dense columns this worker built from sparse keys. */
   memoryBytes: number;
   private readonly properties = new Map<number, PropertyColumn>();
@@ -154,6 +155,7 @@ export function activeView(descriptor: ActiveSegmentDescriptor, indexOf: () => A
       const valueIds = column(keyId)?.valueIds;
       return valueIds === undefined ? undefined : indexed().eventValueCounts(descriptor, eventId, keyId, valueIds, userHi);
     },
+    partUsers: (eventId, lowMs, highMs) => indexed().partUsers(descriptor, eventId, lowMs, highMs),
   };
 }
 

@@ -107,6 +107,7 @@ export function sealedSegment(key: string, input: SegmentInput, options: SealedO
     rowsWithProperty: (keyId, start, end) => rowsSetting(columns.get(keyId), start, end),
     userBitmap: (eventId) => bitmaps.get(eventId),
     eventValueCounts: () => undefined,
+    partUsers: () => undefined,
   };
 }
 
