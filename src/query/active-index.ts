@@ -17,7 +17,7 @@
 import roaring from "roaring";
 import type { ActiveSegmentDescriptor } from "../storage/segment-descriptor.js";
 import { lowerBoundUser } from "./kernels/rows.js";
-import type { PartUsers, PropertyColumn } from "./segment-view.js";
+import type { PartUsers, PartValueUsers, PropertyColumn } from "./segment-view.js";
 
 const { RoaringBitmap32 } = roaring;
 type Bitmap = InstanceType<typeof RoaringBitmap32>;
@@ -32,6 +32,25 @@ const bitmapBytesFixed = 64;
 
 /** Users of newly covered rows, gathered for one addMany; one per thread. */
 let userScratch = new Uint32Array(1024);
+
+/** Rows of an event's list entries [from, rows.length) whose time offset lies in [lowMs, highMs), in a scratch array of this thread. */
+let partRowScratch = new Uint32Array(1024);
+
+function rowsInPart(segment: Pick<ActiveSegmentDescriptor, "rowCount" | "time">, rows: Uint32Array, from: number, lowMs: number, highMs: number): Uint32Array {
+  if (partRowScratch.length < rows.length - from) partRowScratch = new Uint32Array(Math.max(rows.length - from, partRowScratch.length * 2));
+  const timeOffsetMs = new Uint32Array(segment.time, 0, segment.rowCount);
+  let count = 0;
+  for (let index = from; index < rows.length; index++) {
+    const offset = timeOffsetMs[rows[index]];
+    if (offset >= lowMs && offset < highMs) partRowScratch[count++] = rows[index];
+  }
+  return partRowScratch.subarray(0, count);
+}
+
+function userMaxOf(userIds: Uint32Array, rows: Uint32Array, userMax: number): number {
+  for (let index = 0; index < rows.length; index++) if (userIds[rows[index]] > userMax) userMax = userIds[rows[index]];
+  return userMax;
+}
 
 function scratchUsers(length: number): Uint32Array {
   if (userScratch.length < length) userScratch = new Uint32Array(Math.max(length, userScratch.length * 2));
@@ -57,6 +76,14 @@ interface PartEntry extends PartUsers {
   coveredEntries: number;
 }
 
+/** The same per value id of one key. */
+interface PartValuesEntry {
+  users: Array<Bitmap | undefined>;
+  rows: Uint32Array;
+  userMax: number;
+  coveredEntries: number;
+}
+
 interface IndexedColumn {
   valueIds: Uint32Array;
   /** Property entries scattered into valueIds. */
@@ -75,6 +102,8 @@ export class ActiveIndex {
   private readonly valueCounts = new Map<string, ValueCounts>();
   /** By `${eventId}/${lowMs}/${highMs}`. */
   private readonly parts = new Map<string, PartEntry>();
+  /** By `${eventId}/${keyId}/${lowMs}/${highMs}`. */
+  private readonly partValues = new Map<string, PartValuesEntry>();
   /** Bytes held, for the cache's budget (bitmaps estimated). */
   bytes = 0;
 
@@ -198,21 +227,55 @@ export class ActiveIndex {
     }
     if (entry.coveredEntries > rows.length) return undefined;
     if (entry.coveredEntries < rows.length) {
-      const users = scratchUsers(rows.length - entry.coveredEntries);
+      const added = rowsInPart(segment, rows, entry.coveredEntries, lowMs, highMs);
+      const users = scratchUsers(added.length);
       const userIds = new Uint32Array(segment.user, 0, segment.rowCount);
-      const timeOffsetMs = new Uint32Array(segment.time, 0, segment.rowCount);
-      let count = 0;
-      let userMax = entry.userMax;
-      for (let index = entry.coveredEntries; index < rows.length; index++) {
-        const row = rows[index];
-        const offset = timeOffsetMs[row];
-        if (offset < lowMs || offset >= highMs) continue;
-        const user = userIds[row];
-        users[count++] = user;
-        if (user > userMax) userMax = user;
+      for (let index = 0; index < added.length; index++) users[index] = userIds[added[index]];
+      this.addUsers(entry.users, users.subarray(0, added.length));
+      entry.rows += added.length;
+      entry.userMax = userMaxOf(userIds, added, entry.userMax);
+      entry.coveredEntries = rows.length;
+    }
+    return entry;
+  }
+
+  /**
+   * As partUsers, per value id of a key (`valueIds`: the key's column for
+   * this snapshot; a row's value id never changes once applied). Undefined
+   * for an older snapshot.
+   */
+  partValueUsers(segment: ActiveRows & Pick<ActiveSegmentDescriptor, "time">, eventId: number, keyId: number, valueIds: ArrayLike<number>, lowMs: number, highMs: number): PartValueUsers | undefined {
+    const rows = this.eventRows(segment, eventId);
+    const key = `${eventId}/${keyId}/${lowMs}/${highMs}`;
+    let entry = this.partValues.get(key);
+    if (entry === undefined) {
+      entry = { users: [], rows: new Uint32Array(0), userMax: -1, coveredEntries: 0 };
+      this.partValues.set(key, entry);
+      this.bytes += bitmapBytesFixed;
+    }
+    if (entry.coveredEntries > rows.length) return undefined;
+    if (entry.coveredEntries < rows.length) {
+      const userIds = new Uint32Array(segment.user, 0, segment.rowCount);
+      const inPart = rowsInPart(segment, rows, entry.coveredEntries, lowMs, highMs);
+      const added = new Map<number, number[]>();
+      for (let index = 0; index < inPart.length; index++) {
+        const row = inPart[index];
+        let users = added.get(valueIds[row]);
+        if (users === undefined) added.set(valueIds[row], (users = []));
+        users.push(userIds[row]);
       }
-      this.addUsers(entry.users, users.subarray(0, count));
-      entry.rows += count;
+      const userMax = userMaxOf(userIds, inPart, entry.userMax);
+      for (const [valueId, users] of added) {
+        if (valueId >= entry.rows.length) {
+          const grown = new Uint32Array(grownLength(entry.rows.length, valueId + 1));
+          grown.set(entry.rows);
+          this.bytes += grown.byteLength - entry.rows.byteLength;
+          entry.rows = grown;
+        }
+        entry.rows[valueId] += users.length;
+        const bitmap = (entry.users[valueId] ??= new RoaringBitmap32());
+        this.addUsers(bitmap, Uint32Array.from(users));
+      }
       entry.userMax = userMax;
       entry.coveredEntries = rows.length;
     }
@@ -231,6 +294,8 @@ export class ActiveIndex {
     this.users.clear();
     for (const { users } of this.parts.values()) users.dispose();
     this.parts.clear();
+    for (const { users } of this.partValues.values()) for (const bitmap of users) bitmap?.dispose();
+    this.partValues.clear();
   }
 
   /** Appends rows [coveredRows, rowCount) to their events' lists. */

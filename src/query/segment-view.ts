@@ -57,6 +57,15 @@ export interface SegmentView {
    * The caller must not change or keep it.
    */
   partUsers(eventId: number, lowMs: number, highMs: number): PartUsers | undefined;
+  /** As partUsers, per value id of keyId (0: not set): undefined as well when no row of the segment sets the key. */
+  partValueUsers(eventId: number, keyId: number, lowMs: number, highMs: number): PartValueUsers | undefined;
+}
+
+export interface PartValueUsers {
+  /** By value id; undefined where `rows` is 0. */
+  users: ReadonlyArray<RoaringBitmap32 | undefined>;
+  rows: Uint32Array;
+  userMax: number;
 }
 
 export interface PartUsers {

@@ -29,6 +29,7 @@ class SealedView implements SegmentView {
   readonly eventRows = () => undefined;
   readonly eventValueCounts = () => undefined;
   readonly partUsers = () => undefined;
+  readonly partValueUsers = () => undefined;
   /** Shared column bytes plus the dense columns this worker built from sparse keys. */
   memoryBytes: number;
   private readonly properties = new Map<number, PropertyColumn>();
@@ -156,6 +157,10 @@ export function activeView(descriptor: ActiveSegmentDescriptor, indexOf: () => A
       return valueIds === undefined ? undefined : indexed().eventValueCounts(descriptor, eventId, keyId, valueIds, userHi);
     },
     partUsers: (eventId, lowMs, highMs) => indexed().partUsers(descriptor, eventId, lowMs, highMs),
+    partValueUsers: (eventId, keyId, lowMs, highMs) => {
+      const valueIds = column(keyId)?.valueIds;
+      return valueIds === undefined ? undefined : indexed().partValueUsers(descriptor, eventId, keyId, valueIds, lowMs, highMs);
+    },
   };
 }
 

@@ -1,9 +1,10 @@
 /**
- * The worker's per-part user sets of an active segment (ActiveIndex.partUsers,
- * read by zoned trends and retention over fresh rows): extended as the
- * segment grows they equal a count from scratch of the rows the snapshot
- * holds, and a task whose snapshot is older than what the set already holds
- * gets none (it reads the rows itself).
+ * The worker's per-part user sets of an active segment (ActiveIndex.partUsers
+ * and, per value of a key, partValueUsers, read by zoned trends, breakdowns
+ * and retention over fresh rows): extended as the segment grows they equal a
+ * count from scratch of the rows the snapshot holds, and a task whose
+ * snapshot is older than what the set already holds gets none (it reads the
+ * rows itself).
  */
 import { describe, expect, it } from "vitest";
 import { ActiveIndex } from "../../src/query/active-index.js";
@@ -23,11 +24,11 @@ function columns(random: () => number, capacity: number) {
     time[row] = random() < 0.5 ? Math.floor(random() * 24) * 3_600_000 : Math.floor(random() * dayMs);
   }
   const snapshot = (rowCount: number) => ({ rowCount, event: event.buffer as SharedArrayBuffer, user: user.buffer as SharedArrayBuffer, time: time.buffer as SharedArrayBuffer });
-  const expected = (rowCount: number, eventId: number, lowMs: number, highMs: number) => {
+  const expected = (rowCount: number, eventId: number, lowMs: number, highMs: number, counts: (row: number) => boolean = () => true) => {
     const users = new Set<number>();
     let rows = 0;
     for (let row = 0; row < rowCount; row++) {
-      if (event[row] !== eventId || time[row] < lowMs || time[row] >= highMs) continue;
+      if (event[row] !== eventId || time[row] < lowMs || time[row] >= highMs || !counts(row)) continue;
       users.add(user[row]);
       rows++;
     }
@@ -60,6 +61,32 @@ describe("an active segment's per-part user sets", () => {
     }
   });
 
+  it.each(Array.from({ length: 20 }, (_, index) => 4_300 + index))("per value of a key, equal a count from scratch as the segment grows (seed %i)", (seed) => {
+    const random = seededRandom(seed);
+    const capacity = 400;
+    const { snapshot, expected } = columns(random, capacity);
+    // A key's value id per row (0: not set); ids below 6.
+    const valueIds = Uint32Array.from({ length: capacity }, () => Math.floor(random() * 6));
+    const index = new ActiveIndex("ws/2024-01-01/active-1");
+    const edges = [0, 5 * 3_600_000, dayMs];
+    let rowCount = 0;
+    while (rowCount < capacity) {
+      rowCount = Math.min(capacity, rowCount + 1 + Math.floor(random() * 60));
+      for (let part = 0; part + 1 < edges.length; part++) {
+        const eventId = Math.floor(random() * 3);
+        const kept = index.partValueUsers(snapshot(rowCount), eventId, 9, valueIds, edges[part], edges[part + 1]);
+        expect(kept).toBeDefined();
+        for (let valueId = 0; valueId < 6; valueId++) {
+          const own = (row: number) => valueIds[row] === valueId;
+          const want = expected(rowCount, eventId, edges[part], edges[part + 1], own);
+          const rows = valueId < kept!.rows.length ? kept!.rows[valueId] : 0;
+          expect({ users: kept!.users[valueId]?.toArray() ?? [], rows }, `rows ${rowCount}, event ${eventId}, part ${part}, value ${valueId}`).toEqual({ users: want.users, rows: want.rows });
+        }
+        expect(kept!.userMax).toBe(expected(rowCount, eventId, edges[part], edges[part + 1]).userMax);
+      }
+    }
+  });
+
   it("gives none to a task whose snapshot is older than the set", () => {
     const { snapshot } = columns(seededRandom(7), 100);
     const index = new ActiveIndex("ws/2024-01-01/active-1");
@@ -67,5 +94,8 @@ describe("an active segment's per-part user sets", () => {
     expect(index.partUsers(snapshot(60), 1, 0, dayMs)).toBeUndefined();
     // Another part has not seen the later rows: it answers the older snapshot.
     expect(index.partUsers(snapshot(60), 1, 0, 3_600_000)).toBeDefined();
+    const valueIds = new Uint32Array(100).fill(1);
+    expect(index.partValueUsers(snapshot(100), 1, 9, valueIds, 0, dayMs)).toBeDefined();
+    expect(index.partValueUsers(snapshot(60), 1, 9, valueIds, 0, dayMs)).toBeUndefined();
   });
 });

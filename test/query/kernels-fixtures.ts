@@ -108,6 +108,7 @@ export function sealedSegment(key: string, input: SegmentInput, options: SealedO
     userBitmap: (eventId) => bitmaps.get(eventId),
     eventValueCounts: () => undefined,
     partUsers: () => undefined,
+    partValueUsers: () => undefined,
   };
 }
 

@@ -21,7 +21,7 @@
  */
 import roaring from "roaring";
 import { dayMs } from "../buckets.js";
-import type { SegmentView } from "../segment-view.js";
+import type { PartValueUsers, SegmentView } from "../segment-view.js";
 import { dayParts } from "./column-scan.js";
 import type { GatherPlan } from "./event-rows.js";
 import { sealedEventRowCount, sealedShardRows, type RowRange } from "./rows.js";
@@ -73,6 +73,13 @@ export function trendDayPartsApplies(gather: GatherPlan, plan: TrendSeriesPlan):
   if ((plan.breakdownLimit !== undefined) !== (gather.breakdown.kind === "key")) return false;
   if (gather.allEvents || gather.references.length !== 1 || gather.math.kind !== "none") return false;
   return gather.references[0].filters.length === 0;
+}
+
+/** An active segment's users and rows of the event in a part, per value id of keyId (all at id 0 when no row sets it). */
+function keptActivePart(segment: SegmentView, eventId: number, keyId: number | undefined, lowMs: number, highMs: number): PartValueUsers | undefined {
+  if (keyId !== undefined && segment.property(keyId) !== undefined) return segment.partValueUsers(eventId, keyId, lowMs, highMs);
+  const whole = segment.partUsers(eventId, lowMs, highMs);
+  return whole === undefined ? undefined : { users: [whole.users], rows: Uint32Array.of(whole.rows), userMax: whole.userMax };
 }
 
 /** Whether a day cut into this many parts by the buckets (column-scan.ts, dayParts) is read here. */
@@ -300,6 +307,18 @@ function breakdownSeries(
   addValue();
   /** Users of active rows by cell (value × bucketCount + bucket). */
   const scannedCells = new Map<number, number[]>();
+  /** A part's sets (unique) or rows per segment value id, into the bucket's cells and (`ranks`) the values' rank sets. */
+  const addPart = (part: { users: ReadonlyArray<Bitmap | undefined>; rows: Uint32Array }, globalIds: Int32Array, bucket: number, ranks: boolean) => {
+    for (let id = 0; id < part.rows.length; id++) {
+      if (part.rows[id] === 0) continue;
+      const global = globalIds[id];
+      if (!unique) cellRows[global][bucket] += part.rows[id];
+      else {
+        cellSets[global][bucket].push(part.users[id]!);
+        if (ranks) weightSets[global].push(part.users[id]!);
+      }
+    }
+  };
   if (eventId !== undefined && userLo < userHi) {
     for (const { segment, parts } of planned) {
       const column = keyId === undefined ? undefined : segment.property(keyId);
@@ -343,16 +362,7 @@ function breakdownSeries(
             }
             continue;
           }
-          const kept = sealedPartValues(segment, eventId, keyId, lowMs, highMs);
-          for (let id = 0; id < kept.rows.length; id++) {
-            if (kept.rows[id] === 0) continue;
-            const global = globalIds[id];
-            if (!unique) cellRows[global][bucket] += kept.rows[id];
-            else {
-              cellSets[global][bucket].push(kept.users[id]!);
-              if (!rankByDay) weightSets[global].push(kept.users[id]!);
-            }
-          }
+          addPart(sealedPartValues(segment, eventId, keyId, lowMs, highMs), globalIds, bucket, !rankByDay);
         }
         continue;
       }
@@ -360,6 +370,12 @@ function breakdownSeries(
       if (eventRows === undefined || eventRows.length === 0) continue;
       const { userIds, timeOffsetMs } = segment;
       for (const { lowMs, highMs, bucket } of parts) {
+        // Kept by the worker's index per value and extended by the rows since the last task, as bucketSets' parts are.
+        const kept = keptActivePart(segment, eventId, keyId, lowMs, highMs);
+        if (kept !== undefined && (unique || (userLo === 0 && kept.userMax < userHi))) {
+          addPart(kept, globalIds, bucket, true);
+          continue;
+        }
         for (let index = 0; index < eventRows.length; index++) {
           const row = eventRows[index];
           const user = userIds[row];
