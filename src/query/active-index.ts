@@ -3,10 +3,12 @@
  * query tasks and extended by the rows that arrived since: per event, its rows
  * in ascending order and the set of its users; per filtered property key, a
  * dense column of value ids; per (event, key) that a filtered total reads,
- * how many of the event's rows hold each value. An active segment is append-only (rows and
- * property entries below a count handed out are never rewritten), so what was
- * read once stays true, and a query reads only the rows of its event instead
- * of every row of every active segment it touches: with events arriving in
+ * how many of the event's rows hold each value; per part of the day that a
+ * zoned trend or retention reads, the event's users there (and per value of
+ * a breakdown key). An active segment is append-only (rows and property
+ * entries below a count handed out are never rewritten), so what was read
+ * once stays true, and a query reads only the rows of its event instead of
+ * every row of every active segment it touches: with events arriving in
  * random day order, every day's active segment holds a share of the recent
  * rows, and a whole-range query scanned all of them per task.
  *
@@ -273,7 +275,11 @@ export class ActiveIndex {
           entry.rows = grown;
         }
         entry.rows[valueId] += users.length;
-        const bitmap = (entry.users[valueId] ??= new RoaringBitmap32());
+        let bitmap = entry.users[valueId];
+        if (bitmap === undefined) {
+          bitmap = entry.users[valueId] = new RoaringBitmap32();
+          this.bytes += bitmapBytesFixed;
+        }
         this.addUsers(bitmap, Uint32Array.from(users));
       }
       entry.userMax = userMax;
