@@ -290,6 +290,19 @@ function blockAt(bytes: Buffer, offset: number): DictionaryBlock | undefined {
 const blockMagicBytes = Buffer.from([0x44, 0x49, 0x43, 0x31]);
 
 /**
+ * Whether the first block of the dictionary file at `path` is a whole DIC1
+ * block once its magic is put back (its checksum holds, its entries fill it):
+ * a magic that reads as a newer format there is a damaged byte, not a newer
+ * Eventide's block. A newer block format must not pass this check.
+ */
+export function firstBlockIsCurrentFormat(path: string): boolean {
+  const bytes = Buffer.from(readFileSync(path));
+  if (bytes.length < blockHeaderBytes) return false;
+  bytes.writeUInt32LE(blockMagic, 0);
+  return blockAt(bytes, 0) !== undefined;
+}
+
+/**
  * The valid blocks before the first damaged byte, and the damage: where it
  * starts and where the next valid block after it starts, if any (blocks are
  * not aligned: every offset holding the magic is tried).

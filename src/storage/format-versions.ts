@@ -13,6 +13,8 @@
  */
 import { closeSync, existsSync, openSync, readdirSync, readFileSync, readSync } from "node:fs";
 import { checkpointPath, dictionaryPath, isWorkspaceId, walDirectory, walFilePath, workspacesDirectory } from "./paths.js";
+import { firstBlockIsCurrentFormat } from "./dictionary.js";
+import { firstRecordIsCurrentFormat } from "./wal.js";
 
 /** `_checkpoint.json`'s `format`; files written before it existed have none and are format 1. */
 export const checkpointFormatVersion = 1;
@@ -59,7 +61,8 @@ export function refuseNewerFormats(dataDir: string): void {
       if (!/^\d{12}\.wal$/.test(name)) continue;
       const path = walFilePath(dataDir, Number(name.slice(0, 12)));
       const version = magicVersion(path, "EWL");
-      if (version !== undefined && version > walRecordFormatVersion) throw new NewerFormatError(path, "write-ahead log record", version, walRecordFormatVersion);
+      // A digit one flipped bit away from this version's, on a record that otherwise reads as one: damage (recovery says so).
+      if (version !== undefined && version > walRecordFormatVersion && !firstRecordIsCurrentFormat(path)) throw new NewerFormatError(path, "write-ahead log record", version, walRecordFormatVersion);
     }
   }
   if (!existsSync(workspacesDirectory(dataDir))) return;
@@ -69,7 +72,7 @@ export function refuseNewerFormats(dataDir: string): void {
       const path = dictionaryPath(dataDir, workspaceId, dictionary);
       if (!existsSync(path)) continue;
       const version = magicVersion(path, "DIC");
-      if (version !== undefined && version > dictionaryFormatVersion) throw new NewerFormatError(path, "dictionary", version, dictionaryFormatVersion);
+      if (version !== undefined && version > dictionaryFormatVersion && !firstBlockIsCurrentFormat(path)) throw new NewerFormatError(path, "dictionary", version, dictionaryFormatVersion);
     }
   }
 }

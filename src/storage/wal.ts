@@ -267,6 +267,20 @@ export function scanWalFile(path: string): WalFileScan {
   return { records, allRecords, damaged, state, validBytes: firstBad, fileBytes: bytes.length };
 }
 
+/**
+ * Whether the first record of the WAL file at `path` is a whole EWL2 record
+ * once its magic is put back (its header and payload checksums hold): a
+ * magic that reads as a newer format there is a damaged byte, not a newer
+ * Eventide's record. A newer record format must not pass this check (its
+ * header checksum is to cover the magic).
+ */
+export function firstRecordIsCurrentFormat(path: string): boolean {
+  const bytes = Buffer.from(readFileSync(path));
+  if (bytes.length < recordHeaderBytes) return false;
+  bytes.writeUInt32LE(recordMagic, 0);
+  return recordAt(bytes, 0) !== undefined;
+}
+
 /** Reads the valid records of one WAL file; returns them and the byte length of the valid prefix. */
 export function readWalFile(path: string): { records: WalRecord[]; validBytes: number; fileBytes: number } {
   const { records, validBytes, fileBytes } = scanWalFile(path);

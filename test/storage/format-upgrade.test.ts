@@ -88,8 +88,9 @@ describe("data directory formats", () => {
       },
       /segment format 4; this version reads up to 3/,
     ],
-    ["a write-ahead log file", (dataDir) => patchMagic(join(dataDir, "wal", readdirSync(join(dataDir, "wal"))[0]), "EWL3"), /write-ahead log record format 3; this version reads up to 2/],
-    ["a dictionary", (dataDir) => patchMagic(join(dataDir, "ws", workspaceId, "_users.dict"), "DIC2"), /dictionary format 2; this version reads up to 1/],
+    // A newer format's first record or block does not read as one of this version's (its checksum covers its magic).
+    ["a write-ahead log file", (dataDir) => patchMagic(join(dataDir, "wal", readdirSync(join(dataDir, "wal"))[0]), "EWL3", true), /write-ahead log record format 3; this version reads up to 2/],
+    ["a dictionary", (dataDir) => patchMagic(join(dataDir, "ws", workspaceId, "_users.dict"), "DIC2", true), /dictionary format 2; this version reads up to 1/],
     ["_checkpoint.json", (dataDir) => patchJson(join(dataDir, "_checkpoint.json"), { format: 2 }), /checkpoint format 2; this version reads up to 1/],
     ["the registry", (dataDir) => patchJson(join(dataDir, "_registry.json"), { version: 2 }), /registry format 2; this version reads up to 1/],
   ];
@@ -114,10 +115,32 @@ describe("data directory formats", () => {
   }
 });
 
-/** Replaces the first 4 bytes (a record or block magic) of `path`; returns it. */
-function patchMagic(path: string, magic: string): string {
+describe("a flipped bit in a format digit", () => {
+  const flips: Array<[string, (dataDir: string) => string]> = [
+    // "EWL2" → "EWL6" and "DIC1" → "DIC5": bit 2 of byte 3.
+    ["a write-ahead log record's", (dataDir) => patchMagic(join(dataDir, "wal", readdirSync(join(dataDir, "wal"))[0]), "EWL6")],
+    ["a dictionary block's", (dataDir) => patchMagic(join(dataDir, "ws", workspaceId, "_users.dict"), "DIC5")],
+  ];
+  it.each(flips)("in %s is damage, not a newer version: its file is named as corrupt, or the damage is cut as a torn tail", async (_what, patch) => {
+    const { dataDir } = await fixtureCopy();
+    const path = patch(dataDir);
+    let refusal = "";
+    try {
+      const server = await startOnce({ dataDir, startTimeoutMs: 30_000 });
+      await server.stop();
+    } catch (error) {
+      refusal = (error as Error).message;
+    }
+    expect(refusal).not.toMatch(/written by a newer Eventide/);
+    if (refusal !== "") expect(refusal).toContain(`corruption in ${path}`);
+  }, 60_000);
+});
+
+/** Replaces the first 4 bytes (a record or block magic) of `path`, and with `newHeader` the 4 after them (a WAL record's header checksum); returns it. */
+function patchMagic(path: string, magic: string, newHeader = false): string {
   const bytes = readFileSync(path);
   bytes.write(magic, 0, "latin1");
+  if (newHeader) bytes.writeUInt32LE((bytes.readUInt32LE(4) ^ 0x5a5a5a5a) >>> 0, 4);
   writeFileSync(path, bytes);
   return path;
 }
