@@ -80,8 +80,14 @@ export const limits = Object.freeze({
   workerNiceSteps: integerFromEnvironment("EVENTIDE_WORKER_NICE", 10, 0),
   /** Reused body buffers kept free for the next large ingest bodies (body-slabs.ts); 0 keeps none. 64 connections of 1 000-event batches use ~16 MiB. */
   ingestBodySlabsBytesMax: integerFromEnvironment("EVENTIDE_INGEST_BODY_SLABS_BYTES_MAX", 64 * mebibyte, 0),
-  /** Single events gathered into one pool task (a task costs ~80 µs, an event ~2 µs). */
+  /** Single events gathered into one pool task (a task costs ~80 µs, an event ~2 µs), or validated together on the main thread. */
   singleEventsPerTaskMax: 512,
+  /**
+   * Single-event bodies up to this size, not gzipped, are validated on the main
+   * thread (ingest-service.ts): a worker's round trip costs a gathered event
+   * far more time than its parse. Larger or gzipped bodies go to the pool.
+   */
+  singleEventInlineBytesMax: 4096,
   /** Request log lines per second (refusals at info, 5xx at error, all at debug); the rest is counted in one line. An overload answers thousands of 503s a second, and each line is a synchronous write. 0: no cap. */
   logRequestLinesPerSecondMax: integerFromEnvironment("EVENTIDE_LOG_REQUEST_LINES_PER_SECOND_MAX", 100, 0),
   /** One WAL write + fdatasync carries at most this much. */

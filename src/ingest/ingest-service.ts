@@ -1,9 +1,11 @@
 /**
  * Main-thread side of ingest: hands bodies to the pool, checks the apiKey the
  * worker found, commits the valid rows and builds the answer. Single-event
- * requests are gathered — every body that arrives before the next turn of the
- * event loop goes to the pool as one task — because a pool task costs tens of
- * microseconds and one event a few.
+ * requests are gathered: every body that arrives before the next turn of the
+ * event loop is validated in one go and committed as one chunk per key. Small
+ * plain ones are validated here, larger or gzipped ones in one pool task: a
+ * worker's round trip costs tens of microseconds of this thread and hundreds of
+ * latency, an event's parse a few.
  */
 import { limits, rateLimitBurstEvents } from "../config/limits.js";
 import type { CredentialStore } from "../auth/credential-store.js";
@@ -12,8 +14,8 @@ import type { RowRefusal } from "../storage/cardinality.js";
 import type { Store } from "../storage/store.js";
 import { PoolSaturatedError, type WorkerPool } from "../workers/pool.js";
 import { bodyGzipFlag, bodyMsgpackFlag, bodySliceFields, type BatchKeyCheck, type IngestTaskResult, type StoredSingleEvent } from "../workers/protocol.js";
-import type { EventError, IngestBodyResult, IngestShape } from "./event-validation.js";
 import { ChunkBuilder } from "../storage/chunk-codec.js";
+import { validateBodies, type EventError, type IngestBodyResult, type IngestShape } from "./event-validation.js";
 import { leadingApiKey } from "./leading-api-key.js";
 import type { BodyFormat } from "../json/msgpack-body.js";
 import { BodySlabs } from "./body-slabs.js";
@@ -94,6 +96,13 @@ interface GatheredBody {
   onReply: (reply: IngestReply) => void;
 }
 
+/** Answers every gathered body with the error a failed task or commit gives them all. */
+function failBodies(bodies: readonly GatheredBody[], error: unknown): void {
+  const reply: IngestReply = error instanceof PoolSaturatedError ? { ok: false, error: overloaded } : { ok: false, error: { code: "internal_error", message: "internal error" } };
+  if (!(error instanceof PoolSaturatedError)) log.error({ err: error }, "ingest task failed");
+  for (const body of bodies) body.onReply(reply);
+}
+
 /**
  * The answers of gathered single events whose row a cardinality cap refused,
  * by body index. A body stored in chunk c holds the next row of c: each
@@ -114,9 +123,13 @@ function refusalsOfSingles(results: ReadonlyArray<IngestBodyResult | StoredSingl
 }
 
 export class IngestService {
+  /** Single events for the pool: gzipped, or larger than limits.singleEventInlineBytesMax. */
   private gathered: GatheredBody[] = [];
   private gatheredBytes = 0;
   private gatherScheduled = false;
+  /** Single events validated on this thread at the end of the turn (validateGatheredHere). */
+  private gatheredHere: GatheredBody[] = [];
+  private gatheredHereScheduled = false;
   /** Single-event tasks posted and not yet back from the pool. */
   private singleTasksInFlight = 0;
   /** undefined when rate limiting is off (the default). */
@@ -178,17 +191,29 @@ export class IngestService {
   }
 
   /**
-   * One /ingest body, gathered with others into one pool task; `onReply` is
-   * called once with the answer. At low load a task leaves at the end of this
-   * turn of the event loop. Under load — every worker already parsing single
-   * events — bodies wait for the next task to come back instead: posting a
-   * task costs the main thread ~20 µs, so hundreds of bodies per task rather
-   * than a few keep it free for HTTP. A callback rather than a promise: the
-   * main thread is the single-event path's bottleneck, and two promises and
-   * their reactions per request were work it need not do.
+   * One /ingest body, gathered with the others of this turn of the event loop;
+   * `onReply` is called once with the answer. A small plain body is validated
+   * here at the end of the turn (validateGatheredHere). A gzipped or larger
+   * one goes to the pool: at low load its task leaves at the end of the turn;
+   * under load — every worker already parsing single events — bodies wait for
+   * the next task to come back instead, so posting tasks does not crowd out
+   * HTTP. A callback rather than a promise: the main thread is the
+   * single-event path's bottleneck, and two promises and their reactions per
+   * request were work it need not do.
    */
   single(bytes: Uint8Array, gzip: boolean, receivedAtMs: number, onReply: (reply: IngestReply) => void, format: BodyFormat = "json"): void {
     this.store.noteIngest(receivedAtMs);
+    if (!gzip && bytes.length <= limits.singleEventInlineBytesMax) {
+      // No pool task: only the write queue can be full.
+      if (this.store.writeQueueBytes >= limits.writeQueueBytesMax) return onReply({ ok: false, error: overloaded });
+      this.gatheredHere.push({ bytes, gzip, format, receivedAtMs, onReply });
+      if (this.gatheredHere.length >= limits.singleEventsPerTaskMax) this.validateGatheredHere();
+      else if (!this.gatheredHereScheduled) {
+        this.gatheredHereScheduled = true;
+        setImmediate(() => this.validateGatheredHere());
+      }
+      return;
+    }
     if (this.saturated()) return onReply({ ok: false, error: overloaded });
     this.gathered.push({ bytes, gzip, format, receivedAtMs, onReply });
     this.gatheredBytes += bytes.length;
@@ -197,6 +222,31 @@ export class IngestService {
       this.gatherScheduled = true;
       setImmediate(() => this.dispatchGathered());
     }
+  }
+
+  /**
+   * Validates the small plain single events gathered this turn, here, and
+   * commits them: the hand-off to a worker and its wake-up cost more, in this
+   * thread's time and in latency, than the few microseconds of parsing it
+   * would move away (docs/decisions.md, "Threads and ingest").
+   */
+  private validateGatheredHere(): void {
+    this.gatheredHereScheduled = false;
+    const bodies = this.gatheredHere;
+    if (bodies.length === 0) return;
+    this.gatheredHere = [];
+    let result: IngestTaskResult;
+    try {
+      result = { kind: "ingest", ...validateBodies(bodies, "single") };
+    } catch (error) {
+      return failBodies(bodies, error);
+    }
+    this.finish(result, "single").then(
+      (replies) => {
+        for (let index = 0; index < bodies.length; index++) bodies[index].onReply(replies[index]);
+      },
+      (error: unknown) => failBodies(bodies, error),
+    );
   }
 
   private dispatchGathered(): void {
@@ -225,11 +275,7 @@ export class IngestService {
       // What gathered while the workers were busy leaves now, and is parsed while this task commits.
       if (!this.gatherScheduled && this.gathered.length > 0) this.dispatchGathered();
     };
-    const failAll = (error: unknown) => {
-      const reply: IngestReply = error instanceof PoolSaturatedError ? { ok: false, error: overloaded } : { ok: false, error: { code: "internal_error", message: "internal error" } };
-      if (!(error instanceof PoolSaturatedError)) log.error({ err: error }, "ingest task failed");
-      for (const body of bodies) body.onReply(reply);
-    };
+    const failAll = (error: unknown) => failBodies(bodies, error);
     this.pool.ingest({ kind: "ingest", shape: "single", bodies: view.buffer, slices }).then(
       (result) => {
         taskBack();
