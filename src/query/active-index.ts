@@ -28,6 +28,10 @@ type Bitmap = InstanceType<typeof RoaringBitmap32>;
 type ActiveRows = Pick<ActiveSegmentDescriptor, "rowCount" | "event" | "user">;
 type ActiveProperty = ActiveSegmentDescriptor["properties"][number];
 
+const dayMs = 86_400_000;
+/** The users of a part that holds no row of the event; never changed by a reader. */
+const noUsers = new RoaringBitmap32();
+
 /** A set's bytes, roughly: two per member in array containers, plus its object. */
 const bitmapBytesPerMember = 2;
 const bitmapBytesFixed = 64;
@@ -220,6 +224,12 @@ export class ActiveIndex {
    */
   partUsers(segment: ActiveRows & Pick<ActiveSegmentDescriptor, "time">, eventId: number, lowMs: number, highMs: number): PartUsers | undefined {
     const rows = this.eventRows(segment, eventId);
+    // The whole day is the event's user set, kept once (a zone's weeks and months hold whole days).
+    if (lowMs <= 0 && highMs >= dayMs) {
+      if (rows.length === 0) return { users: noUsers, rows: 0, userMax: -1 };
+      const users = this.userBitmap(segment, eventId);
+      return users === undefined ? undefined : { users, rows: rows.length, userMax: users.maximum() };
+    }
     const key = `${eventId}/${lowMs}/${highMs}`;
     let entry = this.parts.get(key);
     if (entry === undefined) {

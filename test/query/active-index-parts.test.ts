@@ -98,4 +98,17 @@ describe("an active segment's per-part user sets", () => {
     expect(index.partValueUsers(snapshot(100), 1, 9, valueIds, 0, dayMs)).toBeDefined();
     expect(index.partValueUsers(snapshot(60), 1, 9, valueIds, 0, dayMs)).toBeUndefined();
   });
+
+  it("keeps the whole day's users once: the part is the event's user set", () => {
+    const { snapshot, expected } = columns(seededRandom(11), 200);
+    const index = new ActiveIndex("ws/2024-01-01/active-1");
+    const users = index.userBitmap(snapshot(150), 2)!;
+    const bytes = index.bytes;
+    const whole = index.partUsers(snapshot(150), 2, 0, dayMs)!;
+    expect(whole.users).toBe(users);
+    expect(index.bytes).toBe(bytes);
+    // Grown by later rows, it still counts exactly those of its snapshot.
+    const grown = index.partUsers(snapshot(200), 2, 0, dayMs)!;
+    expect({ users: grown.users.toArray(), rows: grown.rows, userMax: grown.userMax }).toEqual(expected(200, 2, 0, dayMs));
+  });
 });
