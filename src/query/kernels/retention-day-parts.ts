@@ -18,7 +18,7 @@ import { compareValues, type GatherPlan } from "./event-rows.js";
 import type { RetentionCohortsAnswer, RetentionCohortsPlan } from "./retention-cohorts.js";
 import { rankSeries } from "./series.js";
 import { cohortsAnswer, weekStartsOf } from "./retention-columns.js";
-import { bucketUsers, mostlySealedInBuckets } from "./trend-day-parts.js";
+import { sealedBucketUsers } from "./trend-day-parts.js";
 import type { SegmentView } from "../segment-view.js";
 
 const { RoaringBitmap32 } = roaring;
@@ -32,13 +32,12 @@ export function retentionDayParts(segments: readonly SegmentView[], gather: Gath
   if (!retentionDayPartsApplies(gather)) return undefined;
   // Over mostly active rows (right after a load), the returns' sets are built from rows on every query, and the
   // cohort event read twice when it is the retention event: retention-columns.ts's one pass is faster then.
-  if (!mostlySealedInBuckets(segments, gather.references[1].eventId, plan.startsMs)) return undefined;
-  const periodCount = plan.startsMs.length - 1;
-  const scan = planColumnScan(segments, { ...gather, references: [gather.references[0]] }, plan.startsMs, userLo, userHi);
-  if (scan === undefined) return undefined;
-  const returning = bucketUsers(segments, gather.references[1].eventId, plan.startsMs, userLo, userHi);
+  const returning = sealedBucketUsers(segments, gather.references[1].eventId, plan.startsMs, userLo, userHi);
   if (returning === undefined) return undefined;
   try {
+    const periodCount = plan.startsMs.length - 1;
+    const scan = planColumnScan(segments, { ...gather, references: [gather.references[0]] }, plan.startsMs, userLo, userHi);
+    if (scan === undefined) return undefined;
     const { valueTexts } = scan;
     const slots = userHi - userLo;
     const cohortPeriods = new Int32Array(slots).fill(-1);

@@ -179,11 +179,13 @@ function bucketSets(planned: readonly PlannedDay[], eventId: number | undefined,
  * Each bucket's users of the event (no filters) among [userLo, userHi), as
  * sets that may hold users out of that range too, for a kernel that counts
  * them against its own users (retention-day-parts.ts). `owned` sets are the
- * caller's to dispose. Undefined when a day has too many parts.
+ * caller's to dispose. Undefined when a day has too many parts, or when the
+ * event's rows in the buckets are mostly active: its sets would then be built
+ * from rows on every query, and a one-pass scan of the rows is faster.
  */
-export function bucketUsers(segments: readonly SegmentView[], eventId: number | undefined, startsMs: Float64Array, userLo: number, userHi: number): Array<{ users: Bitmap; owned: boolean }> | undefined {
+export function sealedBucketUsers(segments: readonly SegmentView[], eventId: number | undefined, startsMs: Float64Array, userLo: number, userHi: number): Array<{ users: Bitmap; owned: boolean }> | undefined {
   const planned = plannedDays(segments, startsMs);
-  if (planned === undefined) return undefined;
+  if (planned === undefined || !mostlySealed(planned, eventId)) return undefined;
   const bucketCount = startsMs.length - 1;
   const { bitmaps, scanned } = bucketSets(planned, eventId, bucketCount, true, userLo, userHi);
   return bitmaps.map((sets, bucket) => {
@@ -229,11 +231,6 @@ function mostlySealed(planned: readonly PlannedDay[], eventId: number | undefine
 }
 
 /** breakdownFromDayParts over the rows of the event in the segments that have rows in the buckets (false: a day has too many parts). */
-export function mostlySealedInBuckets(segments: readonly SegmentView[], eventId: number | undefined, startsMs: Float64Array): boolean {
-  const planned = plannedDays(segments, startsMs);
-  return planned !== undefined && mostlySealed(planned, eventId);
-}
-
 function mostlySealedEvent(segments: readonly SegmentView[], eventId: number | undefined): boolean {
   if (eventId === undefined) return true;
   let active = 0;
