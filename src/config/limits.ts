@@ -83,9 +83,10 @@ export const limits = Object.freeze({
   /** Single events gathered into one pool task (a task costs ~80 µs, an event ~2 µs), or validated together on the main thread. */
   singleEventsPerTaskMax: 512,
   /**
-   * Single-event bodies up to this size, not gzipped, are validated on the main
-   * thread (ingest-service.ts): a worker's round trip costs a gathered event
-   * far more time than its parse. Larger or gzipped bodies go to the pool.
+   * Single-event bodies up to this size, not gzipped, are read on the main
+   * thread by the byte scanner (ingest-service.ts): a worker's round trip costs
+   * a gathered event far more time than its parse. Larger or gzipped bodies,
+   * and those the scanner leaves, go to the pool.
    */
   singleEventInlineBytesMax: 4096,
   /** Request log lines per second (refusals at info, 5xx at error, all at debug); the rest is counted in one line. An overload answers thousands of 503s a second, and each line is a synchronous write. 0: no cap. */

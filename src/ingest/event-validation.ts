@@ -17,6 +17,7 @@ import { parseMsgpackObject, type BodyFormat } from "../json/msgpack-body.js";
 import { ChunkBuilder } from "../storage/chunk-codec.js";
 import { parseTimestampMs, parseUuid } from "./event-fields.js";
 import { scanBody } from "./event-scanner.js";
+import type { ScannedBody } from "./scanned-events.js";
 import { scanMsgpackBody } from "./msgpack-event-scanner.js";
 import { BatchDays, batchDaysExceeded, timestampWindowError } from "./batch-cardinality.js";
 import { log } from "../log.js";
@@ -67,23 +68,65 @@ export interface BodyInput {
   format?: BodyFormat;
 }
 
+/** The chunks of one task: one per apiKey for single events, one per body for batches. */
+class TaskChunks {
+  private readonly builders = new Map<string, { builder: ChunkBuilder; chunkIndex: number }>();
+  private readonly order: Array<{ apiKey: string; builder: ChunkBuilder }> = [];
+
+  constructor(private readonly shape: IngestShape) {}
+
+  readonly builderFor: BuilderFor = (apiKey) => {
+    let entry = this.shape === "single" ? this.builders.get(apiKey) : undefined;
+    if (entry === undefined) {
+      entry = { builder: new ChunkBuilder(), chunkIndex: this.order.length };
+      this.order.push({ apiKey, builder: entry.builder });
+      if (this.shape === "single") this.builders.set(apiKey, entry);
+    }
+    return entry;
+  };
+
+  finish(): KeyedChunk[] {
+    return this.order.map(({ apiKey, builder }) => ({ apiKey, chunk: builder.finish() }));
+  }
+}
+
 /** Validates every body of a task. */
 export function validateBodies(bodies: readonly BodyInput[], shape: IngestShape): { results: IngestBodyResult[]; chunks: KeyedChunk[] } {
-  const builders = new Map<string, { builder: ChunkBuilder; chunkIndex: number }>();
-  const order: Array<{ apiKey: string; builder: ChunkBuilder }> = [];
-  const results = bodies.map((body) =>
-    validateBodyIsolated(body.bytes, body.gzip, shape, body.receivedAtMs, body.format === "msgpack" ? "msgpack" : "auto", (apiKey) => {
-      let entry = shape === "single" ? builders.get(apiKey) : undefined;
-      if (entry === undefined) {
-        entry = { builder: new ChunkBuilder(), chunkIndex: order.length };
-        order.push({ apiKey, builder: entry.builder });
-        if (shape === "single") builders.set(apiKey, entry);
-      }
-      return entry;
-    }),
-  );
-  const chunks = order.map(({ apiKey, builder }) => ({ apiKey, chunk: builder.finish() }));
-  return { results, chunks };
+  const chunks = new TaskChunks(shape);
+  const results = bodies.map((body) => validateBodyIsolated(body.bytes, body.gzip, shape, body.receivedAtMs, body.format === "msgpack" ? "msgpack" : "auto", chunks.builderFor));
+  return { results, chunks: chunks.finish() };
+}
+
+/**
+ * Plain (not gzipped) single-event bodies read by the byte scanners alone, as
+ * the main thread reads small ones: their cost is a few nanoseconds a byte
+ * whatever the body holds. A body the scanner leaves (escapes, nested property
+ * values, an invalid event: JSON.parse and the general validator, whose cost
+ * per byte a body can choose) has no result here and goes to a worker.
+ */
+export function scanSingleBodies(bodies: readonly BodyInput[]): { results: Array<IngestBodyResult | undefined>; chunks: KeyedChunk[] } {
+  const chunks = new TaskChunks("single");
+  const results = bodies.map((body): IngestBodyResult | undefined => {
+    try {
+      const msgpack = body.format === "msgpack";
+      const plain = msgpack ? inflatedBody(body.bytes, false, limits.ingestBodyBytesMax) : plainUtf8Body(body.bytes, false, limits.ingestBodyBytesMax);
+      if (!(plain instanceof Uint8Array)) return { kind: "rejected", error: plain };
+      const scanned = msgpack ? scanMsgpackBody(plain, "single", body.receivedAtMs) : scanBody(plain, "single", body.receivedAtMs);
+      return scanned === undefined ? undefined : scannedResult(scanned, chunks.builderFor);
+    } catch (error) {
+      log.error({ err: error }, "ingest: validation failed unexpectedly");
+      return { kind: "rejected", error: { code: "internal_error", message: "internal error" } };
+    }
+  });
+  return { results, chunks: chunks.finish() };
+}
+
+/** A body the byte scanner took whole: its events go into its key's chunk. */
+function scannedResult(scanned: ScannedBody, builderFor: BuilderFor): IngestBodyResult {
+  const target = builderFor(scanned.apiKey);
+  scanned.appendTo(target.builder);
+  const chunkIndex = scanned.eventCount > 0 ? target.chunkIndex : -1;
+  return { kind: "parsed", apiKey: scanned.apiKey, error: undefined, acceptedCount: scanned.eventCount, errors: [], chunkIndex };
 }
 
 type BuilderFor = (apiKey: string) => { builder: ChunkBuilder; chunkIndex: number };
@@ -170,12 +213,7 @@ export function validateBody(bytes: Uint8Array, gzip: boolean, shape: IngestShap
   if (!(plain instanceof Uint8Array)) return { kind: "rejected", error: plain };
   if (parser === "auto" || parser === "msgpack") {
     const scanned = parser === "msgpack" ? scanMsgpackBody(plain, shape, receivedAtMs) : scanBody(plain, shape, receivedAtMs);
-    if (scanned !== undefined) {
-      const target = builderFor(scanned.apiKey);
-      scanned.appendTo(target.builder);
-      const chunkIndex = scanned.eventCount > 0 ? target.chunkIndex : -1;
-      return { kind: "parsed", apiKey: scanned.apiKey, error: undefined, acceptedCount: scanned.eventCount, errors: [], chunkIndex };
-    }
+    if (scanned !== undefined) return scannedResult(scanned, builderFor);
   }
   const parsed = parsePlainBody(plain, shape, parser);
   if (!("value" in parsed)) return { kind: "rejected", error: parsed };

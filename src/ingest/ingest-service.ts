@@ -15,7 +15,7 @@ import type { Store } from "../storage/store.js";
 import { PoolSaturatedError, type WorkerPool } from "../workers/pool.js";
 import { bodyGzipFlag, bodyMsgpackFlag, bodySliceFields, type BatchKeyCheck, type IngestTaskResult, type StoredSingleEvent } from "../workers/protocol.js";
 import { ChunkBuilder } from "../storage/chunk-codec.js";
-import { validateBodies, type EventError, type IngestBodyResult, type IngestShape } from "./event-validation.js";
+import { scanSingleBodies, type EventError, type IngestBodyResult, type IngestShape } from "./event-validation.js";
 import { leadingApiKey } from "./leading-api-key.js";
 import type { BodyFormat } from "../json/msgpack-body.js";
 import { BodySlabs } from "./body-slabs.js";
@@ -214,9 +214,14 @@ export class IngestService {
       }
       return;
     }
-    if (this.saturated()) return onReply({ ok: false, error: overloaded });
-    this.gathered.push({ bytes, gzip, format, receivedAtMs, onReply });
-    this.gatheredBytes += bytes.length;
+    this.gatherForPool({ bytes, gzip, format, receivedAtMs, onReply });
+  }
+
+  /** Gathers a single event into the next pool task. */
+  private gatherForPool(body: GatheredBody): void {
+    if (this.saturated()) return body.onReply({ ok: false, error: overloaded });
+    this.gathered.push(body);
+    this.gatheredBytes += body.bytes.length;
     if (this.gathered.length >= limits.singleEventsPerTaskMax) this.dispatchGathered();
     else if (!this.gatherScheduled && this.singleTasksInFlight < this.pool.threadCount) {
       this.gatherScheduled = true;
@@ -228,19 +233,33 @@ export class IngestService {
    * Validates the small plain single events gathered this turn, here, and
    * commits them: the hand-off to a worker and its wake-up cost more, in this
    * thread's time and in latency, than the few microseconds of parsing it
-   * would move away (docs/decisions.md, "Threads and ingest").
+   * would move away (docs/decisions.md, "Threads and ingest"). Only the byte
+   * scanners read them here; a body they leave, whose parse may cost more per
+   * byte, goes to a worker after all.
    */
   private validateGatheredHere(): void {
     this.gatheredHereScheduled = false;
-    const bodies = this.gatheredHere;
-    if (bodies.length === 0) return;
+    const gathered = this.gatheredHere;
+    if (gathered.length === 0) return;
     this.gatheredHere = [];
-    let result: IngestTaskResult;
+    let scanned: ReturnType<typeof scanSingleBodies>;
     try {
-      result = { kind: "ingest", ...validateBodies(bodies, "single") };
+      scanned = scanSingleBodies(gathered);
     } catch (error) {
-      return failBodies(bodies, error);
+      return failBodies(gathered, error);
     }
+    const bodies: GatheredBody[] = [];
+    const results: IngestBodyResult[] = [];
+    for (let index = 0; index < gathered.length; index++) {
+      const taken = scanned.results[index];
+      if (taken === undefined) this.gatherForPool(gathered[index]);
+      else {
+        bodies.push(gathered[index]);
+        results.push(taken);
+      }
+    }
+    if (bodies.length === 0) return;
+    const result: IngestTaskResult = { kind: "ingest", results, chunks: scanned.chunks };
     this.finish(result, "single").then(
       (replies) => {
         for (let index = 0; index < bodies.length; index++) bodies[index].onReply(replies[index]);
