@@ -20,6 +20,8 @@ import roaring from "roaring";
 import type { ActiveSegmentDescriptor } from "../storage/segment-descriptor.js";
 import { lowerBoundUser } from "./kernels/rows.js";
 import type { PartUsers, PartValueUsers, PropertyColumn } from "./segment-view.js";
+import { parseTextNumbers } from "./filters.js";
+import { readSharedTexts } from "../storage/active-properties.js";
 
 const { RoaringBitmap32 } = roaring;
 type Bitmap = InstanceType<typeof RoaringBitmap32>;
@@ -35,6 +37,8 @@ const noUsers = new RoaringBitmap32();
 /** A set's bytes, roughly: two per member in array containers, plus its object. */
 const bitmapBytesPerMember = 2;
 const bitmapBytesFixed = 64;
+/** A kept text's bytes besides its characters, roughly: its string header and the array's slot. */
+const textBytesFixed = 24;
 
 /** Users of newly covered rows, gathered for one addMany; one per thread. */
 let userScratch = new Uint32Array(1024);
@@ -110,6 +114,10 @@ export class ActiveIndex {
   private readonly parts = new Map<string, PartEntry>();
   /** By `${eventId}/${keyId}/${lowMs}/${highMs}`. */
   private readonly partValues = new Map<string, PartValuesEntry>();
+  /** By key id: its texts decoded so far. A key's texts only grow, and an id keeps its text. */
+  private readonly texts = new Map<number, string[]>();
+  /** By key id: each text's number, texts [1, parsed) read. */
+  private readonly numbers = new Map<number, { values: Float64Array; parsed: number }>();
   /** Bytes held, for the cache's budget (bitmaps estimated). */
   bytes = 0;
 
@@ -161,7 +169,9 @@ export class ActiveIndex {
   column(segment: ActiveRows, property: ActiveProperty): PropertyColumn {
     const rowCount = segment.rowCount;
     let indexed = this.columns.get(property.keyId);
-    if (indexed !== undefined && indexed.coveredEntries > property.entryCount) return { valueIds: denseColumn(property, rowCount, 0, new Uint32Array(rowCount)), texts: property.texts };
+    const texts = this.keyTexts(property);
+    const numbers = () => this.textNumbers(property.keyId, texts);
+    if (indexed !== undefined && indexed.coveredEntries > property.entryCount) return { valueIds: denseColumn(property, rowCount, 0, new Uint32Array(rowCount)), texts, numbers };
     if (indexed === undefined) {
       indexed = { valueIds: new Uint32Array(grownLength(0, rowCount)), coveredEntries: 0 };
       this.columns.set(property.keyId, indexed);
@@ -174,7 +184,46 @@ export class ActiveIndex {
     }
     denseColumn(property, rowCount, indexed.coveredEntries, indexed.valueIds);
     indexed.coveredEntries = property.entryCount;
-    return { valueIds: indexed.valueIds.subarray(0, rowCount), texts: property.texts };
+    return { valueIds: indexed.valueIds.subarray(0, rowCount), texts, numbers };
+  }
+
+  /** The key's first texts.count texts, decoding only those that arrived since the last task (a copy when the snapshot is older). */
+  private keyTexts(property: ActiveProperty): readonly string[] {
+    let kept = this.texts.get(property.keyId);
+    if (kept === undefined) this.texts.set(property.keyId, (kept = [""]));
+    const count = property.texts.count;
+    if (kept.length < count) {
+      const from = kept.length;
+      readSharedTexts(property.texts, kept);
+      for (let id = from; id < count; id++) this.bytes += textBytesFixed + 2 * kept[id].length;
+    }
+    return kept.length === count ? kept : kept.slice(0, count);
+  }
+
+  /**
+   * Each text's number of a key (NaN when it does not count), extended by the
+   * texts that arrived since the last task: a task's texts are a new copy
+   * each time, and parsing every one of a busy day's prices took
+   * milliseconds per query.
+   */
+  private textNumbers(keyId: number, texts: readonly string[]): Float64Array {
+    let entry = this.numbers.get(keyId);
+    if (entry === undefined) {
+      entry = { values: new Float64Array(grownLength(0, texts.length)).fill(NaN), parsed: 1 };
+      this.numbers.set(keyId, entry);
+      this.bytes += entry.values.byteLength;
+    }
+    if (entry.parsed < texts.length) {
+      if (entry.values.length < texts.length) {
+        const values = new Float64Array(grownLength(entry.values.length, texts.length)).fill(NaN);
+        values.set(entry.values.subarray(0, entry.parsed));
+        this.bytes += values.byteLength - entry.values.byteLength;
+        entry.values = values;
+      }
+      parseTextNumbers(texts, entry.parsed, entry.values);
+      entry.parsed = texts.length;
+    }
+    return entry.values;
   }
 
   /**

@@ -10,6 +10,8 @@
  * booleans and JSON never do.
  */
 
+import type { PropertyColumn } from "./segment-view.js";
+
 export type FilterOp = "eq" | "neq" | "contains" | "not_contains" | "gt" | "gte" | "lt" | "lte" | "is_set" | "is_not_set";
 export const filterOps = [
   "eq",
@@ -39,6 +41,19 @@ export interface FilterPlan {
 }
 
 export const numericPattern = /^-?\d+(\.\d+)?([eE][+-]?\d+)?$/;
+
+/**
+ * Sets numbers[id] for each id in [from, texts.length) to the text's number,
+ * NaN when it does not count: a string counts only when it matches
+ * numericPattern and its value is finite ("1e400" does not; SPEC §7.4).
+ */
+export function parseTextNumbers(texts: readonly string[], from: number, numbers: Float64Array): void {
+  for (let id = Math.max(1, from); id < texts.length; id++) {
+    const text = texts[id];
+    const number = numericPattern.test(text) ? Number(text) : NaN;
+    numbers[id] = Number.isFinite(number) ? number : NaN;
+  }
+}
 
 /** What a filter answers for a row where the property is not set (absent or null). */
 export function filterPassesNotSet(op: FilterOp): boolean {
@@ -173,4 +188,22 @@ function filterKeyOf(filter: FilterPlan): string {
   let key = filterKeys.get(filter);
   if (key === undefined) filterKeys.set(filter, (key = `${filter.op}\u0000${filter.value ?? ""}`));
   return key;
+}
+
+/**
+ * Each text's number (NaN when it does not count), once per column: a sealed
+ * segment's column is one object for as long as the worker keeps its view, so
+ * the texts are not parsed again by every query. An active one is new per
+ * task, and its numbers come from the worker's index (column.numbers).
+ */
+const numbersOfColumn = new WeakMap<PropertyColumn, Float64Array>();
+
+export function numbersOf(column: PropertyColumn): Float64Array {
+  if (column.numbers !== undefined) return column.numbers();
+  let numbers = numbersOfColumn.get(column);
+  if (numbers !== undefined) return numbers;
+  numbers = new Float64Array(Math.max(1, column.texts.length)).fill(NaN);
+  parseTextNumbers(column.texts, 1, numbers);
+  numbersOfColumn.set(column, numbers);
+  return numbers;
 }

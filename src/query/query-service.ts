@@ -244,7 +244,7 @@ export class QueryService {
     const workspace = this.store.workspaces.get(workspaceId);
     const layout = trendLayout(request.dateFrom, request.dateTo, request.groupBy);
     const filters: FilterPlan[] = request.filters.map((filter) => ({ keyId: workspace?.keys.idOf(filter.property), op: filter.op, value: filter.value }));
-    // Each key once: an active segment's snapshot copies a key's texts per id listed, on the main thread.
+    // Each key once: an active segment's snapshot lists a key's entries and texts per id listed, on the main thread.
     const filterKeyIds = [...new Set(filters.flatMap((filter) => (filter.keyId === undefined ? [] : [filter.keyId])))];
     const eventId = workspace?.events.idOf(request.event);
     const counts =

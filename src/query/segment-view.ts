@@ -14,6 +14,12 @@ export interface PropertyColumn {
   valueIds: ValueIdColumn;
   /** texts[id] is the property's text (SPEC §4) for id ≥ 1; texts[0] is unused. */
   texts: readonly string[];
+  /**
+   * Each text's number (NaN when it does not count), at least texts.length of
+   * them, when whoever keeps the texts keeps these too (an active segment's
+   * index: its texts only grow, and a task's copy is new each time).
+   */
+  numbers?: () => Float64Array;
 }
 
 export interface SegmentView {

@@ -46,7 +46,67 @@ export interface ActivePropertyEntries {
   rowsOffset: number;
   valueIds: SharedArrayBuffer;
   valueIdsOffset: number;
-  texts: string[];
+  texts: SharedTexts;
+}
+
+/**
+ * A key's texts in shared memory: the UTF-8 of text id i is
+ * bytes[ends[i - 1], ends[i]) for 1 ≤ i < count (id 0, unset, is ""). Texts
+ * are only appended, and growth copies into new buffers, so a reader given a
+ * count reads texts that never change, and can keep what it decoded: a query
+ * reads only the texts that arrived since its worker last looked, not all of
+ * a busy day's prices copied and cloned per task.
+ */
+export interface SharedTexts {
+  bytes: SharedArrayBuffer;
+  ends: SharedArrayBuffer;
+  count: number;
+}
+
+/** Appends texts [into.length, texts.count) to `into` (whose text 0 is ""). */
+export function readSharedTexts(texts: SharedTexts, into: string[]): void {
+  const ends = new Uint32Array(texts.ends, 0, texts.count);
+  const bytes = Buffer.from(texts.bytes);
+  for (let id = Math.max(1, into.length); id < texts.count; id++) into[id] = bytes.toString("utf8", ends[id - 1], ends[id]);
+  if (into.length === 0) into[0] = "";
+}
+
+/** Texts (text 0 unused) in shared memory, as a query task receives them. */
+export function sharedTexts(texts: readonly string[]): SharedTexts {
+  return new SharedTextStore(texts).shared;
+}
+
+/** A key's texts as they are queried: kept in shared memory from the first query of the key on. */
+class SharedTextStore {
+  private bytes = new Uint8Array(sharedBuffer(256));
+  private ends = new Uint32Array(sharedBuffer(64));
+  private count = 1;
+
+  constructor(texts: readonly string[]) {
+    for (let id = 1; id < texts.length; id++) this.append(texts[id]);
+  }
+
+  append(text: string): void {
+    const start = this.ends[this.count - 1];
+    const byteLength = Buffer.byteLength(text, "utf8");
+    if (start + byteLength > this.bytes.length) this.bytes = grownShared(this.bytes, start, start + byteLength);
+    if (this.count === this.ends.length) this.ends = grownShared(this.ends, this.count, this.count + 1);
+    Buffer.from(this.bytes.buffer).write(text, start, "utf8");
+    this.ends[this.count++] = start + byteLength;
+  }
+
+  get shared(): SharedTexts {
+    return { bytes: this.bytes.buffer, ends: this.ends.buffer, count: this.count };
+  }
+}
+
+/** A copy of array[0, used) in a new shared buffer of at least `needed` elements (doubling); the old one stays intact for its readers. */
+function grownShared<T extends Uint8Array<SharedArrayBuffer> | Uint32Array<SharedArrayBuffer>>(array: T, used: number, needed: number): T {
+  let length = array.length * 2;
+  while (length < needed) length *= 2;
+  const grown = (array instanceof Uint8Array ? new Uint8Array(sharedBuffer(length)) : new Uint32Array(sharedBuffer(length * 4))) as T;
+  grown.set(array.subarray(0, used));
+  return grown;
 }
 
 /** A key's texts once it has two or more distinct ones: texts[id], and id by text. */
@@ -69,6 +129,8 @@ export class ActiveProperties {
   /** A slot's text with id 1; "" until its first entry. A dense array of references, not an object per key. */
   private readonly firstTextOf: string[] = [];
   private readonly dictionaryOf = new Map<number, TextDictionary>();
+  /** By slot, the texts of the keys a query has read (SharedTextStore): most keys are never queried. */
+  private readonly sharedTextsOf = new Map<number, SharedTextStore>();
   /**
    * A slot's own buffers once its entries outgrow the arena, else undefined.
    * Dense by slot like firstTextOf: append() reads it for every entry of a
@@ -138,6 +200,7 @@ export class ActiveProperties {
     if (this.entryCountOf[slot] === 0) {
       this.firstTextOf[slot] = text;
       this.textWasNew = 1;
+      this.sharedTextsOf.get(slot)?.append(text);
       return 1;
     }
     if (text === this.firstTextOf[slot]) return 1;
@@ -153,6 +216,7 @@ export class ActiveProperties {
     dictionary.texts.push(text);
     dictionary.ids.set(text, valueId);
     this.textWasNew = 1;
+    this.sharedTextsOf.get(slot)?.append(text);
     return valueId;
   }
 
@@ -173,10 +237,12 @@ export class ActiveProperties {
     this.entryCountOf[slot] = entry + 1;
   }
 
-  /** A slot's entries as they stand, texts copied (the key may gain more). */
+  /** A slot's entries and texts as they stand (the key may gain more). */
   entries(slot: number): ActivePropertyEntries {
     const entryCount = this.entryCountOf[slot];
-    const texts = this.texts(slot);
+    let store = this.sharedTextsOf.get(slot);
+    if (store === undefined) this.sharedTextsOf.set(slot, (store = new SharedTextStore(this.texts(slot))));
+    const texts = store.shared;
     const own = this.ownBuffersOf[slot];
     if (own !== undefined) {
       return { keyId: this.keyIdOf[slot], entryCount, rows: own.rows.buffer, rowsOffset: 0, valueIds: own.valueIds.buffer, valueIdsOffset: 0, texts };

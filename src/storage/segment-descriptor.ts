@@ -4,6 +4,7 @@
  * travels as a JSON string, which workers parse once and cache under the
  * segment's key, because a string clones as one memcpy.
  */
+import type { ActivePropertyEntries } from "./active-properties.js";
 export type SegmentDescriptor = SealedSegmentDescriptor | ActiveSegmentDescriptor;
 
 /**
@@ -35,7 +36,8 @@ export interface ActiveSegmentDescriptor {
   /**
    * Only the property keys the query filters on, with the entries and texts
    * known when the query started: entryCount u32s of `rows` (ascending) from
-   * byte `rowsOffset` and of `valueIds` from `valueIdsOffset`.
+   * byte `rowsOffset` and of `valueIds` from `valueIdsOffset`, and the first
+   * `texts.count` texts of the key (SharedTexts).
    */
-  properties: Array<{ keyId: number; entryCount: number; rows: SharedArrayBuffer; rowsOffset: number; valueIds: SharedArrayBuffer; valueIdsOffset: number; texts: string[] }>;
+  properties: ActivePropertyEntries[];
 }

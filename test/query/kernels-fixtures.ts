@@ -9,6 +9,7 @@ import type { PropertyColumn, SegmentView, ValueIdColumn } from "../../src/query
 import { ActiveIndex } from "../../src/query/active-index.js";
 import { activeView } from "../../src/query/segment-views.js";
 import type { ActiveSegmentDescriptor } from "../../src/storage/segment-descriptor.js";
+import { sharedTexts } from "../../src/storage/active-properties.js";
 
 const { RoaringBitmap32 } = roaring;
 type RoaringBitmap32 = InstanceType<typeof RoaringBitmap32>;
@@ -150,7 +151,7 @@ export function activeSegment(key: string, input: SegmentInput, _valueIdWidth: V
       rows.push(row);
       valueIds.push(valueId);
     }
-    return { keyId: property.keyId, texts, laterTexts, rows: shared((entry) => rows[entry] ?? 0), valueIds: shared((entry) => valueIds[entry] ?? 0), entryRows: rows };
+    return { keyId: property.keyId, texts: sharedTexts(laterTexts), textCount: texts.length, rows: shared((entry) => rows[entry] ?? 0), valueIds: shared((entry) => valueIds[entry] ?? 0), entryRows: rows };
   });
   const describe = (count: number): ActiveSegmentDescriptor => ({
     kind: "active",
@@ -168,7 +169,7 @@ export function activeSegment(key: string, input: SegmentInput, _valueIdWidth: V
         rowsOffset: 0,
         valueIds: property.valueIds.buffer as SharedArrayBuffer,
         valueIdsOffset: 0,
-        texts: count > rowCount ? property.laterTexts : property.texts,
+        texts: count > rowCount ? property.texts : { ...property.texts, count: property.textCount },
       }))
       .filter((property) => property.entryCount > 0),
   });

@@ -7,7 +7,7 @@
  * them (pack, structured clone, unpack).
  */
 import { describe, expect, it } from "vitest";
-import { ActiveProperties, type ActivePropertyEntries } from "../../src/storage/active-properties.js";
+import { ActiveProperties, readSharedTexts, type ActivePropertyEntries } from "../../src/storage/active-properties.js";
 import { unpackPropertyEntries } from "../../src/storage/property-transfer.js";
 import { Random } from "../helpers/random.js";
 
@@ -20,7 +20,9 @@ interface ModelKey {
 function readEntries(entries: ActivePropertyEntries): ModelKey {
   const rows = new Uint32Array(entries.rows, entries.rowsOffset, entries.entryCount);
   const valueIds = new Uint32Array(entries.valueIds, entries.valueIdsOffset, entries.entryCount);
-  return { rows: [...rows], texts: [...valueIds].map((id) => entries.texts[id]) };
+  const texts: string[] = [];
+  readSharedTexts(entries.texts, texts);
+  return { rows: [...rows], texts: [...valueIds].map((id) => texts[id]) };
 }
 
 function fill(random: Random, rowCount: number, keyIds: number[], textsPerKey: number, bigKey?: { keyId: number; every: number }) {
@@ -100,13 +102,38 @@ describe("active segment properties", () => {
     expect(readEntries(properties.entries(slot)).rows).toHaveLength(5000);
   });
 
+  it("keep a queried key's texts in shared memory as new ones arrive, earlier readers' texts intact", () => {
+    const random = new Random(11);
+    const properties = new ActiveProperties();
+    const slot = properties.slotFor(7);
+    const model: string[] = [];
+    const snapshots: Array<{ entries: ActivePropertyEntries; texts: string[] }> = [];
+    for (let row = 0; row < 3000; row++) {
+      // New texts often, some long and multi-byte, so the shared buffers grow many times under earlier readers.
+      const text = random.chance(0.3) ? `t${random.integer(0, 40)}` : `${row}:${"é😀".repeat(random.integer(0, 60))}`;
+      properties.add(slot, row, text);
+      model.push(text);
+      if (random.chance(0.02)) snapshots.push({ entries: properties.entries(slot), texts: [...model] });
+    }
+    snapshots.push({ entries: properties.entries(slot), texts: [...model] });
+    for (const { entries, texts } of snapshots) expect(readEntries(entries).texts).toEqual(texts.slice(0, entries.entryCount));
+    // A reader keeps what it decoded and reads only the texts that arrived since.
+    const kept: string[] = [];
+    for (const { entries } of snapshots) {
+      readSharedTexts(entries.texts, kept);
+      expect(kept).toHaveLength(entries.texts.count);
+    }
+    expect(new Set(kept.slice(1))).toEqual(new Set(model));
+  });
+
   it("send texts longer in total than one joined part holds, each intact", async () => {
     const properties = new ActiveProperties();
     const model = new Map<number, ModelKey>();
-    // 300 texts of 60 000 UTF-16 units (an emoji is two) pass the 2²⁴-unit part bound once.
+    // 300 texts of ~60 000 UTF-16 units (an emoji is two) pass the 2²⁴-unit part bound once. Well-formed, as
+    // ingest admits only those (a lone surrogate cannot be written as UTF-8, in the WAL or in shared texts).
     for (let row = 0; row < 300; row++) {
       const keyId = row % 3;
-      const text = `${row}:${"😀".repeat(30_000)}`.slice(0, 60_000);
+      const text = `${row}:${"😀".repeat(29_990)}`;
       properties.add(properties.slotFor(keyId), row, text);
       if (!model.has(keyId)) model.set(keyId, { rows: [], texts: [] });
       model.get(keyId)!.rows.push(row);

@@ -13,6 +13,7 @@ import { join } from "node:path";
 import { afterEach, beforeEach, describe, expect, it } from "vitest";
 import { ChunkBuilder } from "../../src/storage/chunk-codec.js";
 import { SharedColumn } from "../../src/storage/column-builder.js";
+import { readSharedTexts } from "../../src/storage/active-properties.js";
 import { checkpointPath, walFilePath } from "../../src/storage/paths.js";
 import { unpackPropertyEntries } from "../../src/storage/property-transfer.js";
 import type { LoadSegmentResult } from "../../src/storage/segment-layout.js";
@@ -379,7 +380,9 @@ describe("applying property values", () => {
       const properties = partition.active!.properties;
       const entries = properties.entries(properties.slotOf(keyId));
       const valueIds = new Uint32Array(entries.valueIds, entries.valueIdsOffset, entries.entryCount);
-      stored.set(String(Math.round((dayStartMsOfPartition - dayStartMs) / 86_400_000)), [...valueIds].map((id) => entries.texts[id]));
+      const texts: string[] = [];
+      readSharedTexts(entries.texts, texts);
+      stored.set(String(Math.round((dayStartMsOfPartition - dayStartMs) / 86_400_000)), [...valueIds].map((id) => texts[id]));
     }
     expect(stored).toEqual(expected);
     await store.close();

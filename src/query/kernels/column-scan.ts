@@ -32,7 +32,7 @@
  */
 import { strict as assert } from "node:assert";
 import { dayMs } from "../buckets.js";
-import { numericPattern } from "../filters.js";
+import { numbersOf } from "../filters.js";
 import type { PropertyColumn, SegmentView, ValueIdColumn } from "../segment-view.js";
 import { maskOf, segmentReferences, type GatherPlan, type SegmentReference } from "./event-rows.js";
 import { lowerBoundUser, sealedShardRows, segmentsByDay, type RowRange } from "./rows.js";
@@ -319,28 +319,6 @@ function planSegment(segment: SegmentView, gather: GatherPlan, userLo: number, u
   return scan;
 }
 
-/**
- * Each text's number (NaN when it does not count), once per column: a sealed
- * segment's column is one object for as long as the worker keeps its view, so
- * the texts are not parsed again by every query (an active one is new per task).
- */
-const numbersOfColumn = new WeakMap<PropertyColumn, Float64Array>();
-
-export function numbersOf(column: PropertyColumn): Float64Array {
-  let numbers = numbersOfColumn.get(column);
-  if (numbers !== undefined) return numbers;
-  numbers = new Float64Array(Math.max(1, column.texts.length)).fill(NaN);
-  for (let id = 1; id < column.texts.length; id++) {
-    const text = column.texts[id];
-    // A string counts only when its value is finite: "1e400" does not (SPEC §7.4).
-    if (numericPattern.test(text)) {
-      const number = Number(text);
-      if (Number.isFinite(number)) numbers[id] = number;
-    }
-  }
-  numbersOfColumn.set(column, numbers);
-  return numbers;
-}
 
 /** The event's rows of an active segment with a user in [userLo, userHi) and some reference holding, copied out by user block (ActiveRows). */
 function copyActiveRows(scan: SegmentScan, event: EventScan, userLo: number, userHi: number, blockUsers: number): ActiveRows {

@@ -11,7 +11,7 @@
  * row costs one table load per filter.
  */
 import type { SegmentView, ValueIdColumn } from "../segment-view.js";
-import { CompiledFilterCache, compileFilter, filterPassesNotSet, numericPattern, type FilterPlan } from "../filters.js";
+import { CompiledFilterCache, compileFilter, filterPassesNotSet, numbersOf, type FilterPlan } from "../filters.js";
 import { segmentsByDay } from "./rows.js";
 
 export interface ReferencePlan {
@@ -274,17 +274,8 @@ export function propertyReader(segment: SegmentView, read: PropertyRead, globalI
   if (column === undefined) return emptyReader;
   const { texts } = column;
   const globalIds = new Int32Array(Math.max(1, texts.length));
-  const numbers = new Float64Array(Math.max(1, texts.length)).fill(NaN);
-  for (let id = 1; id < texts.length; id++) {
-    globalIds[id] = globalId(texts[id]);
-    const text = texts[id];
-    // A string counts only when its value is finite: "1e400" does not (SPEC §7.4).
-    if (numericPattern.test(text)) {
-      const number = Number(text);
-      if (Number.isFinite(number)) numbers[id] = number;
-    }
-  }
-  return { valueIds: column.valueIds, globalIds, numbers };
+  for (let id = 1; id < texts.length; id++) globalIds[id] = globalId(texts[id]);
+  return { valueIds: column.valueIds, globalIds, numbers: numbersOf(column) };
 }
 
 /** Row indexes grouped by user, ascending, each user's rows in row order (a stable counting sort). */

@@ -27,7 +27,8 @@
  */
 import { dayMs } from "../buckets.js";
 import type { PropertyColumn, SegmentView } from "../segment-view.js";
-import { blockUsersDefault, dayParts, numbersOf, planColumnScan, runColumnScan, type BatchVisit, type RowRepeats } from "./column-scan.js";
+import { blockUsersDefault, dayParts, planColumnScan, runColumnScan, type BatchVisit, type RowRepeats } from "./column-scan.js";
+import { numbersOf } from "../filters.js";
 import type { GatherPlan } from "./event-rows.js";
 import { rankSeries, valueOf } from "./series.js";
 import type { BucketValues, TrendSeriesAnswer, TrendSeriesPlan } from "./trend-series.js";
