@@ -195,7 +195,8 @@ export class QueryService {
     if (workspace !== undefined && planned !== undefined) {
       const { plan, names, field } = planned;
       const keyIds = plan.kind === "properties" ? plan.keyIds : [];
-      const { segments } = await this.store.snapshot(workspace.id, -wholeTimeMs, wholeTimeMs, keyIds);
+      // A listing counts entries: every key's entries, none of their texts.
+      const { segments } = await this.store.snapshot(workspace.id, -wholeTimeMs, wholeTimeMs, keyIds, false);
       const { values } = await this.pool.query({ kind: "query", query: { kind: "listing", plan }, segments, userLo: 0, userHi: workspace.userCount });
       const entries: Array<{ name: string; count: number }> = [];
       for (let id = 0; id < values.length; id++) if (values[id] > 0) entries.push({ name: names[id], count: values[id] });

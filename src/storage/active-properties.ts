@@ -71,6 +71,9 @@ export function readSharedTexts(texts: SharedTexts, into: string[]): void {
   if (into.length === 0) into[0] = "";
 }
 
+/** The texts of a descriptor whose reader needs none (a listing counts entries): no store is made for them. */
+const noTexts: SharedTexts = { bytes: new SharedArrayBuffer(0), ends: new SharedArrayBuffer(4), count: 1 };
+
 /** Texts (text 0 unused) in shared memory, as a query task receives them. */
 export function sharedTexts(texts: readonly string[]): SharedTexts {
   return new SharedTextStore(texts).shared;
@@ -79,6 +82,8 @@ export function sharedTexts(texts: readonly string[]): SharedTexts {
 /** A key's texts as they are queried: kept in shared memory from the first query of the key on. */
 class SharedTextStore {
   private bytes = new Uint8Array(sharedBuffer(256));
+  /** `bytes` as a Buffer, to write into: one view per buffer, not one per text. */
+  private writer = Buffer.from(this.bytes.buffer);
   private ends = new Uint32Array(sharedBuffer(64));
   private count = 1;
 
@@ -89,9 +94,12 @@ class SharedTextStore {
   append(text: string): void {
     const start = this.ends[this.count - 1];
     const byteLength = Buffer.byteLength(text, "utf8");
-    if (start + byteLength > this.bytes.length) this.bytes = grownShared(this.bytes, start, start + byteLength);
+    if (start + byteLength > this.bytes.length) {
+      this.bytes = grownShared(this.bytes, start, start + byteLength);
+      this.writer = Buffer.from(this.bytes.buffer);
+    }
     if (this.count === this.ends.length) this.ends = grownShared(this.ends, this.count, this.count + 1);
-    Buffer.from(this.bytes.buffer).write(text, start, "utf8");
+    this.writer.write(text, start, "utf8");
     this.ends[this.count++] = start + byteLength;
   }
 
@@ -237,12 +245,19 @@ export class ActiveProperties {
     this.entryCountOf[slot] = entry + 1;
   }
 
-  /** A slot's entries and texts as they stand (the key may gain more). */
-  entries(slot: number): ActivePropertyEntries {
+  /**
+   * A slot's entries and texts as they stand (the key may gain more). Without
+   * `withTexts` the texts are left out (noTexts): a listing of every key needs
+   * none, and a store of shared texts per key would outlive it.
+   */
+  entries(slot: number, withTexts = true): ActivePropertyEntries {
     const entryCount = this.entryCountOf[slot];
-    let store = this.sharedTextsOf.get(slot);
-    if (store === undefined) this.sharedTextsOf.set(slot, (store = new SharedTextStore(this.texts(slot))));
-    const texts = store.shared;
+    let texts = noTexts;
+    if (withTexts) {
+      let store = this.sharedTextsOf.get(slot);
+      if (store === undefined) this.sharedTextsOf.set(slot, (store = new SharedTextStore(this.texts(slot))));
+      texts = store.shared;
+    }
     const own = this.ownBuffersOf[slot];
     if (own !== undefined) {
       return { keyId: this.keyIdOf[slot], entryCount, rows: own.rows.buffer, rowsOffset: 0, valueIds: own.valueIds.buffer, valueIdsOffset: 0, texts };

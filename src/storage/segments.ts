@@ -73,11 +73,12 @@ export class ActiveSegment {
     return (this.uuids ??= { present: new SharedColumn(Uint8Array, 1, capacity), bytes: new SharedColumn(Uint8Array, 16, capacity) });
   }
 
-  describe(filterKeyIds: readonly number[]): ActiveSegmentDescriptor {
+  /** `withTexts` false: the keys' texts are left out (see ActiveProperties.entries). */
+  describe(filterKeyIds: readonly number[], withTexts = true): ActiveSegmentDescriptor {
     const properties: ActiveSegmentDescriptor["properties"] = [];
     for (const keyId of filterKeyIds) {
       const slot = this.properties.slotOf(keyId);
-      if (slot >= 0) properties.push(this.properties.entries(slot));
+      if (slot >= 0) properties.push(this.properties.entries(slot, withTexts));
     }
     return {
       kind: "active",

@@ -16,10 +16,10 @@ export interface Snapshot {
 }
 
 /** Descriptors of every segment a query over [fromMs, toMs) must read, loading sealed ones as needed. */
-export async function takeSnapshot(workspaces: Workspaces, cache: SegmentCache, workspaceId: string, fromMs: number, toMs: number, filterKeyIds: readonly number[]): Promise<Snapshot> {
+export async function takeSnapshot(workspaces: Workspaces, cache: SegmentCache, workspaceId: string, fromMs: number, toMs: number, filterKeyIds: readonly number[], withTexts = true): Promise<Snapshot> {
   // A merge may retire a segment while this snapshot waits for it to load; then look again.
   for (let attempt = 0; ; attempt++) {
-    const snapshot = await snapshotOnce(workspaces, cache, workspaceId, fromMs, toMs, filterKeyIds).catch((error: unknown) => {
+    const snapshot = await snapshotOnce(workspaces, cache, workspaceId, fromMs, toMs, filterKeyIds, withTexts).catch((error: unknown) => {
       if (error instanceof RetiredSegmentError && attempt < limits.snapshotAttemptsMax) return undefined;
       throw error;
     });
@@ -27,7 +27,7 @@ export async function takeSnapshot(workspaces: Workspaces, cache: SegmentCache, 
   }
 }
 
-async function snapshotOnce(workspaces: Workspaces, cache: SegmentCache, workspaceId: string, fromMs: number, toMs: number, filterKeyIds: readonly number[]): Promise<Snapshot> {
+async function snapshotOnce(workspaces: Workspaces, cache: SegmentCache, workspaceId: string, fromMs: number, toMs: number, filterKeyIds: readonly number[], withTexts: boolean): Promise<Snapshot> {
   const workspace = workspaces.byId.get(workspaceId);
   if (workspace === undefined) return { segments: [], rowCount: 0 };
   const segments = workspace.segmentsIn(fromMs, toMs);
@@ -35,7 +35,7 @@ async function snapshotOnce(workspaces: Workspaces, cache: SegmentCache, workspa
   // described as soon as its columns are in memory, because the cache may drop them again while this query
   // waits for others (one query can read more than the cache's budget); its descriptor keeps them for the query.
   const described = segments.map((segment): SegmentDescriptor | Promise<SegmentDescriptor> => {
-    if (segment instanceof ActiveSegment) return segment.describe(filterKeyIds);
+    if (segment instanceof ActiveSegment) return segment.describe(filterKeyIds, withTexts);
     if (segment.memory) return segment.describe();
     return cache.ensureLoaded(segment).then((memory) => segment.describe(memory));
   });

@@ -178,9 +178,12 @@ export class Store {
     return this.checkpoints.checkpoint();
   }
 
-  /** Descriptors of every segment a query over [fromMs, toMs) must read, loading sealed ones as needed. */
-  snapshot(workspaceId: string, fromMs: number, toMs: number, filterKeyIds: readonly number[]): Promise<Snapshot> {
-    return takeSnapshot(this.catalog, this.cache, workspaceId, fromMs, toMs, filterKeyIds);
+  /**
+   * Descriptors of every segment a query over [fromMs, toMs) must read, loading sealed ones as needed; active
+   * segments carry the entries of `filterKeyIds`, and their texts unless `withTexts` is false.
+   */
+  snapshot(workspaceId: string, fromMs: number, toMs: number, filterKeyIds: readonly number[], withTexts = true): Promise<Snapshot> {
+    return takeSnapshot(this.catalog, this.cache, workspaceId, fromMs, toMs, filterKeyIds, withTexts);
   }
 
   /** Bytes of segment columns held in memory. */

@@ -102,6 +102,16 @@ describe("active segment properties", () => {
     expect(readEntries(properties.entries(slot)).rows).toHaveLength(5000);
   });
 
+  it("hand a listing every key's entries without texts, and no shared texts of its own per key", () => {
+    const properties = new ActiveProperties();
+    for (let keyId = 0; keyId < 1000; keyId++) for (let row = 0; row < 3; row++) properties.add(properties.slotFor(keyId), row, `k${keyId}v${row}`);
+    const listed = Array.from({ length: 1000 }, (_, keyId) => properties.entries(properties.slotOf(keyId), false));
+    expect(listed.every((entries) => entries.entryCount === 3 && entries.texts.count === 1)).toBe(true);
+    expect(new Set(listed.map((entries) => entries.texts.bytes)).size).toBe(1);
+    // A query of one key still reads all of its texts.
+    expect(readEntries(properties.entries(properties.slotOf(7)))).toEqual({ rows: [0, 1, 2], texts: ["k7v0", "k7v1", "k7v2"] });
+  });
+
   it("keep a queried key's texts in shared memory as new ones arrive, earlier readers' texts intact", () => {
     const random = new Random(11);
     const properties = new ActiveProperties();
