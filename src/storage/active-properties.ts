@@ -17,6 +17,7 @@
  * the old ones intact for readers that hold them.
  */
 import type { PropertyEntriesMessage } from "./property-transfer.js";
+import { SharedColumn } from "./column-builder.js";
 import { sharedBuffer } from "./shared-memory.js";
 
 /** Entries a key keeps in its arena slot before it gets buffers of its own. */
@@ -81,10 +82,10 @@ export function sharedTexts(texts: readonly string[]): SharedTexts {
 
 /** A key's texts as they are queried: kept in shared memory from the first query of the key on. */
 class SharedTextStore {
-  private bytes = new Uint8Array(sharedBuffer(256));
+  private readonly bytes = new SharedColumn(Uint8Array, 1, 256);
+  private readonly ends = new SharedColumn(Uint32Array, 1, 64);
   /** `bytes` as a Buffer, to write into: one view per buffer, not one per text. */
   private writer = Buffer.from(this.bytes.buffer);
-  private ends = new Uint32Array(sharedBuffer(64));
   private count = 1;
 
   constructor(texts: readonly string[]) {
@@ -92,29 +93,18 @@ class SharedTextStore {
   }
 
   append(text: string): void {
-    const start = this.ends[this.count - 1];
+    const start = this.ends.values[this.count - 1];
     const byteLength = Buffer.byteLength(text, "utf8");
-    if (start + byteLength > this.bytes.length) {
-      this.bytes = grownShared(this.bytes, start, start + byteLength);
-      this.writer = Buffer.from(this.bytes.buffer);
-    }
-    if (this.count === this.ends.length) this.ends = grownShared(this.ends, this.count, this.count + 1);
+    this.bytes.ensureRows(start + byteLength);
+    if (this.writer.buffer !== this.bytes.buffer) this.writer = Buffer.from(this.bytes.buffer);
+    this.ends.ensureRows(this.count + 1);
     this.writer.write(text, start, "utf8");
-    this.ends[this.count++] = start + byteLength;
+    this.ends.values[this.count++] = start + byteLength;
   }
 
   get shared(): SharedTexts {
     return { bytes: this.bytes.buffer, ends: this.ends.buffer, count: this.count };
   }
-}
-
-/** A copy of array[0, used) in a new shared buffer of at least `needed` elements (doubling); the old one stays intact for its readers. */
-function grownShared<T extends Uint8Array<SharedArrayBuffer> | Uint32Array<SharedArrayBuffer>>(array: T, used: number, needed: number): T {
-  let length = array.length * 2;
-  while (length < needed) length *= 2;
-  const grown = (array instanceof Uint8Array ? new Uint8Array(sharedBuffer(length)) : new Uint32Array(sharedBuffer(length * 4))) as T;
-  grown.set(array.subarray(0, used));
-  return grown;
 }
 
 /** A key's texts once it has two or more distinct ones: texts[id], and id by text. */
@@ -352,9 +342,10 @@ export class ActiveProperties {
     return message;
   }
 
-  private texts(slot: number): string[] {
+  /** The key's texts by id (its dictionary's own array: read, never changed, by the caller). */
+  private texts(slot: number): readonly string[] {
     const dictionary = this.dictionaryOf.get(slot);
-    if (dictionary !== undefined) return dictionary.texts.slice();
+    if (dictionary !== undefined) return dictionary.texts;
     return this.entryCountOf[slot] === 0 ? [""] : ["", this.firstTextOf[slot]];
   }
 
