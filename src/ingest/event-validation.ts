@@ -109,16 +109,31 @@ export function scanSingleBodies(bodies: readonly BodyInput[]): { results: Array
   const results = bodies.map((body): IngestBodyResult | undefined => {
     try {
       const msgpack = body.format === "msgpack";
-      const plain = msgpack ? inflatedBody(body.bytes, false, limits.ingestBodyBytesMax) : plainUtf8Body(body.bytes, false, limits.ingestBodyBytesMax);
+      const plain = plainBody(body.bytes, false, "single", msgpack);
       if (!(plain instanceof Uint8Array)) return { kind: "rejected", error: plain };
-      const scanned = msgpack ? scanMsgpackBody(plain, "single", body.receivedAtMs) : scanBody(plain, "single", body.receivedAtMs);
+      const scanned = scanPlainBody(plain, "single", body.receivedAtMs, msgpack);
       return scanned === undefined ? undefined : scannedResult(scanned, chunks.builderFor);
     } catch (error) {
-      log.error({ err: error }, "ingest: validation failed unexpectedly");
-      return { kind: "rejected", error: { code: "internal_error", message: "internal error" } };
+      return failedUnexpectedly(error);
     }
   });
   return { results, chunks: chunks.finish() };
+}
+
+/** The body inflated (a JSON one also checked as UTF-8), or the error that refuses it. */
+function plainBody(bytes: Uint8Array, gzip: boolean, shape: IngestShape, msgpack: boolean): Uint8Array | ServiceError {
+  return msgpack ? inflatedBody(bytes, gzip, bodyBytesMax(shape)) : plainUtf8Body(bytes, gzip, bodyBytesMax(shape));
+}
+
+/** The byte scanner's reading of a plain body; undefined when it leaves the body to the general parse. */
+function scanPlainBody(plain: Uint8Array, shape: IngestShape, receivedAtMs: number, msgpack: boolean): ScannedBody | undefined {
+  return msgpack ? scanMsgpackBody(plain, shape, receivedAtMs) : scanBody(plain, shape, receivedAtMs);
+}
+
+/** A body whose validation threw: answered 500 alone, and logged. */
+function failedUnexpectedly(error: unknown): IngestBodyResult {
+  log.error({ err: error }, "ingest: validation failed unexpectedly");
+  return { kind: "rejected", error: { code: "internal_error", message: "internal error" } };
 }
 
 /** A body the byte scanner took whole: its events go into its key's chunk. */
@@ -141,8 +156,7 @@ function validateBodyIsolated(bytes: Uint8Array, gzip: boolean, shape: IngestSha
   try {
     return validateBody(bytes, gzip, shape, receivedAtMs, builderFor, parser);
   } catch (error) {
-    log.error({ err: error }, "ingest: validation failed unexpectedly");
-    return { kind: "rejected", error: { code: "internal_error", message: "internal error" } };
+    return failedUnexpectedly(error);
   }
 }
 
@@ -209,10 +223,10 @@ function checkMsgpackBatchApiKey(bytes: Uint8Array, gzip: boolean, unknownApiKey
 
 export function validateBody(bytes: Uint8Array, gzip: boolean, shape: IngestShape, receivedAtMs: number, builderFor: BuilderFor, parser: IngestParser = "auto"): IngestBodyResult {
   const msgpack = parser === "msgpack" || parser === "msgpackr";
-  const plain = msgpack ? inflatedBody(bytes, gzip, bodyBytesMax(shape)) : plainUtf8Body(bytes, gzip, bodyBytesMax(shape));
+  const plain = plainBody(bytes, gzip, shape, msgpack);
   if (!(plain instanceof Uint8Array)) return { kind: "rejected", error: plain };
   if (parser === "auto" || parser === "msgpack") {
-    const scanned = parser === "msgpack" ? scanMsgpackBody(plain, shape, receivedAtMs) : scanBody(plain, shape, receivedAtMs);
+    const scanned = scanPlainBody(plain, shape, receivedAtMs, parser === "msgpack");
     if (scanned !== undefined) return scannedResult(scanned, builderFor);
   }
   const parsed = parsePlainBody(plain, shape, parser);

@@ -258,8 +258,11 @@ export class IngestService {
         results.push(taken);
       }
     }
-    if (bodies.length === 0) return;
-    const result: IngestTaskResult = { kind: "ingest", results, chunks: scanned.chunks };
+    if (bodies.length > 0) this.commitSingles({ kind: "ingest", results, chunks: scanned.chunks }, bodies);
+  }
+
+  /** Commits gathered single events' chunks and answers each body (results[i] is bodies[i]'s). */
+  private commitSingles(result: IngestTaskResult, bodies: readonly GatheredBody[]): void {
     this.finish(result, "single").then(
       (replies) => {
         for (let index = 0; index < bodies.length; index++) bodies[index].onReply(replies[index]);
@@ -294,17 +297,14 @@ export class IngestService {
       // What gathered while the workers were busy leaves now, and is parsed while this task commits.
       if (!this.gatherScheduled && this.gathered.length > 0) this.dispatchGathered();
     };
-    const failAll = (error: unknown) => failBodies(bodies, error);
     this.pool.ingest({ kind: "ingest", shape: "single", bodies: view.buffer, slices }).then(
       (result) => {
         taskBack();
-        this.finish(result, "single").then((replies) => {
-          for (let index = 0; index < bodies.length; index++) bodies[index].onReply(replies[index]);
-        }, failAll);
+        this.commitSingles(result, bodies);
       },
       (error: unknown) => {
         taskBack();
-        failAll(error);
+        failBodies(bodies, error);
       },
     );
   }
