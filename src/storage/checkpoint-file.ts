@@ -29,7 +29,8 @@ function checksummed(walSequence: number, dictionaryBytes: DictionaryBytesEntry[
 
 export function encodeCheckpointFile(checkpoint: CheckpointFile): string {
   const dictionaryBytes: DictionaryBytesEntry[] = [...checkpoint.dictionaryBytes].map(([workspaceId, bytes]) => [workspaceId, ...bytes]);
-  // The format is outside the checksum: files written before it existed check out as they are.
+  // The format is outside the checksum: files written before it existed check out as they are. A newer format's
+  // checksum is to cover its format, so that a flipped bit in this one's digit reads as damage (format-versions.ts).
   return JSON.stringify({ format: checkpointFormatVersion, walSequence: checkpoint.walSequence, dictionaryBytes, crc32: checksummed(checkpoint.walSequence, dictionaryBytes) });
 }
 

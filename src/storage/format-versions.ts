@@ -15,6 +15,7 @@ import { closeSync, existsSync, openSync, readdirSync, readFileSync, readSync } 
 import { checkpointPath, dictionaryPath, isWorkspaceId, walDirectory, walFilePath, workspacesDirectory } from "./paths.js";
 import { firstBlockIsCurrentFormat } from "./dictionary.js";
 import { firstRecordIsCurrentFormat } from "./wal.js";
+import { readCheckpointFile } from "./checkpoint-file.js";
 
 /** `_checkpoint.json`'s `format`; files written before it existed have none and are format 1. */
 export const checkpointFormatVersion = 1;
@@ -43,6 +44,16 @@ function magicVersion(path: string, prefix: string): number | undefined {
   return digit >= 0 && digit <= 9 ? digit : undefined;
 }
 
+/** Whether `_checkpoint.json` reads as this version's whatever its format says (a newer format's checksum is to cover its format). */
+function checkpointChecksOut(dataDir: string): boolean {
+  try {
+    readCheckpointFile(dataDir);
+    return true;
+  } catch {
+    return false;
+  }
+}
+
 /** Throws NewerFormatError naming the first file of `dataDir` a newer version wrote (segments: segment-reader.ts). */
 export function refuseNewerFormats(dataDir: string): void {
   const checkpoint = checkpointPath(dataDir);
@@ -53,7 +64,8 @@ export function refuseNewerFormats(dataDir: string): void {
     } catch {
       // Unreadable: recovery reports it as damage.
     }
-    if (typeof format === "number" && format > checkpointFormatVersion) throw new NewerFormatError(checkpoint, "checkpoint", format, checkpointFormatVersion);
+    // As with the WAL and dictionaries: a file that checks out as this version's (its checksum leaves the format out) has a damaged digit.
+    if (typeof format === "number" && format > checkpointFormatVersion && !checkpointChecksOut(dataDir)) throw new NewerFormatError(checkpoint, "checkpoint", format, checkpointFormatVersion);
   }
   const wal = walDirectory(dataDir);
   if (existsSync(wal)) {

@@ -91,7 +91,8 @@ describe("data directory formats", () => {
     // A newer format's first record or block does not read as one of this version's (its checksum covers its magic).
     ["a write-ahead log file", (dataDir) => patchMagic(join(dataDir, "wal", readdirSync(join(dataDir, "wal"))[0]), "EWL3", true), /write-ahead log record format 3; this version reads up to 2/],
     ["a dictionary", (dataDir) => patchMagic(join(dataDir, "ws", workspaceId, "_users.dict"), "DIC2", true), /dictionary format 2; this version reads up to 1/],
-    ["_checkpoint.json", (dataDir) => patchJson(join(dataDir, "_checkpoint.json"), { format: 2 }), /checkpoint format 2; this version reads up to 1/],
+    // A newer checkpoint's checksum covers its format, so it does not check out as this version's.
+    ["_checkpoint.json", (dataDir) => patchJson(join(dataDir, "_checkpoint.json"), { format: 2, crc32: 12345 }), /checkpoint format 2; this version reads up to 1/],
     ["the registry", (dataDir) => patchJson(join(dataDir, "_registry.json"), { version: 2 }), /registry format 2; this version reads up to 1/],
   ];
 
@@ -120,6 +121,8 @@ describe("a flipped bit in a format digit", () => {
     // "EWL2" → "EWL6" and "DIC1" → "DIC5": bit 2 of byte 3.
     ["a write-ahead log record's", (dataDir) => patchMagic(join(dataDir, "wal", readdirSync(join(dataDir, "wal"))[0]), "EWL6")],
     ["a dictionary block's", (dataDir) => patchMagic(join(dataDir, "ws", workspaceId, "_users.dict"), "DIC5")],
+    // "format":1 → "format":5, the same bit of the checkpoint's digit.
+    ["the checkpoint's", (dataDir) => patchJson(join(dataDir, "_checkpoint.json"), { format: 5 })],
   ];
   it.each(flips)("in %s is damage, not a newer version: its file is named as corrupt, or the damage is cut as a torn tail", async (_what, patch) => {
     const { dataDir } = await fixtureCopy();
