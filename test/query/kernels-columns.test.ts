@@ -51,7 +51,8 @@ interface Dataset {
   dayCount: number;
 }
 
-function dataset(seed: number, activeShare = 0.3): Dataset {
+/** `userStride` spreads user ids apart (id = n × stride) so that a shard spans many of a kernel's blocks of user ids. */
+function dataset(seed: number, activeShare = 0.3, userStride = 1): Dataset {
   const random = seededRandom(seed);
   const firstDay = pick(random, firstDays);
   const firstDayMs = Date.parse(`${firstDay}T00:00:00Z`);
@@ -65,7 +66,7 @@ function dataset(seed: number, activeShare = 0.3): Dataset {
       const input: SegmentInput = {
         dayStartMs: firstDayMs + day * dayMs,
         eventIds: Uint32Array.from({ length: rowCount }, () => integer(random, 3)),
-        userIds: Uint32Array.from({ length: rowCount }, () => integer(random, userCount)),
+        userIds: Uint32Array.from({ length: rowCount }, () => integer(random, userCount) * userStride),
         // Whole hours and minutes often, so rows sit on local boundaries and share instants.
         timeOffsetMs: Uint32Array.from({ length: rowCount }, () => (random() < 0.5 ? integer(random, 96) * 900_000 : integer(random, dayMs))),
         properties: [
@@ -78,7 +79,7 @@ function dataset(seed: number, activeShare = 0.3): Dataset {
       segments.push(random() < activeShare ? activeSegment(key, input, pick(random, [8, 16, 32] as const), random) : sealedSegment(key, input, { bitmaps: true, eventRowStartPadding: integer(random, 2), valueIdWidth: pick(random, [8, 16, 32] as const) }));
     }
   }
-  return { segments, userCount, firstDay, dayCount };
+  return { segments, userCount: (userCount - 1) * userStride + 1, firstDay, dayCount };
 }
 
 function addDays(date: string, days: number): string {
@@ -409,7 +410,8 @@ describe("a §7 retention whose retention event has no filters, from kept day pa
 
 describe("the §7 funnel fast path answers as the gathered rows do", () => {
   it.each(seeds)("seed %i", (seed) => {
-    const data = dataset(seed);
+    // Every other seed, ids far apart: the path reads a shard's users in blocks of 8 192 ids, so a shard spans several.
+    const data = dataset(seed, 0.3, seed % 2 === 0 ? 1 : 613);
     const random = seededRandom(seed * 13);
     for (let query = 0; query < 12; query++) {
       const { zone, dateFrom, dateTo } = randomRange(random, data);

@@ -19,27 +19,27 @@
  *      repeat depth 1. The chain search of funnel-chains.ts runs over them;
  *      values come from pass 1, and a candidate without an entry in its
  *      interval is depth 1.
- *   3. Every other entry user is an outcome at depth 1.
+ *   3. Every other entry user is at depth 1, counted per value.
+ * Both passes read a sealed segment's runs a block of user ids at a time
+ * (blockSlots), every run's block before the next block: the per-user state
+ * and a block's gathered rows then stay in a core's cache, where a whole
+ * shard's (a few MB) was read nearly at random, and the chain search reads
+ * a block's rows in (user, time) order while they are still cached.
  *
  * Unordered funnels answer undefined: their entry is any step, so step 2 does
  * not bound who goes deeper than 1.
  */
 import type { SegmentView } from "../segment-view.js";
-import { compareValues, maskOf, propertyReader, segmentReferences, valueInterner, type EventRows, type GatherPlan, type SegmentReference } from "./event-rows.js";
-import { collectOutcomes, emptyOutcomes, summariseOutcomes, type FunnelChainsAnswer, type FunnelChainsPlan } from "./funnel-chains.js";
-import { sealedShardRows, segmentsByDay, type RowRange } from "./rows.js";
-import { GrowableFloat64, GrowableUint32, ScratchFloat64, ScratchInt32 } from "./scratch.js";
+import { compareValues, maskOf, propertyReader, segmentReferences, valueInterner, type EventRows, type GatherPlan, type PropertyReader, type SegmentReference } from "./event-rows.js";
+import { collectOutcomes, emptyOutcomes, summariseOutcomes, type FunnelChainsAnswer, type FunnelChainsPlan, type Outcomes } from "./funnel-chains.js";
+import { lowerBoundUser, segmentsByDay } from "./rows.js";
+import { ScratchFloat64, ScratchInt32 } from "./scratch.js";
 
 /** Per user slot: the earliest entry time in range (Infinity: none) and its value; its first and last step-2 times, then its interval to gather. */
 const entryTimes = new ScratchFloat64();
 const entryValues = new ScratchInt32();
 const intervalLows = new ScratchFloat64();
 const intervalHighs = new ScratchFloat64();
-/** The candidates' gathered rows. */
-const candidateUsers = new GrowableUint32();
-const candidateTimes = new GrowableFloat64();
-const candidateMasks = new GrowableUint32();
-const shardRows: RowRange = { start: 0, end: 0 };
 
 export function funnelColumns(segments: readonly SegmentView[], gather: GatherPlan, plan: FunnelChainsPlan, userLo: number, userHi: number): FunnelChainsAnswer | undefined {
   if (plan.order === "unordered") return undefined;
@@ -50,11 +50,14 @@ export function funnelColumns(segments: readonly SegmentView[], gather: GatherPl
   const highs = intervalHighs.get(slots).fill(-Infinity, 0, slots);
   const valueTexts = scanEntries(segments, gather, plan, userLo, userHi, times, values, lows, highs);
 
-  // Candidates keep their interval (an empty one for every other user); every other entry user is an outcome at depth 1.
+  // Candidates keep their interval (an empty one for every other user); every other entry user is at depth 1,
+  // counted per value: only a candidate needs an outcome of its own.
+  const depthOne = new Float64Array(valueTexts.length);
   let entryCount = 0;
   let candidateCount = 0;
   for (let slot = 0; slot < slots; slot++) {
     if (times[slot] === Infinity || lows[slot] === Infinity) {
+      if (times[slot] !== Infinity) depthOne[values[slot]]++;
       lows[slot] = Infinity;
       highs[slot] = -Infinity;
     } else {
@@ -64,31 +67,69 @@ export function funnelColumns(segments: readonly SegmentView[], gather: GatherPl
     }
     if (times[slot] !== Infinity) entryCount++;
   }
-  const outcomes = emptyOutcomes(entryCount);
-  const depthOne = (slot: number) => {
-    const outcome = outcomes.count++;
-    outcomes.users[outcome] = slot + userLo;
-    outcomes.depths[outcome] = 1;
-    outcomes.values[outcome] = values[slot];
-    if (plan.timeToConvert) outcomes.times[outcome] = undefined;
-  };
-  for (let slot = 0; slot < slots; slot++) if (times[slot] !== Infinity && lows[slot] === Infinity) depthOne(slot);
-  if (candidateCount === 0) return summariseOutcomes(outcomes, valueTexts, plan);
+  const outcomes = emptyOutcomes(candidateCount);
+  if (candidateCount === 0) return summariseOutcomes(outcomes, valueTexts, plan, depthOne);
 
   // Pass 2: the candidates' chains, in user order; a candidate without an entry in its interval is depth 1.
-  const rows = gatherCandidateRows(segments, gather, lows, highs, userLo, userHi);
-  const firstCandidate = outcomes.count;
-  collectOutcomes(rows, plan, outcomes);
-  const candidateEnd = outcomes.count;
-  let outcome = firstCandidate;
+  collectCandidateOutcomes(segments, gather, plan, lows, highs, userLo, userHi, outcomes);
+  let outcome = 0;
   for (let slot = 0; slot < slots; slot++) {
     if (lows[slot] === Infinity) continue;
-    if (outcome < candidateEnd && outcomes.users[outcome] === slot + userLo) outcomes.values[outcome++] = values[slot];
-    else depthOne(slot);
+    if (outcome < outcomes.count && outcomes.users[outcome] === slot + userLo) outcomes.values[outcome++] = values[slot];
+    else depthOne[values[slot]]++;
   }
-  if (outcome !== candidateEnd || outcomes.count !== entryCount) throw new Error(`candidate outcomes out of step: ${outcome} of ${candidateEnd}, ${outcomes.count} of ${entryCount} entry users`);
-  return summariseOutcomes(outcomes, valueTexts, plan);
+  let counted = outcomes.count;
+  for (const users of depthOne) counted += users;
+  if (outcome !== outcomes.count || counted !== entryCount) throw new Error(`candidate outcomes out of step: ${outcome} of ${outcomes.count}, ${counted} of ${entryCount} entry users`);
+  return summariseOutcomes(outcomes, valueTexts, plan, depthOne);
 }
+
+/**
+ * One event's rows in one segment, read by a pass: a sealed segment's run of
+ * the event ([cursor, end) left to read, sorted by user) or, for an active
+ * segment (`eventIds` set), every row, of which the event's are kept.
+ */
+interface EventRun {
+  segment: SegmentView;
+  eventId: number;
+  references: SegmentReference[] | undefined;
+  /** No filter to check: `constantMask` holds for every row of the event. */
+  constant: boolean;
+  constantMask: number;
+  cursor: number;
+  end: number;
+}
+
+function eventRun(segment: SegmentView, eventId: number, references: SegmentReference[] | undefined, userLo: number): EventRun {
+  const constant = references === undefined || references.every((reference) => reference.passes.length === 0);
+  const starts = segment.eventRowStart;
+  const runEnd = starts === undefined ? segment.rowCount : starts[eventId + 1];
+  const cursor = starts === undefined ? 0 : lowerBoundUser(segment.userIds, starts[eventId], runEnd, userLo);
+  return { segment, eventId, references, constant, constantMask: constant ? maskOf(references, cursor) : 0, cursor, end: runEnd };
+}
+
+/**
+ * Calls `read(run, start, end, userHi)` for every run's rows of users
+ * [userLo, userHi): an active segment's rows once (userHi: the shard's end),
+ * a sealed run's in blocks of blockSlots users, every run's block before the
+ * next block; a sealed read stops at its first row of a user >= its userHi and
+ * returns that row, where the run's next block starts. A pass keeps per-user
+ * state for the whole shard (times, intervals: a few MB) and a sealed run
+ * visits its users in order, one run after another, so without blocks nearly
+ * every row's state would miss the cache; within a block it stays in it.
+ */
+function eachBlockOfRuns(runs: readonly EventRun[], userLo: number, userHi: number, read: (run: EventRun, start: number, end: number, userHi: number) => number): void {
+  for (const run of runs) if (run.segment.eventRowStart === undefined) read(run, 0, run.end, userHi);
+  for (let blockLo = userLo; blockLo < userHi; blockLo += blockSlots) {
+    const blockHi = Math.min(userHi, blockLo + blockSlots);
+    for (const run of runs) {
+      if (run.segment.eventRowStart !== undefined && run.cursor < run.end) run.cursor = read(run, run.cursor, run.end, blockHi);
+    }
+  }
+}
+
+/** User slots per block of the sealed passes: a block's per-slot state (~28 bytes a slot) stays in a core's L2 cache. */
+const blockSlots = 8192;
 
 /**
  * Pass 1 over the rows of the step-1 and step-2 references in
@@ -111,138 +152,226 @@ function scanEntries(
   const globalId = valueInterner(valueTexts);
   const references = gather.references.slice(0, Math.min(2, plan.stepCount));
   const entryToMsExclusive = plan.entryToMsExclusive;
+  const runs: EventRun[] = [];
+  const readers = new Map<SegmentView, PropertyReader>();
   for (const segmentIndex of segmentsByDay(segments, gather.fromMs, gather.toMsExclusive)) {
     const segment = segments[segmentIndex];
     const byEvent = segmentReferences(segment, references);
     if (byEvent.size === 0) continue;
-    const breakdown = propertyReader(segment, gather.breakdown, globalId);
-    const { valueIds, globalIds } = breakdown;
+    readers.set(segment, propertyReader(segment, gather.breakdown, globalId));
+    for (const [eventId, eventReferences] of byEvent) runs.push(eventRun(segment, eventId, eventReferences, userLo));
+  }
+  eachBlockOfRuns(runs, userLo, userHi, (run, start, end, readHi) => {
+    const { segment, eventId, references: eventReferences, constant, constantMask } = run;
+    const { valueIds, globalIds } = readers.get(segment)!;
     const { userIds, timeOffsetMs, dayStartMs, eventIds } = segment;
     const offsetLow = gather.fromMs - dayStartMs;
     const offsetHigh = gather.toMsExclusive - dayStartMs;
-    for (const [eventId, eventReferences] of byEvent) {
-      let start = 0;
-      let end = segment.rowCount;
-      if (segment.eventRowStart !== undefined) {
-        sealedShardRows(segment.eventRowStart, userIds, eventId, userLo, userHi, shardRows);
-        ({ start, end } = shardRows);
+    for (let row = start; row < end; row++) {
+      const user = userIds[row];
+      if (eventIds === undefined) {
+        if (user >= readHi) return row;
+      } else if (eventIds[row] !== eventId || user < userLo || user >= userHi) continue;
+      const offset = timeOffsetMs[row];
+      if (offset < offsetLow || offset >= offsetHigh) continue;
+      const mask = constant ? constantMask : maskOf(eventReferences, row);
+      const slot = user - userLo;
+      const timeMs = dayStartMs + offset;
+      if ((mask & 2) !== 0) {
+        if (timeMs < lows[slot]) lows[slot] = timeMs;
+        if (timeMs > highs[slot]) highs[slot] = timeMs;
       }
-      const constant = eventReferences.every((reference) => reference.passes.length === 0);
-      const constantMask = constant ? maskOf(eventReferences, start) : 0;
-      for (let row = start; row < end; row++) {
-        const user = userIds[row];
-        if (eventIds !== undefined && (eventIds[row] !== eventId || user < userLo || user >= userHi)) continue;
-        const offset = timeOffsetMs[row];
-        if (offset < offsetLow || offset >= offsetHigh) continue;
-        const mask = constant ? constantMask : maskOf(eventReferences, row);
-        const slot = user - userLo;
-        const timeMs = dayStartMs + offset;
-        if ((mask & 2) !== 0) {
-          if (timeMs < lows[slot]) lows[slot] = timeMs;
-          if (timeMs > highs[slot]) highs[slot] = timeMs;
-        }
-        if ((mask & 1) === 0 || timeMs >= entryToMsExclusive || timeMs > times[slot]) continue;
-        const value = valueIds === undefined ? 0 : globalIds[valueIds[row]];
-        if (timeMs < times[slot] || compareValues(valueTexts, value, values[slot], true) < 0) {
-          times[slot] = timeMs;
-          values[slot] = value;
-        }
+      if ((mask & 1) === 0 || timeMs >= entryToMsExclusive || timeMs > times[slot]) continue;
+      const value = valueIds === undefined ? 0 : globalIds[valueIds[row]];
+      if (timeMs < times[slot] || compareValues(valueTexts, value, values[slot], true) < 0) {
+        times[slot] = timeMs;
+        values[slot] = value;
       }
     }
-  }
+    return end;
+  });
   return valueTexts;
 }
 
 /**
- * The rows of each user slot s in [lows[s], highs[s]] and in [gather.fromMs, gather.toMsExclusive): with
- * `gather.allEvents` every event (mask 0 where no reference holds), else the
- * referenced ones. Values and numbers are not read (all 0 and NaN).
+ * Pass 2: the outcomes of the candidates, block by block of users. A block's
+ * rows are each user slot s's rows in [lows[s], highs[s]] and in
+ * [gather.fromMs, gather.toMsExclusive): with `gather.allEvents` every event
+ * (mask 0 where no reference holds), else the referenced ones; values and
+ * numbers are not read (all 0 and NaN). Gathered and searched a block at a
+ * time, they stay in the cache while the chain search reads them in (user,
+ * time) order: gathered for the whole shard at once, they were a few MB, and
+ * that order read them nearly at random.
  */
-function gatherCandidateRows(segments: readonly SegmentView[], gather: GatherPlan, lows: Float64Array, highs: Float64Array, userLo: number, userHi: number): EventRows {
-  let users = candidateUsers.values;
-  let times = candidateTimes.values;
-  let masks = candidateMasks.values;
-  let count = 0;
-  const reserve = (extra: number) => {
-    if (count + extra <= users.length) return;
-    users = candidateUsers.grow(count + extra);
-    times = candidateTimes.grow(count + extra);
-    masks = candidateMasks.grow(count + extra);
-  };
+function collectCandidateOutcomes(
+  segments: readonly SegmentView[],
+  gather: GatherPlan,
+  plan: FunnelChainsPlan,
+  lows: Float64Array,
+  highs: Float64Array,
+  userLo: number,
+  userHi: number,
+  outcomes: Outcomes,
+): void {
+  const sink = blockRows;
+  const runs: EventRun[] = [];
+  // An active segment's rows are not sorted by user: read once, then dealt to blocks.
+  const active = activeRows;
+  active.count = 0;
   for (const segmentIndex of segmentsByDay(segments, gather.fromMs, gather.toMsExclusive)) {
     const segment = segments[segmentIndex];
     const byEvent = segmentReferences(segment, gather.references);
     if (byEvent.size === 0 && !gather.allEvents) continue;
-    const { userIds, timeOffsetMs, dayStartMs } = segment;
-    const offsetLow = gather.fromMs - dayStartMs;
-    const offsetHigh = gather.toMsExclusive - dayStartMs;
     const starts = segment.eventRowStart;
-    if (starts !== undefined) {
-      const eventCount = starts.length - 1;
-      for (let eventId = 0; eventId < eventCount; eventId++) {
-        const references = byEvent.get(eventId);
-        if (references === undefined && !gather.allEvents) continue;
-        sealedShardRows(starts, userIds, eventId, userLo, userHi, shardRows);
-        const { start, end } = shardRows;
-        reserve(end - start);
-        count = copyMarkedRows(userIds, timeOffsetMs, dayStartMs, start, end, offsetLow, offsetHigh, lows, highs, userLo, references, gather.allEvents, users, times, masks, count);
-      }
-    } else {
-      const eventIds = segment.eventIds!;
-      reserve(segment.rowCount);
-      for (let row = 0; row < segment.rowCount; row++) {
-        const user = userIds[row];
-        if (user < userLo || user >= userHi) continue;
-        const offset = timeOffsetMs[row];
-        const timeMs = dayStartMs + offset;
-        if (offset < offsetLow || offset >= offsetHigh || timeMs < lows[user - userLo] || timeMs > highs[user - userLo]) continue;
-        const references = byEvent.get(eventIds[row]);
-        if (references === undefined && !gather.allEvents) continue;
-        const mask = maskOf(references, row);
-        if (mask === 0 && !gather.allEvents) continue;
-        users[count] = user;
-        times[count] = timeMs;
-        masks[count] = mask;
-        count++;
-      }
+    if (starts === undefined) {
+      copyActiveRows(segment, byEvent, gather, lows, highs, userLo, userHi, active);
+      continue;
+    }
+    for (let eventId = 0; eventId + 1 < starts.length; eventId++) {
+      const references = byEvent.get(eventId);
+      if ((references !== undefined || gather.allEvents) && starts[eventId + 1] > starts[eventId]) runs.push(eventRun(segment, eventId, references, userLo));
     }
   }
-  return { count, users, timesMs: times, masks, values: new Int32Array(count), valueTexts: [""], numbers: new Float64Array(0) };
+  const activeBlocks = rowsByBlock(active, userLo, userHi);
+  for (let block = 0, blockLo = userLo; blockLo < userHi; block++, blockLo += blockSlots) {
+    const blockHi = Math.min(userHi, blockLo + blockSlots);
+    sink.count = 0;
+    for (const run of runs) {
+      if (run.cursor === run.end) continue;
+      const offsetLow = gather.fromMs - run.segment.dayStartMs;
+      const offsetHigh = gather.toMsExclusive - run.segment.dayStartMs;
+      run.cursor = copyMarkedRows(run, blockHi, offsetLow, offsetHigh, lows, highs, userLo, gather.allEvents, sink);
+    }
+    for (let index = activeBlocks.starts[block]; index < activeBlocks.starts[block + 1]; index++) {
+      const row = activeBlocks.order[index];
+      sink.push(active.users[row], active.times[row], active.masks[row]);
+    }
+    if (sink.count === 0) continue;
+    collectOutcomes({ count: sink.count, users: sink.users, timesMs: sink.times, masks: sink.masks, values: zeroValues(sink.count), valueTexts: noTexts, numbers: noNumbers }, plan, outcomes);
+  }
 }
 
-/** Rows [start, end) of one sealed event run whose time is in range and in its user's interval; returns the new count. */
+const noTexts = [""];
+const noNumbers = new Float64Array(0);
+let zeros = new Int32Array(0);
+function zeroValues(length: number): Int32Array {
+  if (zeros.length < length) zeros = new Int32Array(Math.max(length, 2 * zeros.length));
+  return zeros;
+}
+
+/** Gathered rows: `count` used of the arrays, which grow as rows come (kept for the next task). */
+class RowSink {
+  users = new Uint32Array(1024);
+  times = new Float64Array(1024);
+  masks = new Uint32Array(1024);
+  count = 0;
+
+  push(user: number, timeMs: number, mask: number): void {
+    if (this.count === this.users.length) this.grow();
+    this.users[this.count] = user;
+    this.times[this.count] = timeMs;
+    this.masks[this.count] = mask;
+    this.count++;
+  }
+
+  grow(): void {
+    const length = 2 * this.users.length;
+    const users = new Uint32Array(length);
+    const times = new Float64Array(length);
+    const masks = new Uint32Array(length);
+    users.set(this.users);
+    times.set(this.times);
+    masks.set(this.masks);
+    this.users = users;
+    this.times = times;
+    this.masks = masks;
+  }
+}
+
+/** One block's rows, and the active segments' rows of the whole shard. */
+const blockRows = new RowSink();
+const activeRows = new RowSink();
+
+/**
+ * Rows of one sealed event run from its cursor up to its first row of a user
+ * >= userHi (returned; the run's end when none) whose time is in range and in
+ * its user's interval, into the sink.
+ */
 function copyMarkedRows(
-  userIds: Uint32Array,
-  timeOffsetMs: Uint32Array,
-  dayStartMs: number,
-  start: number,
-  end: number,
+  run: EventRun,
+  userHi: number,
   offsetLow: number,
   offsetHigh: number,
   lows: Float64Array,
   highs: Float64Array,
   userLo: number,
-  references: SegmentReference[] | undefined,
   allEvents: boolean,
-  users: Uint32Array,
-  times: Float64Array,
-  masks: Uint32Array,
-  count: number,
+  sink: RowSink,
 ): number {
-  // No filter to check: one mask for the whole run.
-  const constant = references === undefined || references.every((reference) => reference.passes.length === 0);
-  const constantMask = constant ? maskOf(references, start) : 0;
-  for (let row = start; row < end; row++) {
+  const { userIds, timeOffsetMs, dayStartMs } = run.segment;
+  const { references, constant, constantMask, end } = run;
+  // The sink's arrays in locals: a push per row through the object cost as much as the rest of the loop.
+  let { users, times, masks, count } = sink;
+  let row = run.cursor;
+  for (; row < end; row++) {
     const user = userIds[row];
+    if (user >= userHi) break;
     const offset = timeOffsetMs[row];
     const timeMs = dayStartMs + offset;
     if (timeMs < lows[user - userLo] || timeMs > highs[user - userLo] || offset < offsetLow || offset >= offsetHigh) continue;
     const mask = constant ? constantMask : maskOf(references, row);
     if (mask === 0 && !allEvents) continue;
+    if (count === users.length) {
+      sink.count = count;
+      sink.grow();
+      ({ users, times, masks } = sink);
+    }
     users[count] = user;
     times[count] = timeMs;
     masks[count] = mask;
     count++;
   }
-  return count;
+  sink.count = count;
+  return row;
+}
+
+/** An active segment's rows of users [userLo, userHi) whose time is in range and in its user's interval, into the sink. */
+function copyActiveRows(
+  segment: SegmentView,
+  byEvent: ReadonlyMap<number, SegmentReference[]>,
+  gather: GatherPlan,
+  lows: Float64Array,
+  highs: Float64Array,
+  userLo: number,
+  userHi: number,
+  sink: RowSink,
+): void {
+  const { userIds, timeOffsetMs, dayStartMs } = segment;
+  const eventIds = segment.eventIds!;
+  const offsetLow = gather.fromMs - dayStartMs;
+  const offsetHigh = gather.toMsExclusive - dayStartMs;
+  for (let row = 0; row < segment.rowCount; row++) {
+    const user = userIds[row];
+    if (user < userLo || user >= userHi) continue;
+    const offset = timeOffsetMs[row];
+    const timeMs = dayStartMs + offset;
+    if (offset < offsetLow || offset >= offsetHigh || timeMs < lows[user - userLo] || timeMs > highs[user - userLo]) continue;
+    const references = byEvent.get(eventIds[row]);
+    if (references === undefined && !gather.allEvents) continue;
+    const mask = maskOf(references, row);
+    if (mask === 0 && !gather.allEvents) continue;
+    sink.push(user, timeMs, mask);
+  }
+}
+
+/** The sink's rows in order of user block (stable): block b's are order[starts[b], starts[b + 1]). */
+function rowsByBlock(sink: RowSink, userLo: number, userHi: number): { order: Uint32Array; starts: Uint32Array } {
+  const blockCount = Math.ceil((userHi - userLo) / blockSlots);
+  const starts = new Uint32Array(blockCount + 1);
+  for (let row = 0; row < sink.count; row++) starts[Math.floor((sink.users[row] - userLo) / blockSlots) + 1]++;
+  for (let block = 0; block < blockCount; block++) starts[block + 1] += starts[block];
+  const next = starts.slice(0, blockCount);
+  const order = new Uint32Array(sink.count);
+  for (let row = 0; row < sink.count; row++) order[next[Math.floor((sink.users[row] - userLo) / blockSlots)]++] = row;
+  return { order, starts };
 }
