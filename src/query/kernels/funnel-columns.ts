@@ -33,7 +33,7 @@ import type { SegmentView } from "../segment-view.js";
 import { compareValues, maskOf, propertyReader, segmentReferences, valueInterner, type EventRows, type GatherPlan, type PropertyReader, type SegmentReference } from "./event-rows.js";
 import { collectOutcomes, emptyOutcomes, summariseOutcomes, type FunnelChainsAnswer, type FunnelChainsPlan, type Outcomes } from "./funnel-chains.js";
 import { lowerBoundUser, segmentsByDay } from "./rows.js";
-import { ScratchFloat64, ScratchInt32 } from "./scratch.js";
+import { GrowableFloat64, GrowableUint32, ScratchFloat64, ScratchInt32 } from "./scratch.js";
 
 /** Per user slot: the earliest entry time in range (Infinity: none) and its value; its first and last step-2 times, then its interval to gather. */
 const entryTimes = new ScratchFloat64();
@@ -109,22 +109,24 @@ function eventRun(segment: SegmentView, eventId: number, references: SegmentRefe
 }
 
 /**
- * Calls `read(run, start, end, userHi)` for every run's rows of users
+ * Calls `read(run, userHi)` for every run's rows from its cursor, of users
  * [userLo, userHi): an active segment's rows once (userHi: the shard's end),
  * a sealed run's in blocks of blockSlots users, every run's block before the
- * next block; a sealed read stops at its first row of a user >= its userHi and
- * returns that row, where the run's next block starts. A pass keeps per-user
- * state for the whole shard (times, intervals: a few MB) and a sealed run
- * visits its users in order, one run after another, so without blocks nearly
- * every row's state would miss the cache; within a block it stays in it.
+ * next block, then `blockDone(block)`. A sealed read stops at its first row
+ * of a user >= its userHi and returns that row, where the run's next block
+ * starts. A pass keeps per-user state for the whole shard (times, intervals:
+ * a few MB) and a sealed run visits its users in order, one run after
+ * another, so without blocks nearly every row's state would miss the cache;
+ * within a block it stays in it.
  */
-function eachBlockOfRuns(runs: readonly EventRun[], userLo: number, userHi: number, read: (run: EventRun, start: number, end: number, userHi: number) => number): void {
-  for (const run of runs) if (run.segment.eventRowStart === undefined) read(run, 0, run.end, userHi);
-  for (let blockLo = userLo; blockLo < userHi; blockLo += blockSlots) {
+function eachBlockOfRuns(runs: readonly EventRun[], userLo: number, userHi: number, read: (run: EventRun, userHi: number) => number, blockDone?: (block: number) => void): void {
+  for (const run of runs) if (run.segment.eventRowStart === undefined) read(run, userHi);
+  for (let block = 0, blockLo = userLo; blockLo < userHi; block++, blockLo += blockSlots) {
     const blockHi = Math.min(userHi, blockLo + blockSlots);
     for (const run of runs) {
-      if (run.segment.eventRowStart !== undefined && run.cursor < run.end) run.cursor = read(run, run.cursor, run.end, blockHi);
+      if (run.segment.eventRowStart !== undefined && run.cursor < run.end) run.cursor = read(run, blockHi);
     }
+    blockDone?.(block);
   }
 }
 
@@ -161,13 +163,13 @@ function scanEntries(
     readers.set(segment, propertyReader(segment, gather.breakdown, globalId));
     for (const [eventId, eventReferences] of byEvent) runs.push(eventRun(segment, eventId, eventReferences, userLo));
   }
-  eachBlockOfRuns(runs, userLo, userHi, (run, start, end, readHi) => {
-    const { segment, eventId, references: eventReferences, constant, constantMask } = run;
+  eachBlockOfRuns(runs, userLo, userHi, (run, readHi) => {
+    const { segment, eventId, references: eventReferences, constant, constantMask, end } = run;
     const { valueIds, globalIds } = readers.get(segment)!;
     const { userIds, timeOffsetMs, dayStartMs, eventIds } = segment;
     const offsetLow = gather.fromMs - dayStartMs;
     const offsetHigh = gather.toMsExclusive - dayStartMs;
-    for (let row = start; row < end; row++) {
+    for (let row = run.cursor; row < end; row++) {
       const user = userIds[row];
       if (eventIds === undefined) {
         if (user >= readHi) return row;
@@ -233,37 +235,32 @@ function collectCandidateOutcomes(
     }
   }
   const activeBlocks = rowsByBlock(active, userLo, userHi);
-  for (let block = 0, blockLo = userLo; blockLo < userHi; block++, blockLo += blockSlots) {
-    const blockHi = Math.min(userHi, blockLo + blockSlots);
-    sink.count = 0;
-    for (const run of runs) {
-      if (run.cursor === run.end) continue;
-      const offsetLow = gather.fromMs - run.segment.dayStartMs;
-      const offsetHigh = gather.toMsExclusive - run.segment.dayStartMs;
-      run.cursor = copyMarkedRows(run, blockHi, offsetLow, offsetHigh, lows, highs, userLo, gather.allEvents, sink);
-    }
+  sink.count = 0;
+  const readRun = (run: EventRun, blockHi: number) => copyMarkedRows(run, blockHi, gather, lows, highs, userLo, sink);
+  eachBlockOfRuns(runs, userLo, userHi, readRun, (block) => {
     for (let index = activeBlocks.starts[block]; index < activeBlocks.starts[block + 1]; index++) {
       const row = activeBlocks.order[index];
       sink.push(active.users[row], active.times[row], active.masks[row]);
     }
-    if (sink.count === 0) continue;
-    collectOutcomes({ count: sink.count, users: sink.users, timesMs: sink.times, masks: sink.masks, values: zeroValues(sink.count), valueTexts: noTexts, numbers: noNumbers }, plan, outcomes);
-  }
+    if (sink.count === 0) return;
+    collectOutcomes({ count: sink.count, users: sink.users, timesMs: sink.times, masks: sink.masks, values: zeroValues.get(sink.count), valueTexts: noTexts, numbers: noNumbers }, plan, outcomes);
+    sink.count = 0;
+  });
 }
 
 const noTexts = [""];
 const noNumbers = new Float64Array(0);
-let zeros = new Int32Array(0);
-function zeroValues(length: number): Int32Array {
-  if (zeros.length < length) zeros = new Int32Array(Math.max(length, 2 * zeros.length));
-  return zeros;
-}
+/** Breakdown values of gathered rows: never written, so all 0 ("not set"). */
+const zeroValues = new ScratchInt32();
 
 /** Gathered rows: `count` used of the arrays, which grow as rows come (kept for the next task). */
 class RowSink {
-  users = new Uint32Array(1024);
-  times = new Float64Array(1024);
-  masks = new Uint32Array(1024);
+  private readonly userStore = new GrowableUint32();
+  private readonly timeStore = new GrowableFloat64();
+  private readonly maskStore = new GrowableUint32();
+  users = this.userStore.values;
+  times = this.timeStore.values;
+  masks = this.maskStore.values;
   count = 0;
 
   push(user: number, timeMs: number, mask: number): void {
@@ -275,16 +272,9 @@ class RowSink {
   }
 
   grow(): void {
-    const length = 2 * this.users.length;
-    const users = new Uint32Array(length);
-    const times = new Float64Array(length);
-    const masks = new Uint32Array(length);
-    users.set(this.users);
-    times.set(this.times);
-    masks.set(this.masks);
-    this.users = users;
-    this.times = times;
-    this.masks = masks;
+    this.users = this.userStore.grow(this.count + 1);
+    this.times = this.timeStore.grow(this.count + 1);
+    this.masks = this.maskStore.grow(this.count + 1);
   }
 }
 
@@ -297,18 +287,11 @@ const activeRows = new RowSink();
  * >= userHi (returned; the run's end when none) whose time is in range and in
  * its user's interval, into the sink.
  */
-function copyMarkedRows(
-  run: EventRun,
-  userHi: number,
-  offsetLow: number,
-  offsetHigh: number,
-  lows: Float64Array,
-  highs: Float64Array,
-  userLo: number,
-  allEvents: boolean,
-  sink: RowSink,
-): number {
+function copyMarkedRows(run: EventRun, userHi: number, gather: GatherPlan, lows: Float64Array, highs: Float64Array, userLo: number, sink: RowSink): number {
   const { userIds, timeOffsetMs, dayStartMs } = run.segment;
+  const offsetLow = gather.fromMs - dayStartMs;
+  const offsetHigh = gather.toMsExclusive - dayStartMs;
+  const allEvents = gather.allEvents;
   const { references, constant, constantMask, end } = run;
   // The sink's arrays in locals: a push per row through the object cost as much as the rest of the loop.
   let { users, times, masks, count } = sink;
