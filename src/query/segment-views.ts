@@ -12,6 +12,7 @@ import type { SegmentLayout } from "../storage/segment-layout.js";
 import { denseValueIds, PropertyDirectory } from "../storage/segment-reader.js";
 import { storedValueCountsAt, storedValueCountsIndex } from "../storage/value-counts-index.js";
 import { ActiveIndex, ActiveIndexCache, dayOfKey } from "./active-index.js";
+import { lowerBound } from "./kernels/rows.js";
 import { presetValueCounts } from "./kernels/value-counts.js";
 import type { PropertyColumn, SegmentView } from "./segment-view.js";
 
@@ -103,18 +104,6 @@ class SealedView implements SegmentView {
     this.bitmaps.set(eventId, bitmap);
     return bitmap;
   }
-}
-
-/** First index of ascending `values` that is >= target. */
-function lowerBound(values: Uint32Array, target: number): number {
-  let low = 0;
-  let high = values.length;
-  while (low < high) {
-    const middle = (low + high) >>> 1;
-    if (values[middle] < target) low = middle + 1;
-    else high = middle;
-  }
-  return low;
 }
 
 /**

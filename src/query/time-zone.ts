@@ -9,8 +9,22 @@ import { dayMs, hourMs } from "./buckets.js";
 
 export const utcZone = "UTC";
 
+/** Names already resolved (a format's construction costs ~0.1 ms a query); cleared when full, and long ones never kept, since clients choose the names. */
+const canonicalNamesMax = 1024;
+const canonicalNameLengthMax = 64;
+const canonicalNames = new Map<string, string | undefined>();
+
 /** The canonical name of a zone `Intl` accepts (aliases and any letter case), or undefined. */
 export function canonicalTimeZone(name: string): string | undefined {
+  if (canonicalNames.has(name)) return canonicalNames.get(name);
+  if (name.length > canonicalNameLengthMax) return resolvedZone(name);
+  if (canonicalNames.size >= canonicalNamesMax) canonicalNames.clear();
+  const canonical = resolvedZone(name);
+  canonicalNames.set(name, canonical);
+  return canonical;
+}
+
+function resolvedZone(name: string): string | undefined {
   // Offsets like "+05:00" are accepted by newer Intl versions, but they are not IANA names.
   if (!/^[A-Za-z]/.test(name)) return undefined;
   try {

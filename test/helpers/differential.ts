@@ -116,7 +116,7 @@ export interface GeneratedQuery {
 }
 
 /** Whether an answer was the query's first or its replay on the restarted server. */
-export type AnswerPhase = "first" | "after restart";
+export type AnswerPhase = "first" | "after restart" | "asked again";
 
 export interface DifferentialSeed<Query extends GeneratedQuery> {
   /** Names the run in failures (`seed 7 (restart)`), and says how to replay it and what the answers were held to. */
@@ -132,6 +132,8 @@ export interface DifferentialSeed<Query extends GeneratedQuery> {
    * the first half again on the restarted server before the rest.
    */
   restart: "none" | "halfway" | "halfway, replaying";
+  /** Queries asked twice more once all are answered, since a worker may answer a repeat from what it kept (an index). */
+  askedAgain?(query: Query): boolean;
   /** Problems known before the server starts (a generator that lost substance), reported with the answers. */
   notes?: readonly string[];
   mismatchesPrintedMax: number;
@@ -183,6 +185,10 @@ export async function runDifferentialSeed<Query extends GeneratedQuery>(run: Dif
       server = await startServer({ ...run.serverOptions, dataDir, credentials });
       if (run.restart === "halfway, replaying") await runConcurrently(ordinals.slice(0, half), run.queriesInFlightMax, (ordinal) => ask(ordinal, "after restart"));
       await runConcurrently(ordinals.slice(half), run.queriesInFlightMax, (ordinal) => ask(ordinal, "first"));
+    }
+    if (run.askedAgain !== undefined) {
+      const again = ordinals.filter((ordinal) => run.askedAgain!(run.queries[ordinal]));
+      for (let round = 0; round < 2; round++) await runConcurrently(again, run.queriesInFlightMax, (ordinal) => ask(ordinal, "asked again"));
     }
     if (run.afterQueries !== undefined) notes.push(...(await run.afterQueries(server)));
     if (mismatches.length > 0 || notes.length > 0) throw new Error(mismatchReport(run, mismatches, notes));

@@ -464,6 +464,8 @@ function differentialSeeds(store: StoreEnvironment): void {
         serverOptions,
         queriesInFlightMax,
         restart: variant === "restart" ? "halfway" : "none",
+        // Unique trends asked again over sealed rows are answered by an index of previous parts (previous-parts.ts).
+        askedAgain: (query) => query.kind === "trend" && (query.body as { math?: string }).math === "unique",
         notes,
         mismatchesPrintedMax,
         notesPrintedMax,

@@ -23,6 +23,7 @@ import { retentionCohorts } from "../../src/query/kernels/retention-cohorts.js";
 import { trendColumns, trendFromCountsOnly } from "../../src/query/kernels/trend-columns.js";
 import { dayPartsFit, trendDayParts } from "../../src/query/kernels/trend-day-parts.js";
 import { dayParts } from "../../src/query/kernels/column-scan.js";
+import { previousPartsCounts } from "../../src/query/kernels/previous-parts.js";
 import { trendSeries, type TrendSeriesAnswer } from "../../src/query/kernels/trend-series.js";
 import type { TrendMath } from "../../src/query/schemas.js";
 import type { SegmentView } from "../../src/query/segment-view.js";
@@ -284,6 +285,66 @@ describe("a §7 total or unique of one event in a zone, from kept day parts, ans
     expect(trendDayParts(data.segments, gather, { ...plan, math: "avg_per_user" }, 0, data.userCount)).toBeUndefined();
     expect(trendDayParts(data.segments, { ...gather, math: { kind: "key", keyId: keyNumber } }, { ...plan, math: "sum" }, 0, data.userCount)).toBeUndefined();
     expect(trendDayParts(data.segments, { ...gather, allEvents: true }, plan, 0, data.userCount)).toBeUndefined();
+  });
+});
+
+describe("a §7 unique trend from an index of previous parts (asked again, a narrower range, coarser buckets) answers as the gathered rows do", () => {
+  const answeredBefore = previousPartsCounts.answered;
+  afterAll(() => {
+    // The index answered, with and without a breakdown.
+    expect(previousPartsCounts.answered - answeredBefore).toBeGreaterThan(150);
+  });
+
+  // Seeds of their own: kept parts are keyed by segment key, and other tests build other rows under theirs.
+  it.each(Array.from({ length: 40 }, (_, index) => 9_100 + index))("seed %i", (seed) => {
+    const data = dataset(seed, 0);
+    const random = seededRandom(seed * 59);
+    for (let query = 0; query < 4; query++) {
+      const { zone, dateFrom, dateTo } = randomRange(random, data);
+      const breakdown = random() < 0.7;
+      const eventId = integer(random, 3);
+      const breakdownLimit = breakdown ? pick(random, [1, 2, 3, 25]) : undefined;
+      const narrowFrom = addDays(dateFrom, integer(random, 2));
+      const narrowTo = narrowFrom < dateTo ? addDays(dateTo, -integer(random, 2)) : dateTo;
+      const asks: Array<[string, string, GroupBy]> = [
+        [dateFrom, dateTo, "day"],
+        [dateFrom, dateTo, "day"],
+        [dateFrom, dateTo, "day"],
+        [narrowFrom, narrowTo < narrowFrom ? narrowFrom : narrowTo, "day"],
+        [dateFrom, dateTo, "week"],
+        [dateFrom, dateTo, "week"],
+        [dateFrom, dateTo, "month"],
+        [dateFrom, dateTo, "month"],
+      ];
+      for (const [from, to, groupBy] of asks) {
+        const startsMs = zonedTrendBoundaries(from, to, groupBy, zoneClock(zone), 10_000)!.startsMs;
+        const gather: GatherPlan = {
+          fromMs: startsMs[0],
+          toMsExclusive: startsMs[startsMs.length - 1],
+          references: [{ eventId, filters: [] }],
+          allEvents: false,
+          breakdown: breakdown ? randomBreakdown(random) : { kind: "none" },
+          math: { kind: "none" },
+        };
+        const plan = { startsMs, math: "unique" as TrendMath, breakdownLimit };
+        const context = `seed ${seed} query ${query}: ${groupBy} in ${zone} ${from}…${to}, limit ${breakdownLimit}`;
+        const fast = trendDayParts(data.segments, gather, plan, 0, data.userCount);
+        if (breakdown && breakdownLeftToScan(data.segments, eventId, startsMs)) {
+          expect(fast, context).toBeUndefined();
+          continue;
+        }
+        expect(fast, context).toBeDefined();
+        expectTrendClose(fast!, trendSeries(gatherEventRows(data.segments, gather, 0, data.userCount), plan), context);
+        if (groupBy !== "day" || from !== dateFrom) continue;
+        // A segment gone from the middle (as a deletion rewrites one): the index's parts are no longer one run.
+        const middle = data.segments.filter((segment) => segment.dayStartMs > startsMs[0] && segment.dayStartMs + dayMs < startsMs[startsMs.length - 1]);
+        if (middle.length === 0) continue;
+        const gone = middle[integer(random, middle.length)];
+        const rest = data.segments.filter((segment) => segment !== gone);
+        const without = trendDayParts(rest, gather, plan, 0, data.userCount);
+        if (without !== undefined) expectTrendClose(without, trendSeries(gatherEventRows(rest, gather, 0, data.userCount), plan), `${context}, without ${gone.key}`);
+      }
+    }
   });
 });
 

@@ -25,6 +25,11 @@ export function lowerBoundUser(userIds: Uint32Array, start: number, end: number,
   return low;
 }
 
+/** First index of ascending `values` that is >= target; values.length when there is none. */
+export function lowerBound(values: Uint32Array, target: number): number {
+  return lowerBoundUser(values, 0, values.length, target);
+}
+
 /** First index in [start, end) whose time is >= timeMs; end when there is none. */
 export function lowerBoundTime(times: Float64Array, start: number, end: number, timeMs: number): number {
   let low = start;

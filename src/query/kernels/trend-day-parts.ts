@@ -24,6 +24,7 @@ import { dayMs } from "../buckets.js";
 import type { PartValueUsers, SegmentView } from "../segment-view.js";
 import { dayParts } from "./column-scan.js";
 import type { GatherPlan } from "./event-rows.js";
+import { askedAgain, buildPreviousParts, keptPreviousParts, partKey, previousPartsCounts, wholeKeyId, type PreviousParts, type UnitPart } from "./previous-parts.js";
 import { sealedEventRowCount, sealedShardRows, type RowRange } from "./rows.js";
 import { ScratchInt32, ScratchUint32 } from "./scratch.js";
 import { rankSeries, valueOf } from "./series.js";
@@ -105,7 +106,12 @@ export function trendDayParts(segments: readonly SegmentView[], gather: GatherPl
 function wholeValues(planned: readonly PlannedDay[], gather: GatherPlan, plan: TrendSeriesPlan, userLo: number, userHi: number): BucketValues {
   const bucketCount = plan.startsMs.length - 1;
   const unique = plan.math === "unique";
-  const { rows, bitmaps, scanned } = bucketSets(planned, gather.references[0].eventId, bucketCount, unique, userLo, userHi);
+  const eventId = gather.references[0].eventId;
+  if (unique && eventId !== undefined && userLo === 0) {
+    const indexed = wholeFromPreviousParts(planned, eventId, bucketCount, userHi);
+    if (indexed !== undefined) return indexed;
+  }
+  const { rows, bitmaps, scanned } = bucketSets(planned, eventId, bucketCount, unique, userLo, userHi);
   const values: Array<number | null> = new Array(bucketCount);
   for (let bucket = 0; bucket < bucketCount; bucket++) {
     if (!unique) {
@@ -288,6 +294,10 @@ function breakdownSeries(
   const bucketCount = plan.startsMs.length - 1;
   const unique = plan.math === "unique";
   const eventId = gather.references[0].eventId;
+  if (unique && eventId !== undefined && userLo === 0) {
+    const indexed = seriesFromPreviousParts(planned, eventId, keyId, plan, userHi);
+    if (indexed !== undefined) return indexed;
+  }
   // Task-wide value ids: 0 is "not set", the others index valueTexts.
   const valueTexts: string[] = [""];
   const globalIdOfText = new Map<string, number>();
@@ -423,6 +433,124 @@ function breakdownSeries(
   }
   for (const bitmap of owned) bitmap.dispose();
   return { series, other };
+}
+
+/** A sealed part of the range, in time order, for previous-parts.ts. */
+interface RangeUnit {
+  segment: SegmentView;
+  lowMs: number;
+  highMs: number;
+  bucket: number;
+  key: string;
+}
+
+/** The range's sealed parts holding rows of the event, in time order; undefined when an active segment holds some. */
+function rangeUnits(planned: readonly PlannedDay[], eventId: number): RangeUnit[] | undefined {
+  const units: RangeUnit[] = [];
+  for (const { segment, parts } of planned) {
+    const rowStart = segment.eventRowStart;
+    if (rowStart === undefined) {
+      if ((segment.eventRows(eventId)?.length ?? 0) > 0) return undefined;
+      continue;
+    }
+    if (rowStart[eventId] === rowStart[eventId + 1]) continue;
+    for (const { lowMs, highMs, bucket } of parts) units.push({ segment, lowMs, highMs, bucket, key: partKey(segment.key, lowMs, highMs) });
+  }
+  return units.sort((left, right) => left.segment.dayStartMs + left.lowMs - (right.segment.dayStartMs + right.lowMs) || (left.key < right.key ? -1 : left.key > right.key ? 1 : 0));
+}
+
+/**
+ * The index of previous parts (previous-parts.ts) of these units by keyId,
+ * kept or built when they are asked again, and each bucket's run of its
+ * units; undefined when none answers over users [0, userHi).
+ */
+function indexedSpans(units: readonly RangeUnit[], eventId: number, keyId: number | undefined, bucketCount: number, userHi: number, unitPart: (unit: RangeUnit) => UnitPart): IndexedSpans | undefined {
+  const keys = units.map((unit) => unit.key);
+  let index = keptPreviousParts(eventId, keyId, keys);
+  if (index === undefined && askedAgain(eventId, keyId, keys)) index = buildPreviousParts(eventId, keyId, units.map(unitPart), breakdownValuesMax);
+  if (index === undefined || index.userEnd > userHi) return undefined;
+  const first = new Int32Array(bucketCount).fill(-1);
+  const last = new Int32Array(bucketCount).fill(-1);
+  let previous = -1;
+  for (const unit of units) {
+    const at = index.unitOfPart.get(unit.key)!;
+    // Consecutive in the index, or the index holds parts between them that this range lacks (other cuts of the days).
+    if (previous >= 0 && at !== previous + 1) return undefined;
+    previous = at;
+    if (first[unit.bucket] < 0) first[unit.bucket] = at;
+    last[unit.bucket] = at;
+  }
+  previousPartsCounts.answered++;
+  return { index, first, last };
+}
+
+interface IndexedSpans {
+  index: PreviousParts;
+  /** Per bucket, its units' run [first, last] in the index; first -1: none. */
+  first: Int32Array;
+  last: Int32Array;
+}
+
+/** Each bucket's users of the event from the index, when a bucket spans several parts (one part's set is counted as it is). */
+function wholeFromPreviousParts(planned: readonly PlannedDay[], eventId: number, bucketCount: number, userHi: number): BucketValues | undefined {
+  const units = rangeUnits(planned, eventId);
+  if (units === undefined || units.length <= bucketCount) return undefined;
+  const users = (unit: RangeUnit) => {
+    const stored = unit.lowMs === 0 && unit.highMs === dayMs ? unit.segment.userBitmap(eventId) : undefined;
+    return stored ?? sealedPart(unit.segment, eventId, unit.lowMs, unit.highMs).users;
+  };
+  const spans = indexedSpans(units, eventId, wholeKeyId, bucketCount, userHi, (unit) => ({ key: unit.key, users: [users(unit)], texts: noTexts }));
+  if (spans === undefined) return undefined;
+  const { index, first, last } = spans;
+  const values: BucketValues = new Array(bucketCount);
+  for (let bucket = 0; bucket < bucketCount; bucket++) values[bucket] = first[bucket] < 0 ? 0 : index.users(0, first[bucket], last[bucket]);
+  return values;
+}
+
+/**
+ * A unique trend's series and "other" from the index, over every user;
+ * undefined when no index answers: active rows of the event in range, parts
+ * asked for the first time, or parts the index holds in other cuts.
+ */
+function seriesFromPreviousParts(planned: readonly PlannedDay[], eventId: number, keyId: number | undefined, plan: TrendSeriesPlan, userHi: number): Pick<TrendSeriesAnswer, "series" | "other"> | undefined {
+  const units = rangeUnits(planned, eventId);
+  if (units === undefined) return undefined;
+  const bucketCount = plan.startsMs.length - 1;
+  const partValues = (unit: RangeUnit) => sealedPartValues(unit.segment, eventId, keyId, unit.lowMs, unit.highMs);
+  const textsOf = (unit: RangeUnit) => (keyId === undefined ? undefined : unit.segment.property(keyId)?.texts) ?? noTexts;
+  const spans = indexedSpans(units, eventId, keyId, bucketCount, userHi, (unit) => ({ key: unit.key, users: partValues(unit).users, texts: textsOf(unit) }));
+  if (spans === undefined) return undefined;
+  const { index, first, last } = spans;
+  const valueCount = index.texts.length;
+  const weights = new Float64Array(valueCount);
+  const present = new Uint8Array(valueCount);
+  if (units.length > 0) {
+    const rangeFirst = index.unitOfPart.get(units[0].key)!;
+    const rangeLast = index.unitOfPart.get(units[units.length - 1].key)!;
+    for (let value = 0; value < valueCount; value++) {
+      if (!index.holds(value, rangeFirst, rangeLast)) continue;
+      weights[value] = index.users(value, rangeFirst, rangeLast);
+      present[value] = 1;
+    }
+  }
+  const ranked = rankSeries(weights, present, index.texts, plan.breakdownLimit!);
+  const series = ranked.listed.map((value) => {
+    const values: BucketValues = new Array(bucketCount);
+    for (let bucket = 0; bucket < bucketCount; bucket++) values[bucket] = first[bucket] < 0 ? 0 : index.users(value, first[bucket], last[bucket]);
+    return { value: valueOf(index.texts, value), values, weight: weights[value] };
+  });
+  if (!ranked.hasOther) return { series, other: undefined };
+  // "Other" unions the left-out values' sets of each bucket: a user may hold several of them.
+  const otherSets: Bitmap[][] = Array.from({ length: bucketCount }, () => []);
+  for (const unit of units) {
+    const { users } = partValues(unit);
+    const texts = textsOf(unit);
+    for (let id = 0; id < users.length; id++) {
+      const set = users[id];
+      if (set !== undefined && set.size > 0 && ranked.groupOfValue[id === 0 ? 0 : index.idOfText.get(texts[id])!] === ranked.otherGroup) otherSets[unit.bucket].push(set);
+    }
+  }
+  return { series, other: otherSets.map((sets) => unionCount(sets, 0, userHi)) };
 }
 
 /** What `key` names, kept; built and kept when missing, dropping the least recently used beyond the budget. */
