@@ -99,8 +99,7 @@ export const previousPartsCounts = { built: 0, answered: 0 };
 /** Per event and key, the parts last asked without an index: asked again, they get one. */
 const lastMissed = new Map<string, string>();
 const lastMissedMax = 64;
-const seenValue = new ScratchInt32();
-const seenUnit = new ScratchInt32();
+const seenScratch = new ScratchInt32();
 const memberScratch = new ScratchUint32();
 const countScratch = new ScratchUint32();
 
@@ -153,22 +152,26 @@ export function buildPreviousParts(eventId: number, keyId: number | undefined, u
   }
   // Either form takes at most 4 bytes a member.
   if (members * 4 > indexBytesMax || index.texts.length > valuesMax) return undefined;
+  // Each user's last sighting as one number, (value + 1) × span + unit: one array read per member, not two.
+  const span = units.length;
+  if ((setsOfValue.length + 1) * span >= 0x7fff_ffff) return undefined;
   index.userEnd = userEnd;
-  const valueOf = seenValue.get(userEnd).fill(0, 0, userEnd);
-  const unitOf = seenUnit.get(userEnd);
+  const seen = seenScratch.get(userEnd).fill(0, 0, userEnd);
   for (let value = 0; value < setsOfValue.length; value++) {
     const sets = setsOfValue[value];
     if (sets === undefined) continue;
-    const stamp = value + 1;
+    // Values go in order, so a sighting below base is another value's: none of this one yet.
+    const base = (value + 1) * span;
     for (const { unit, users } of sets) {
       const ids = users.toUint32Array(memberScratch.get(users.size));
       // Previous units + 1 are at most `unit`: counted, not sorted.
       const counts = countScratch.get(unit + 1).fill(0, 0, unit + 1);
+      const sighting = base + unit;
       for (let at = 0; at < ids.length; at++) {
         const user = ids[at];
-        counts[valueOf[user] === stamp ? unitOf[user] + 1 : 0]++;
-        valueOf[user] = stamp;
-        unitOf[user] = unit;
+        const last = seen[user];
+        counts[last >= base ? last - base + 1 : 0]++;
+        seen[user] = sighting;
       }
       if (unit + 1 <= ids.length) {
         const below = new Uint32Array(unit + 1);
