@@ -445,13 +445,27 @@ class Resolver {
 }
 
 /** The answer body of a SPEC §7 trend from its kernel's answer (also the ClickHouse store's). */
+/**
+ * A trend's body, written as text: a breakdown of 25 values by day over 90
+ * days is 2 340 entries, and building an object per entry for
+ * JSON.stringify took as long as the worker's kernel. Same text as
+ * JSON.stringify of the objects.
+ */
 export function trendRowsBody(request: TrendRequest, labels: readonly string[], answer: TrendSeriesAnswer): string {
-  const counted = request.math === "total" || request.math === "unique";
-  const data = (values: BucketValues) => labels.map((date, index) => (counted ? { date, count: values[index] } : { date, value: values[index] }));
-  const body: Record<string, unknown> = { data: data(answer.values) };
-  if (answer.series !== undefined) body.breakdown = answer.series.map((series) => ({ value: series.value, data: data(series.values) }));
-  if (answer.other !== undefined) body.breakdownOther = { data: data(answer.other) };
-  return JSON.stringify(body);
+  const field = request.math === "total" || request.math === "unique" ? "count" : "value";
+  const entryStarts = labels.map((date) => `{"date":${JSON.stringify(date)},"${field}":`);
+  const data = (values: BucketValues) => {
+    let text = "[";
+    for (let index = 0; index < entryStarts.length; index++) {
+      const value = values[index];
+      text += `${index === 0 ? "" : ","}${entryStarts[index]}${value === null || !Number.isFinite(value) ? "null" : String(value)}}`;
+    }
+    return `${text}]`;
+  };
+  let body = `{"data":${data(answer.values)}`;
+  if (answer.series !== undefined) body += `,"breakdown":[${answer.series.map((series) => `{"value":${JSON.stringify(series.value)},"data":${data(series.values)}}`).join(",")}]`;
+  if (answer.other !== undefined) body += `,"breakdownOther":{"data":${data(answer.other)}}`;
+  return `${body}}`;
 }
 
 export function funnelChainsPlanOf(request: FunnelRequest, fromMs: number, toMsExclusive: number): FunnelChainsPlan {
