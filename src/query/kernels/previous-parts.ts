@@ -9,9 +9,9 @@
  * union reads every member of every unit (a 90-day trend by country read
  * ~4 M members per query for its ranks alone).
  *
- * An index is built from the kept parts once the same parts are asked twice
- * (a chart re-asked, or a dashboard's second look), and answers any run of
- * its units: a shorter range, or week and month buckets in the same zone.
+ * An index is built from the kept parts at once when each day is one
+ * segment (merges have settled), else once the same parts are asked twice,
+ * and answers any run of its units: a shorter range, another limit.
  * It covers every user, so it answers tasks over all of them only. The
  * users of the event without breakdown are indexed as one value, under key
  * id wholeKeyId.

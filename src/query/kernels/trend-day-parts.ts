@@ -461,13 +461,14 @@ function rangeUnits(planned: readonly PlannedDay[], eventId: number): RangeUnit[
 
 /**
  * The index of previous parts (previous-parts.ts) of these units by keyId,
- * kept or built when they are asked again, and each bucket's run of its
- * units; undefined when none answers over users [0, userHi).
+ * kept or built (at once over settled days, else when they are asked
+ * again), and each bucket's run of its units; undefined when none answers
+ * over users [0, userHi).
  */
 function indexedSpans(units: readonly RangeUnit[], eventId: number, keyId: number | undefined, bucketCount: number, userHi: number, unitPart: (unit: RangeUnit) => UnitPart): IndexedSpans | undefined {
   const keys = units.map((unit) => unit.key);
   let index = keptPreviousParts(eventId, keyId, keys);
-  if (index === undefined && askedAgain(eventId, keyId, keys)) index = buildPreviousParts(eventId, keyId, units.map(unitPart), breakdownValuesMax);
+  if (index === undefined && (oneSegmentADay(units) || askedAgain(eventId, keyId, keys))) index = buildPreviousParts(eventId, keyId, units.map(unitPart), breakdownValuesMax);
   if (index === undefined || index.userEnd > userHi) return undefined;
   const first = new Int32Array(bucketCount).fill(-1);
   const last = new Int32Array(bucketCount).fill(-1);
@@ -482,6 +483,22 @@ function indexedSpans(units: readonly RangeUnit[], eventId: number, keyId: numbe
   }
   previousPartsCounts.answered++;
   return { index, first, last };
+}
+
+/**
+ * Whether each day of the units is one sealed segment: merges have settled,
+ * so the parts will be asked again as they are, and an index is built at
+ * once. While a day holds several, merges are still replacing them, and an
+ * index waits for the same parts to be asked twice (previous-parts.ts).
+ */
+function oneSegmentADay(units: readonly RangeUnit[]): boolean {
+  const segmentOfDay = new Map<number, SegmentView>();
+  for (const { segment } of units) {
+    const known = segmentOfDay.get(segment.dayStartMs);
+    if (known !== undefined && known !== segment) return false;
+    segmentOfDay.set(segment.dayStartMs, segment);
+  }
+  return true;
 }
 
 interface IndexedSpans {
