@@ -444,8 +444,18 @@ interface RangeUnit {
   key: string;
 }
 
+/** A task's planned days → their units: the series and the whole answer of one task read the same ones. */
+const unitsOfPlanned = new WeakMap<readonly PlannedDay[], RangeUnit[] | undefined>();
+
 /** The range's sealed parts holding rows of the event, in time order; undefined when an active segment holds some. */
 function rangeUnits(planned: readonly PlannedDay[], eventId: number): RangeUnit[] | undefined {
+  if (unitsOfPlanned.has(planned)) return unitsOfPlanned.get(planned);
+  const units = unitsInTimeOrder(planned, eventId);
+  unitsOfPlanned.set(planned, units);
+  return units;
+}
+
+function unitsInTimeOrder(planned: readonly PlannedDay[], eventId: number): RangeUnit[] | undefined {
   const units: RangeUnit[] = [];
   for (const { segment, parts } of planned) {
     const rowStart = segment.eventRowStart;
