@@ -56,6 +56,8 @@ export class PreviousParts {
    */
   readonly below: Array<Array<Uint32Array | undefined>> = [];
   readonly sorted: Array<Array<Uint32Array | undefined>> = [];
+  /** [unit]: the values with members there, so that a query reads what the units hold, not every value. */
+  readonly values: number[][] = [];
   bytes = 0;
   /** Above every member: the index counts users [0, userEnd). */
   userEnd = 0;
@@ -65,21 +67,26 @@ export class PreviousParts {
   /** Users holding `value` in units [first, last]. */
   users(value: number, first: number, last: number): number {
     let count = 0;
-    for (let unit = first; unit <= last; unit++) {
-      const below = this.below[unit][value];
-      if (below !== undefined) count += below[first];
-      else {
-        const sorted = this.sorted[unit][value];
-        if (sorted !== undefined) count += lowerBound(sorted, first + 1);
-      }
-    }
+    for (let unit = first; unit <= last; unit++) count += this.newUsers(unit, value, first);
     return count;
   }
 
-  /** Whether `value` has a member in units [first, last]. */
-  holds(value: number, first: number, last: number): boolean {
-    for (let unit = first; unit <= last; unit++) if (this.below[unit][value] !== undefined || this.sorted[unit][value] !== undefined) return true;
-    return false;
+  /** For each value with members in units [first, last], adds its users there to counts[value] and sets present[value]. */
+  addUsers(first: number, last: number, counts: Float64Array, present: Uint8Array): void {
+    for (let unit = first; unit <= last; unit++) {
+      for (const value of this.values[unit]) {
+        counts[value] += this.newUsers(unit, value, first);
+        present[value] = 1;
+      }
+    }
+  }
+
+  /** Members of (unit, value) not seen with the value in units [first, unit). */
+  private newUsers(unit: number, value: number, first: number): number {
+    const below = this.below[unit][value];
+    if (below !== undefined) return below[first];
+    const sorted = this.sorted[unit][value];
+    return sorted === undefined ? 0 : lowerBound(sorted, first + 1);
   }
 
   idOf(text: string): number {
@@ -141,11 +148,13 @@ export function buildPreviousParts(eventId: number, keyId: number | undefined, u
     index.unitOfPart.set(part.key, unit);
     index.below.push([]);
     index.sorted.push([]);
+    index.values.push([]);
     for (let id = 0; id < part.users.length; id++) {
       const users = part.users[id];
       if (users === undefined || users.size === 0) continue;
       const value = id === 0 ? 0 : index.idOf(part.texts[id]);
       (setsOfValue[value] ??= []).push({ unit, users });
+      index.values[unit].push(value);
       members += users.size;
       userEnd = Math.max(userEnd, users.maximum() + 1);
     }

@@ -551,21 +551,16 @@ function seriesFromPreviousParts(planned: readonly PlannedDay[], eventId: number
   const valueCount = index.texts.length;
   const weights = new Float64Array(valueCount);
   const present = new Uint8Array(valueCount);
-  if (units.length > 0) {
-    const rangeFirst = index.unitOfPart.get(units[0].key)!;
-    const rangeLast = index.unitOfPart.get(units[units.length - 1].key)!;
-    for (let value = 0; value < valueCount; value++) {
-      if (!index.holds(value, rangeFirst, rangeLast)) continue;
-      weights[value] = index.users(value, rangeFirst, rangeLast);
-      present[value] = 1;
-    }
-  }
+  if (units.length > 0) index.addUsers(index.unitOfPart.get(units[0].key)!, index.unitOfPart.get(units[units.length - 1].key)!, weights, present);
   const ranked = rankSeries(weights, present, index.texts, plan.breakdownLimit!);
-  const series = ranked.listed.map((value) => {
-    const values: BucketValues = new Array(bucketCount);
-    for (let bucket = 0; bucket < bucketCount; bucket++) values[bucket] = first[bucket] < 0 ? 0 : index.users(value, first[bucket], last[bucket]);
-    return { value: valueOf(index.texts, value), values, weight: weights[value] };
-  });
+  const series = ranked.listed.map((value) => ({ value: valueOf(index.texts, value), values: new Array<number | null>(bucketCount).fill(0), weight: weights[value] }));
+  const cells = new Float64Array(valueCount);
+  for (let bucket = 0; bucket < bucketCount; bucket++) {
+    if (first[bucket] < 0) continue;
+    cells.fill(0);
+    index.addUsers(first[bucket], last[bucket], cells, present);
+    for (let rank = 0; rank < series.length; rank++) series[rank].values[bucket] = cells[ranked.listed[rank]];
+  }
   if (!ranked.hasOther) return { series, other: undefined };
   // "Other" unions the left-out values' sets of each bucket: a user may hold several of them.
   const otherSets: Bitmap[][] = Array.from({ length: bucketCount }, () => []);
