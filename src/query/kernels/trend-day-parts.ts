@@ -66,6 +66,7 @@ let keptBytes = 0;
 const userScratch = new ScratchUint32();
 const memberScratch = new ScratchUint32();
 const wordScratch = new ScratchInt32();
+const partScratch = new ScratchInt32();
 const shardRows: RowRange = { start: 0, end: 0 };
 
 /** Whether a trend of this shape answers here (for every segment whose days have at most three parts). */
@@ -152,7 +153,7 @@ function bucketSets(planned: readonly PlannedDay[], eventId: number | undefined,
           if (stored !== undefined) bitmaps[bucket].push(stored);
           continue;
         }
-        const part = sealedPart(segment, eventId, lowMs, highMs);
+        const part = sealedPart(segment, eventId, lowMs, highMs, parts);
         if (unique) bitmaps[bucket].push(part.users);
         else rows[bucket] += wholeRun ? part.rows : rowsInPart(segment.timeOffsetMs, shardRows.start, shardRows.end, lowMs, highMs);
       }
@@ -217,6 +218,10 @@ function plannedDays(segments: readonly SegmentView[], startsMs: Float64Array): 
 }
 
 type PlannedDay = { segment: SegmentView; parts: ReturnType<typeof dayParts> };
+
+/** A part of a sealed day: [lowMs, highMs) of its time offsets. */
+type PartBounds = { lowMs: number; highMs: number };
+const wholeDay: readonly PartBounds[] = [{ lowMs: 0, highMs: dayMs }];
 
 /**
  * Whether a breakdown reads few enough sets here: the event's sealed rows are
@@ -356,7 +361,7 @@ function breakdownSeries(
           segment.dayStartMs + dayMs <= plan.startsMs[bucketCount] &&
           parts.every(({ lowMs, highMs }) => keptParts.has(partValuesKey(segment, eventId, keyId, lowMs, highMs)));
         if (rankByDay) {
-          const day = sealedPartValues(segment, eventId, keyId, 0, dayMs);
+          const day = sealedPartValues(segment, eventId, keyId, 0, dayMs, wholeDay);
           for (let id = 0; id < day.rows.length; id++) if (day.rows[id] > 0) weightSets[globalIds[id]].push(day.users[id]!);
         }
         for (const { lowMs, highMs, bucket } of parts) {
@@ -369,7 +374,7 @@ function breakdownSeries(
             }
             continue;
           }
-          addPart(sealedPartValues(segment, eventId, keyId, lowMs, highMs), globalIds, bucket, !rankByDay);
+          addPart(sealedPartValues(segment, eventId, keyId, lowMs, highMs, parts), globalIds, bucket, !rankByDay);
         }
         continue;
       }
@@ -442,6 +447,8 @@ interface RangeUnit {
   highMs: number;
   bucket: number;
   key: string;
+  /** All the parts of its day in the range, read together when not kept. */
+  dayParts: readonly PartBounds[];
 }
 
 /** A task's planned days → their units: the series and the whole answer of one task read the same ones. */
@@ -464,7 +471,7 @@ function unitsInTimeOrder(planned: readonly PlannedDay[], eventId: number): Rang
       continue;
     }
     if (rowStart[eventId] === rowStart[eventId + 1]) continue;
-    for (const { lowMs, highMs, bucket } of parts) units.push({ segment, lowMs, highMs, bucket, key: partKey(segment.key, lowMs, highMs) });
+    for (const { lowMs, highMs, bucket } of parts) units.push({ segment, lowMs, highMs, bucket, key: partKey(segment.key, lowMs, highMs), dayParts: parts });
   }
   return units.sort((left, right) => left.segment.dayStartMs + left.lowMs - (right.segment.dayStartMs + right.lowMs) || (left.key < right.key ? -1 : left.key > right.key ? 1 : 0));
 }
@@ -524,7 +531,7 @@ function wholeFromPreviousParts(planned: readonly PlannedDay[], eventId: number,
   if (units === undefined || units.length <= bucketCount) return undefined;
   const users = (unit: RangeUnit) => {
     const stored = unit.lowMs === 0 && unit.highMs === dayMs ? unit.segment.userBitmap(eventId) : undefined;
-    return stored ?? sealedPart(unit.segment, eventId, unit.lowMs, unit.highMs).users;
+    return stored ?? sealedPart(unit.segment, eventId, unit.lowMs, unit.highMs, unit.dayParts).users;
   };
   const spans = indexedSpans(units, eventId, wholeKeyId, bucketCount, userHi, (unit) => ({ key: unit.key, users: [users(unit)], texts: noTexts }));
   if (spans === undefined) return undefined;
@@ -543,7 +550,7 @@ function seriesFromPreviousParts(planned: readonly PlannedDay[], eventId: number
   const units = rangeUnits(planned, eventId);
   if (units === undefined) return undefined;
   const bucketCount = plan.startsMs.length - 1;
-  const partValues = (unit: RangeUnit) => sealedPartValues(unit.segment, eventId, keyId, unit.lowMs, unit.highMs);
+  const partValues = (unit: RangeUnit) => sealedPartValues(unit.segment, eventId, keyId, unit.lowMs, unit.highMs, unit.dayParts);
   const textsOf = (unit: RangeUnit) => (keyId === undefined ? undefined : unit.segment.property(keyId)?.texts) ?? noTexts;
   const spans = indexedSpans(units, eventId, keyId, bucketCount, userHi, (unit) => ({ key: unit.key, users: partValues(unit).users, texts: textsOf(unit) }));
   if (spans === undefined) return undefined;
@@ -596,86 +603,120 @@ function keep<T extends DayPartUsers | DayPartValues>(key: string, build: () => 
   return built;
 }
 
-/** The event's users and rows in [lowMs, highMs) of a sealed day, over all its users; read once, then kept. */
-function sealedPart(segment: SegmentView, eventId: number, lowMs: number, highMs: number): DayPartUsers {
-  return keep(`${segment.key}/${eventId}/${lowMs}/${highMs}`, () => readPart(segment, eventId, lowMs, highMs));
+/**
+ * The event's users and rows in [lowMs, highMs) of a sealed day, over all its
+ * users; read once (with the day's other parts), then kept.
+ */
+function sealedPart(segment: SegmentView, eventId: number, lowMs: number, highMs: number, dayParts: readonly PartBounds[]): DayPartUsers {
+  const key = partUsersKey(segment, eventId, lowMs, highMs);
+  if (!keptParts.has(key)) readDayParts(segment, eventId, undefined, dayParts, false);
+  return keep(key, () => readDayParts(segment, eventId, undefined, [{ lowMs, highMs }], false)[0].whole);
 }
 
-function readPart(segment: SegmentView, eventId: number, lowMs: number, highMs: number): DayPartUsers {
-  const { userIds, timeOffsetMs } = segment;
-  const start = segment.eventRowStart![eventId];
-  const end = segment.eventRowStart![eventId + 1];
-  const users = userScratch.get(end - start);
-  // Rows are sorted by user: a user is listed at its first row in the part, so the list is ascending and has no repeats.
-  let userCount = 0;
-  let rows = 0;
-  let lastUser = -1;
-  for (let row = start; row < end; row++) {
-    const offset = timeOffsetMs[row];
-    if (offset < lowMs || offset >= highMs) continue;
-    rows++;
-    const user = userIds[row];
-    if (user === lastUser) continue;
-    users[userCount++] = user;
-    lastUser = user;
-  }
-  const bitmap = new RoaringBitmap32();
-  bitmap.addMany(users.subarray(0, userCount));
-  return { users: bitmap, rows, bytes: bitmapBytesFixed + bitmapBytesPerMember * userCount };
+/** Per value of keyId, the event's users and rows in [lowMs, highMs) of a sealed day, over all its users; read once (with the day's other parts), then kept. */
+function sealedPartValues(segment: SegmentView, eventId: number, keyId: number | undefined, lowMs: number, highMs: number, dayParts: readonly PartBounds[]): DayPartValues {
+  const key = partValuesKey(segment, eventId, keyId, lowMs, highMs);
+  if (!keptParts.has(key)) readDayParts(segment, eventId, keyId, dayParts, true);
+  return keep(key, () => readDayParts(segment, eventId, keyId, [{ lowMs, highMs }], true)[0].values!);
 }
 
-/** Per value of keyId, the event's users and rows in [lowMs, highMs) of a sealed day, over all its users; read once, then kept. */
+function partUsersKey(segment: SegmentView, eventId: number, lowMs: number, highMs: number): string {
+  return `${segment.key}/${eventId}/${lowMs}/${highMs}`;
+}
+
 function partValuesKey(segment: SegmentView, eventId: number, keyId: number | undefined, lowMs: number, highMs: number): string {
   return `${segment.key}/${eventId}/${lowMs}/${highMs}/${keyId}`;
 }
 
-function sealedPartValues(segment: SegmentView, eventId: number, keyId: number | undefined, lowMs: number, highMs: number): DayPartValues {
-  return keep(partValuesKey(segment, eventId, keyId, lowMs, highMs), () => {
-    const { userIds, timeOffsetMs } = segment;
-    const column = keyId === undefined ? undefined : segment.property(keyId);
-    const valueIds = column?.valueIds;
-    const texts = column?.texts ?? noTexts;
-    const valueCount = Math.max(1, texts.length);
-    const start = segment.eventRowStart![eventId];
-    const end = segment.eventRowStart![eventId + 1];
-    // Two passes: rows and distinct users per value, then each value's users into its slice of one array.
-    // Rows are sorted by user, so each value's users come ascending, a repeat right after its last one.
-    const rows = new Uint32Array(valueCount);
-    const slices = new Uint32Array(valueCount + 1);
-    const lastUser = new Int32Array(valueCount).fill(-1);
-    for (let row = start; row < end; row++) {
-      const offset = timeOffsetMs[row];
-      if (offset < lowMs || offset >= highMs) continue;
-      const value = valueIds === undefined ? 0 : valueIds[row];
-      rows[value]++;
-      const user = userIds[row];
-      if (lastUser[value] === user) continue;
-      lastUser[value] = user;
-      slices[value + 1]++;
+/**
+ * Reads disjoint parts of a sealed day in one pass over the event's rows
+ * (a zone's day is two or three parts, each read apart took a pass each, and
+ * the whole sets another) and keeps, per part, its users and rows over all
+ * values and (withValues) per value of keyId; entries already kept stay.
+ * Two passes: rows and distinct users per cell (part × value, and the part
+ * whole), then each cell's users into its slice of one array. Rows are
+ * sorted by user, so a cell's users come ascending, a repeat right after its
+ * last one.
+ */
+function readDayParts(segment: SegmentView, eventId: number, keyId: number | undefined, parts: readonly PartBounds[], withValues: boolean): Array<{ whole: DayPartUsers; values: DayPartValues | undefined }> {
+  const { userIds, timeOffsetMs } = segment;
+  const column = withValues && keyId !== undefined ? segment.property(keyId) : undefined;
+  const valueIds = column?.valueIds;
+  const valueCount = withValues ? Math.max(1, (column?.texts ?? noTexts).length) : 0;
+  const partCount = parts.length;
+  // A part's cells: its values, then the part whole.
+  const width = valueCount + 1;
+  const cellCount = partCount * width;
+  const lows = parts.map((part) => part.lowMs);
+  const highs = parts.map((part) => part.highMs);
+  const start = segment.eventRowStart![eventId];
+  const end = segment.eventRowStart![eventId + 1];
+  const rows = new Uint32Array(cellCount);
+  const slices = new Uint32Array(cellCount + 1);
+  const lastUser = new Int32Array(cellCount).fill(-1);
+  // Each row's part (-1: none), found once for both passes.
+  const partOfRow = partScratch.get(end - start);
+  for (let row = start; row < end; row++) {
+    const offset = timeOffsetMs[row];
+    let part = 0;
+    while (part < partCount && (offset < lows[part] || offset >= highs[part])) part++;
+    partOfRow[row - start] = part === partCount ? -1 : part;
+    if (part === partCount) continue;
+    const user = userIds[row];
+    const whole = part * width + valueCount;
+    if (valueCount > 0) {
+      const cell = part * width + (valueIds === undefined ? 0 : valueIds[row]);
+      rows[cell]++;
+      if (lastUser[cell] !== user) {
+        lastUser[cell] = user;
+        slices[cell + 1]++;
+      }
     }
-    for (let value = 0; value < valueCount; value++) slices[value + 1] += slices[value];
-    const users = userScratch.get(slices[valueCount]);
-    const next = slices.slice(0, valueCount);
-    lastUser.fill(-1);
-    for (let row = start; row < end; row++) {
-      const offset = timeOffsetMs[row];
-      if (offset < lowMs || offset >= highMs) continue;
-      const value = valueIds === undefined ? 0 : valueIds[row];
-      const user = userIds[row];
-      if (lastUser[value] === user) continue;
-      lastUser[value] = user;
-      users[next[value]++] = user;
+    rows[whole]++;
+    if (lastUser[whole] !== user) {
+      lastUser[whole] = user;
+      slices[whole + 1]++;
     }
-    const bitmaps: Array<Bitmap | undefined> = new Array(valueCount).fill(undefined);
-    let bytes = rows.byteLength + bitmapBytesPerMember * slices[valueCount];
-    for (let value = 0; value < valueCount; value++) {
-      if (slices[value + 1] === slices[value]) continue;
-      const bitmap = new RoaringBitmap32();
-      bitmap.addMany(users.subarray(slices[value], slices[value + 1]));
-      bitmaps[value] = bitmap;
-      bytes += bitmapBytesFixed;
-    }
-    return { users: bitmaps, rows, bytes };
+  }
+  for (let cell = 0; cell < cellCount; cell++) slices[cell + 1] += slices[cell];
+  const users = userScratch.get(slices[cellCount]);
+  const next = slices.slice(0, cellCount);
+  lastUser.fill(-1);
+  for (let row = start; row < end; row++) {
+    const part = partOfRow[row - start];
+    if (part < 0) continue;
+    const user = userIds[row];
+    const whole = part * width + valueCount;
+    if (lastUser[whole] !== user) users[next[whole]++] = lastUser[whole] = user;
+    if (valueCount === 0) continue;
+    const cell = part * width + (valueIds === undefined ? 0 : valueIds[row]);
+    if (lastUser[cell] !== user) users[next[cell]++] = lastUser[cell] = user;
+  }
+  const cellUsers = (cell: number): Bitmap => {
+    const bitmap = new RoaringBitmap32();
+    bitmap.addMany(users.subarray(slices[cell], slices[cell + 1]));
+    return bitmap;
+  };
+  return parts.map(({ lowMs, highMs }, part) => {
+    const wholeCell = part * width + valueCount;
+    const whole = keep(partUsersKey(segment, eventId, lowMs, highMs), () => ({
+      users: cellUsers(wholeCell),
+      rows: rows[wholeCell],
+      bytes: bitmapBytesFixed + bitmapBytesPerMember * (slices[wholeCell + 1] - slices[wholeCell]),
+    }));
+    if (!withValues) return { whole, values: undefined };
+    const values = keep(partValuesKey(segment, eventId, keyId, lowMs, highMs), () => {
+      const first = part * width;
+      const bitmaps: Array<Bitmap | undefined> = new Array(valueCount).fill(undefined);
+      let bytes = valueCount * Uint32Array.BYTES_PER_ELEMENT + bitmapBytesPerMember * (slices[first + valueCount] - slices[first]);
+      for (let value = 0; value < valueCount; value++) {
+        if (slices[first + value + 1] === slices[first + value]) continue;
+        bitmaps[value] = cellUsers(first + value);
+        bytes += bitmapBytesFixed;
+      }
+      return { users: bitmaps, rows: rows.slice(first, first + valueCount), bytes };
+    });
+    return { whole, values };
   });
 }
 
