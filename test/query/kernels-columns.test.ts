@@ -21,7 +21,7 @@ import { retentionColumns } from "../../src/query/kernels/retention-columns.js";
 import { retentionDayParts } from "../../src/query/kernels/retention-day-parts.js";
 import { retentionCohorts } from "../../src/query/kernels/retention-cohorts.js";
 import { trendColumns, trendFromCountsOnly } from "../../src/query/kernels/trend-columns.js";
-import { dayPartsFit, trendDayParts } from "../../src/query/kernels/trend-day-parts.js";
+import { dayPartsFit, keptPartCount, trendDayParts } from "../../src/query/kernels/trend-day-parts.js";
 import { dayParts } from "../../src/query/kernels/column-scan.js";
 import { previousPartsCounts } from "../../src/query/kernels/previous-parts.js";
 import { trendSeries, type TrendSeriesAnswer } from "../../src/query/kernels/trend-series.js";
@@ -345,6 +345,52 @@ describe("a §7 unique trend from an index of previous parts (asked again, a nar
         if (without !== undefined) expectTrendClose(without, trendSeries(gatherEventRows(rest, gather, 0, data.userCount), plan), `${context}, without ${gone.key}`);
       }
     }
+  });
+});
+
+describe("an index of previous parts is not built for nothing", () => {
+  const firstMs = Date.parse("2024-03-01T00:00:00Z");
+  const startsMs = zonedTrendBoundaries("2024-03-01", "2024-03-05", "day", zoneClock("America/New_York"), 10_000)!.startsMs;
+  const days = (texts: string[], key: string) =>
+    Array.from({ length: 7 }, (_, day) => {
+      const rowCount = 400;
+      return sealedSegment(`${key}/${day}`, {
+        dayStartMs: firstMs + (day - 1) * dayMs,
+        eventIds: Uint32Array.from({ length: rowCount }, (_, row) => row % 2),
+        userIds: Uint32Array.from({ length: rowCount }, (_, row) => (row * 7 + day) % 150),
+        timeOffsetMs: Uint32Array.from({ length: rowCount }, (_, row) => (row * 3_600_017) % dayMs),
+        properties: [{ keyId: keyValue, valueIds: Uint32Array.from({ length: rowCount }, (_, row) => 1 + ((row * 13 + day * 977) % (texts.length - 1))), texts }],
+      }, { bitmaps: true, eventRowStartPadding: 0, valueIdWidth: 32 });
+    });
+  const ask = (segments: SegmentView[], eventId: number, breakdown: boolean) => {
+    const gather: GatherPlan = { fromMs: startsMs[0], toMsExclusive: startsMs[startsMs.length - 1], references: [{ eventId, filters: [] }], allEvents: false, breakdown: breakdown ? { kind: "key", keyId: keyValue } : { kind: "none" }, math: { kind: "none" } };
+    const plan = { startsMs, math: "unique" as TrendMath, breakdownLimit: breakdown ? 25 : undefined };
+    return { fast: trendDayParts(segments, gather, plan, 0, 150), rows: () => trendSeries(gatherEventRows(segments, gather, 0, 150), plan) };
+  };
+
+  it("over a property of more texts than a breakdown takes here: the row scan answers, no parts are read", () => {
+    const segments = days(["", ...Array.from({ length: 5_000 }, (_, text) => `t${text}`)], "wide");
+    const built = previousPartsCounts.built;
+    const parts = keptPartCount();
+    for (let time = 0; time < 3; time++) expect(ask(segments, 0, true).fast).toBeUndefined();
+    expect(previousPartsCounts.built).toBe(built);
+    expect(keptPartCount()).toBe(parts);
+  });
+
+  it("over an event without rows in the range: answered, and no index", () => {
+    const segments = days(["", "a", "b", "c"], "empty");
+    const built = previousPartsCounts.built;
+    for (let time = 0; time < 3; time++) {
+      for (const breakdown of [false, true]) {
+        const { fast, rows } = ask(segments, 2, breakdown);
+        expectTrendClose(fast!, rows(), `event without rows, breakdown ${breakdown}`);
+      }
+    }
+    expect(previousPartsCounts.built).toBe(built);
+    // Over an event with rows, settled days: built at once.
+    const { fast, rows } = ask(segments, 0, true);
+    expectTrendClose(fast!, rows(), "event with rows");
+    expect(previousPartsCounts.built).toBe(built + 2);
   });
 });
 

@@ -5,11 +5,12 @@
  * units or in every one), the users of a value in any run of units are the
  * distinct users of that value's sets in the run. Also: an index is found
  * only by an event and key it was built for and holding every part asked,
- * and parts are indexed on their second asking, not their first.
+ * parts are indexed on their second asking, not their first, and an index
+ * past the budget is refused (and not tried again).
  */
 import roaring from "roaring";
 import { describe, expect, it } from "vitest";
-import { askedAgain, buildPreviousParts, keptPreviousParts, type UnitPart } from "../../src/query/kernels/previous-parts.js";
+import { askedAgain, buildPreviousParts, keptPreviousParts, refusedBefore, type UnitPart } from "../../src/query/kernels/previous-parts.js";
 import { seededRandom } from "./kernels-fixtures.js";
 
 const { RoaringBitmap32 } = roaring;
@@ -41,8 +42,11 @@ function randomUnits(seed: number): { units: UnitPart[]; members: Array<Map<stri
 describe("the users of a value over a run of units are those of a union", () => {
   it.each(Array.from({ length: 60 }, (_, index) => 400 + index))("seed %i", (seed) => {
     const { units, members } = randomUnits(seed);
-    const index = buildPreviousParts(3, 1, units, 4096)!;
-    expect(index).toBeDefined();
+    const built = buildPreviousParts(3, 1, units, 4096);
+    // Units without a member make no index.
+    expect(built !== undefined).toBe(members.some((unit) => [...unit.values()].some((set) => set.size > 0)));
+    if (built === undefined) return;
+    const index = built;
     const random = seededRandom(seed * 7);
     for (let query = 0; query < 40; query++) {
       const first = Math.floor(random() * units.length);
@@ -77,6 +81,18 @@ describe("an index is kept and found", () => {
     expect(keptPreviousParts(12, 2, keys)).toBeUndefined();
     expect(keptPreviousParts(11, 3, keys)).toBeUndefined();
     expect(keptPreviousParts(11, 2, [...keys, "other/0/0/1"])).toBeUndefined();
+  });
+
+  it("not when its lists would pass the budget, however few their members (each costs an array), and not tried again", () => {
+    // 300 units of 1 200 values, one member each: 360 000 lists.
+    const one = new RoaringBitmap32([7]);
+    const texts = ["", ...Array.from({ length: 1_200 }, (_, value) => `v${value}`)];
+    const units: UnitPart[] = Array.from({ length: 300 }, (_, unit) => ({ key: `many/${unit}/0/1`, users: texts.map((_, id) => (id === 0 ? undefined : one)), texts }));
+    const keys = units.map((unit) => unit.key);
+    expect(refusedBefore(31, 1, keys)).toBe(false);
+    expect(buildPreviousParts(31, 1, units, 4096)).toBeUndefined();
+    expect(refusedBefore(31, 1, keys)).toBe(true);
+    expect(keptPreviousParts(31, 1, keys)).toBeUndefined();
   });
 
   it("not over more values than asked", () => {

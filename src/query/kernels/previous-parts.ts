@@ -3,11 +3,11 @@
  * without a union. A unit is one part of a sealed segment's day (its rows of
  * one event in [lowMs, highMs), as trend-day-parts.ts cuts days for a zone's
  * buckets); units are ordered by time. For each unit and value the index
- * keeps, sorted, every member's previous unit holding the same user with the
- * same value. The users of a value in units a…b are then the members of a…b
- * whose previous unit lies before a: one binary search per unit, where a
- * union reads every member of every unit (a 90-day trend by country read
- * ~4 M members per query for its ranks alone).
+ * keeps where each member was last seen with the same value before (as
+ * counts per earlier unit, or sorted). The users of a value in units a…b are
+ * then the members of a…b last seen before a: a lookup or a binary search
+ * per unit, where a union reads every member of every unit (a 90-day trend
+ * by country read ~4 M members per query for its ranks alone).
  *
  * An index is built from the kept parts at once when each day is one
  * segment (merges have settled), else once the same parts are asked twice,
@@ -49,15 +49,15 @@ export class PreviousParts {
   /** Index value id → text; id 0 is "not set". */
   readonly texts: string[] = [""];
   readonly idOfText = new Map<string, number>();
-  /**
-   * [unit][value]: how many members have their previous unit before each
-   * unit k ≤ unit (at k), when that is shorter than the members; else
-   * `sorted` holds each member's previous unit + 1 (0: none before), ascending.
-   */
-  readonly below: Array<Array<Uint32Array | undefined>> = [];
-  readonly sorted: Array<Array<Uint32Array | undefined>> = [];
   /** [unit]: the values with members there, so that a query reads what the units hold, not every value. */
   readonly values: number[][] = [];
+  /**
+   * [unit][i], for value values[unit][i]: when its members are at least
+   * unit + 1, how many were last seen before each unit k ≤ unit (at k, so
+   * the array is unit + 1 long); else each member's previous unit + 1
+   * (0: none before), ascending (shorter than unit + 1).
+   */
+  readonly previous: Uint32Array[][] = [];
   bytes = 0;
   /** Above every member: the index counts users [0, userEnd). */
   userEnd = 0;
@@ -67,26 +67,23 @@ export class PreviousParts {
   /** Users holding `value` in units [first, last]. */
   users(value: number, first: number, last: number): number {
     let count = 0;
-    for (let unit = first; unit <= last; unit++) count += this.newUsers(unit, value, first);
+    for (let unit = first; unit <= last; unit++) {
+      const at = this.values[unit].indexOf(value);
+      if (at >= 0) count += newUsers(this.previous[unit][at], unit, first);
+    }
     return count;
   }
 
   /** For each value with members in units [first, last], adds its users there to counts[value] and sets present[value]. */
-  addUsers(first: number, last: number, counts: Float64Array, present: Uint8Array): void {
+  addUsers(first: number, last: number, counts: Float64Array, present?: Uint8Array): void {
     for (let unit = first; unit <= last; unit++) {
-      for (const value of this.values[unit]) {
-        counts[value] += this.newUsers(unit, value, first);
-        present[value] = 1;
+      const values = this.values[unit];
+      const previous = this.previous[unit];
+      for (let at = 0; at < values.length; at++) {
+        counts[values[at]] += newUsers(previous[at], unit, first);
+        if (present !== undefined) present[values[at]] = 1;
       }
     }
-  }
-
-  /** Members of (unit, value) not seen with the value in units [first, unit). */
-  private newUsers(unit: number, value: number, first: number): number {
-    const below = this.below[unit][value];
-    if (below !== undefined) return below[first];
-    const sorted = this.sorted[unit][value];
-    return sorted === undefined ? 0 : lowerBound(sorted, first + 1);
   }
 
   idOf(text: string): number {
@@ -100,12 +97,18 @@ export class PreviousParts {
   }
 }
 
+/** Members of a (unit, value) not seen with the value in units [first, unit). */
+function newUsers(previous: Uint32Array, unit: number, first: number): number {
+  return previous.length === unit + 1 ? previous[first] : lowerBound(previous, first + 1);
+}
+
 const kept: PreviousParts[] = [];
 /** Indexes built and answers given from one, in this thread (the tests read them to know an index answered). */
 export const previousPartsCounts = { built: 0, answered: 0 };
-/** Per event and key, the parts last asked without an index: asked again, they get one. */
+/** Per event and key, the parts last asked without an index (asked again, they get one), or last refused one (never tried again). */
 const lastMissed = new Map<string, string>();
-const lastMissedMax = 64;
+const refused = new Map<string, string>();
+const signaturesMax = 64;
 const seenScratch = new ScratchInt32();
 const memberScratch = new ScratchUint32();
 const countScratch = new ScratchUint32();
@@ -122,6 +125,17 @@ export function keptPreviousParts(eventId: number, keyId: number | undefined, pa
   return undefined;
 }
 
+/** Forgets a kept index (its parts are no longer one run: a segment between them is gone). */
+export function dropPreviousParts(index: PreviousParts): void {
+  const at = kept.indexOf(index);
+  if (at >= 0) kept.splice(at, 1);
+}
+
+function remember(map: Map<string, string>, of: string, signature: string): void {
+  if (map.size >= signaturesMax) map.clear();
+  map.set(of, signature);
+}
+
 /**
  * Whether `partKeys` (in time order) were the last parts asked without an
  * index; records them when not. An index costs about two unions of its
@@ -131,39 +145,58 @@ export function askedAgain(eventId: number, keyId: number | undefined, partKeys:
   const of = `${eventId}/${keyId}`;
   const signature = partKeys.join("|");
   if (lastMissed.get(of) === signature) return true;
-  if (lastMissed.size >= lastMissedMax) lastMissed.clear();
-  lastMissed.set(of, signature);
+  remember(lastMissed, of, signature);
   return false;
 }
 
-/** The index of these units (in time order), kept; undefined when it would pass the byte budget or hold more than valuesMax values. */
+/** Whether an index of these parts was refused (too large, too many values): asked again, they are not read for one. */
+export function refusedBefore(eventId: number, keyId: number | undefined, partKeys: readonly string[]): boolean {
+  return refused.get(`${eventId}/${keyId}`) === partKeys.join("|");
+}
+
+/** A typed array's own cost beside its elements (object and backing store), counted against the budget. */
+const arrayBytesFixed = 96;
+
+/**
+ * The index of these units (in time order), kept; undefined, and remembered
+ * as refused, when it would pass the byte budget or hold more than valuesMax
+ * values. Building costs O(members) plus a sort of each short list.
+ */
 export function buildPreviousParts(eventId: number, keyId: number | undefined, units: readonly UnitPart[], valuesMax: number): PreviousParts | undefined {
   const index = new PreviousParts(eventId, keyId);
-  // Per index value, its units' sets in time order.
-  const setsOfValue: Array<Array<{ unit: number; users: Bitmap }>> = [];
+  // Per index value, its units' sets in time order, and where each goes in its unit's lists.
+  const setsOfValue: Array<Array<{ unit: number; at: number; users: Bitmap }>> = [];
   let members = 0;
+  let pairs = 0;
   let userEnd = 0;
+  const refuse = () => {
+    remember(refused, `${eventId}/${keyId}`, units.map((unit) => unit.key).join("|"));
+    return undefined;
+  };
   for (let unit = 0; unit < units.length; unit++) {
     const part = units[unit];
     index.unitOfPart.set(part.key, unit);
-    index.below.push([]);
-    index.sorted.push([]);
-    index.values.push([]);
+    const values: number[] = [];
     for (let id = 0; id < part.users.length; id++) {
       const users = part.users[id];
       if (users === undefined || users.size === 0) continue;
       const value = id === 0 ? 0 : index.idOf(part.texts[id]);
-      (setsOfValue[value] ??= []).push({ unit, users });
-      index.values[unit].push(value);
+      if (index.texts.length > valuesMax) return refuse();
+      (setsOfValue[value] ??= []).push({ unit, at: values.length, users });
+      values.push(value);
       members += users.size;
       userEnd = Math.max(userEnd, users.maximum() + 1);
     }
+    index.values.push(values);
+    index.previous.push(new Array<Uint32Array>(values.length));
+    pairs += values.length;
   }
-  // Either form takes at most 4 bytes a member.
-  if (members * 4 > indexBytesMax || index.texts.length > valuesMax) return undefined;
+  if (members === 0) return undefined;
+  // Either form takes at most 4 bytes a member, and each (unit, value) its own array.
+  if (members * 4 + pairs * arrayBytesFixed > indexBytesMax) return refuse();
   // Each user's last sighting as one number, (value + 1) × span + unit: one array read per member, not two.
   const span = units.length;
-  if ((setsOfValue.length + 1) * span >= 0x7fff_ffff) return undefined;
+  if ((setsOfValue.length + 1) * span >= 0x7fff_ffff) return refuse();
   index.userEnd = userEnd;
   const seen = seenScratch.get(userEnd).fill(0, 0, userEnd);
   for (let value = 0; value < setsOfValue.length; value++) {
@@ -171,30 +204,33 @@ export function buildPreviousParts(eventId: number, keyId: number | undefined, u
     if (sets === undefined) continue;
     // Values go in order, so a sighting below base is another value's: none of this one yet.
     const base = (value + 1) * span;
-    for (const { unit, users } of sets) {
+    for (const { unit, at, users } of sets) {
       const ids = users.toUint32Array(memberScratch.get(users.size));
-      // Previous units + 1 are at most `unit`: counted, not sorted.
-      const counts = countScratch.get(unit + 1).fill(0, 0, unit + 1);
       const sighting = base + unit;
-      for (let at = 0; at < ids.length; at++) {
-        const user = ids[at];
-        const last = seen[user];
-        counts[last >= base ? last - base + 1 : 0]++;
-        seen[user] = sighting;
-      }
-      if (unit + 1 <= ids.length) {
-        const below = new Uint32Array(unit + 1);
+      let previous: Uint32Array;
+      if (ids.length >= unit + 1) {
+        // Previous units + 1 are at most `unit`: counted into unit + 1 slots, no longer than the members.
+        const counts = countScratch.get(unit + 1).fill(0, 0, unit + 1);
+        for (let member = 0; member < ids.length; member++) {
+          const user = ids[member];
+          const last = seen[user];
+          counts[last >= base ? last - base + 1 : 0]++;
+          seen[user] = sighting;
+        }
+        previous = new Uint32Array(unit + 1);
         let sum = 0;
-        for (let k = 0; k <= unit; k++) below[k] = sum += counts[k];
-        index.below[unit][value] = below;
-        index.bytes += below.byteLength;
+        for (let k = 0; k <= unit; k++) previous[k] = sum += counts[k];
       } else {
-        const sorted = new Uint32Array(ids.length);
-        let at = 0;
-        for (let k = 0; k <= unit; k++) for (let left = counts[k]; left > 0; left--) sorted[at++] = k;
-        index.sorted[unit][value] = sorted;
-        index.bytes += sorted.byteLength;
+        previous = new Uint32Array(ids.length);
+        for (let member = 0; member < ids.length; member++) {
+          const last = seen[ids[member]];
+          previous[member] = last >= base ? last - base + 1 : 0;
+          seen[ids[member]] = sighting;
+        }
+        previous.sort();
       }
+      index.previous[unit][at] = previous;
+      index.bytes += previous.byteLength + arrayBytesFixed;
     }
   }
   let bytes = index.bytes;

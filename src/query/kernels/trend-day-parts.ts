@@ -17,14 +17,17 @@
  * A breakdown keeps, per part, one bitmap and one row count per value of the
  * property (the segment's value ids, mapped to task-wide ids by text). A
  * value's weight (SPEC §7.3's rank) is the union of its bitmaps over the
- * range, or its rows; "other" unions the left-out values per bucket.
+ * range, or its rows; "other" unions the left-out values per bucket. Over
+ * sealed parts only, `unique` counts (a bucket's, a value's cells and
+ * weights) come instead from an index of previous parts (previous-parts.ts),
+ * without unions.
  */
 import roaring from "roaring";
 import { dayMs } from "../buckets.js";
 import type { PartValueUsers, SegmentView } from "../segment-view.js";
 import { dayParts } from "./column-scan.js";
 import type { GatherPlan } from "./event-rows.js";
-import { askedAgain, buildPreviousParts, keptPreviousParts, partKey, previousPartsCounts, wholeKeyId, type PreviousParts, type UnitPart } from "./previous-parts.js";
+import { askedAgain, buildPreviousParts, dropPreviousParts, keptPreviousParts, partKey, previousPartsCounts, refusedBefore, wholeKeyId, type PreviousParts, type UnitPart } from "./previous-parts.js";
 import { sealedEventRowCount, sealedShardRows, type RowRange } from "./rows.js";
 import { ScratchInt32, ScratchUint32 } from "./scratch.js";
 import { rankSeries, valueOf } from "./series.js";
@@ -68,6 +71,11 @@ const memberScratch = new ScratchUint32();
 const wordScratch = new ScratchInt32();
 const partScratch = new ScratchInt32();
 const shardRows: RowRange = { start: 0, end: 0 };
+
+/** How many day parts this thread keeps (the tests read it to know what a query read). */
+export function keptPartCount(): number {
+  return keptParts.size;
+}
 
 /** Whether a trend of this shape answers here (for every segment whose days have at most three parts). */
 export function trendDayPartsApplies(gather: GatherPlan, plan: TrendSeriesPlan): boolean {
@@ -470,7 +478,7 @@ function unitsInTimeOrder(planned: readonly PlannedDay[], eventId: number): Rang
       if ((segment.eventRows(eventId)?.length ?? 0) > 0) return undefined;
       continue;
     }
-    if (rowStart[eventId] === rowStart[eventId + 1]) continue;
+    if (eventId + 1 >= rowStart.length || rowStart[eventId] === rowStart[eventId + 1]) continue;
     for (const { lowMs, highMs, bucket } of parts) units.push({ segment, lowMs, highMs, bucket, key: partKey(segment.key, lowMs, highMs), dayParts: parts });
   }
   return units.sort((left, right) => left.segment.dayStartMs + left.lowMs - (right.segment.dayStartMs + right.lowMs) || (left.key < right.key ? -1 : left.key > right.key ? 1 : 0));
@@ -478,42 +486,87 @@ function unitsInTimeOrder(planned: readonly PlannedDay[], eventId: number): Rang
 
 /**
  * The index of previous parts (previous-parts.ts) of these units by keyId,
- * kept or built (at once over settled days, else when they are asked
- * again), and each bucket's run of its units; undefined when none answers
- * over users [0, userHi).
+ * kept or built (at once over settled days, else when they are asked again;
+ * never when one was refused, or when `fits` says the values are too many),
+ * and each bucket's run of its units; undefined when none answers over users
+ * [0, userHi).
  */
-function indexedSpans(units: readonly RangeUnit[], eventId: number, keyId: number | undefined, bucketCount: number, userHi: number, unitPart: (unit: RangeUnit) => UnitPart): IndexedSpans | undefined {
+function indexedSpans(
+  planned: readonly PlannedDay[],
+  units: readonly RangeUnit[],
+  eventId: number,
+  keyId: number | undefined,
+  bucketCount: number,
+  userHi: number,
+  unitPart: (unit: RangeUnit) => UnitPart,
+  fits: () => boolean,
+): IndexedSpans | undefined {
+  if (units.length === 0) return undefined;
   const keys = units.map((unit) => unit.key);
   let index = keptPreviousParts(eventId, keyId, keys);
-  if (index === undefined && (oneSegmentADay(units) || askedAgain(eventId, keyId, keys))) index = buildPreviousParts(eventId, keyId, units.map(unitPart), breakdownValuesMax);
-  if (index === undefined || index.userEnd > userHi) return undefined;
+  let spans = index === undefined ? undefined : unitSpans(index, units, bucketCount);
+  if (index !== undefined && spans === undefined) {
+    // It holds every part, but not as one run: a segment between them is gone. Built again below.
+    dropPreviousParts(index);
+    index = undefined;
+  }
+  if (index === undefined) {
+    if (refusedBefore(eventId, keyId, keys) || !(oneSegmentADay(planned) || askedAgain(eventId, keyId, keys)) || !fits()) return undefined;
+    index = buildPreviousParts(eventId, keyId, units.map(unitPart), breakdownValuesMax);
+    spans = index === undefined ? undefined : unitSpans(index, units, bucketCount);
+  }
+  if (index === undefined || spans === undefined || index.userEnd > userHi) return undefined;
+  previousPartsCounts.answered++;
+  return { index, ...spans };
+}
+
+/** Each bucket's run of units in the index; undefined when the units are not consecutive there. */
+function unitSpans(index: PreviousParts, units: readonly RangeUnit[], bucketCount: number): Pick<IndexedSpans, "first" | "last"> | undefined {
   const first = new Int32Array(bucketCount).fill(-1);
   const last = new Int32Array(bucketCount).fill(-1);
   let previous = -1;
   for (const unit of units) {
     const at = index.unitOfPart.get(unit.key)!;
-    // Consecutive in the index, or the index holds parts between them that this range lacks (other cuts of the days).
     if (previous >= 0 && at !== previous + 1) return undefined;
     previous = at;
     if (first[unit.bucket] < 0) first[unit.bucket] = at;
     last[unit.bucket] = at;
   }
-  previousPartsCounts.answered++;
-  return { index, first, last };
+  return { first, last };
 }
 
 /**
- * Whether each day of the units is one sealed segment: merges have settled,
- * so the parts will be asked again as they are, and an index is built at
- * once. While a day holds several, merges are still replacing them, and an
- * index waits for the same parts to be asked twice (previous-parts.ts).
+ * Whether each day of the range is one segment: merges have settled, so the
+ * parts will be asked again as they are, and an index is built at once.
+ * While a day holds several (an active one too, which a checkpoint will seal
+ * and a merge fold in), an index waits for the same parts to be asked twice.
  */
-function oneSegmentADay(units: readonly RangeUnit[]): boolean {
-  const segmentOfDay = new Map<number, SegmentView>();
+function oneSegmentADay(planned: readonly PlannedDay[]): boolean {
+  const days = new Set<number>();
+  for (const { segment } of planned) {
+    if (days.has(segment.dayStartMs)) return false;
+    days.add(segment.dayStartMs);
+  }
+  return true;
+}
+
+/** Whether the texts of keyId in the units' segments are at most breakdownValuesMax together, read before any part is. */
+function valuesFit(units: readonly RangeUnit[], keyId: number | undefined): boolean {
+  if (keyId === undefined) return true;
+  const columns = new Set<readonly string[]>();
+  let total = 0;
   for (const { segment } of units) {
-    const known = segmentOfDay.get(segment.dayStartMs);
-    if (known !== undefined && known !== segment) return false;
-    segmentOfDay.set(segment.dayStartMs, segment);
+    const texts = segment.property(keyId)?.texts;
+    if (texts === undefined || columns.has(texts)) continue;
+    if (texts.length > breakdownValuesMax) return false;
+    columns.add(texts);
+    total += texts.length;
+  }
+  if (total <= breakdownValuesMax) return true;
+  const distinct = new Set<string>();
+  for (const texts of columns) {
+    for (const text of texts) distinct.add(text);
+    if (distinct.size > breakdownValuesMax) return false;
   }
   return true;
 }
@@ -533,7 +586,7 @@ function wholeFromPreviousParts(planned: readonly PlannedDay[], eventId: number,
     const stored = unit.lowMs === 0 && unit.highMs === dayMs ? unit.segment.userBitmap(eventId) : undefined;
     return stored ?? sealedPart(unit.segment, eventId, unit.lowMs, unit.highMs, unit.dayParts).users;
   };
-  const spans = indexedSpans(units, eventId, wholeKeyId, bucketCount, userHi, (unit) => ({ key: unit.key, users: [users(unit)], texts: noTexts }));
+  const spans = indexedSpans(planned, units, eventId, wholeKeyId, bucketCount, userHi, (unit) => ({ key: unit.key, users: [users(unit)], texts: noTexts }), () => true);
   if (spans === undefined) return undefined;
   const { index, first, last } = spans;
   const values: BucketValues = new Array(bucketCount);
@@ -552,7 +605,7 @@ function seriesFromPreviousParts(planned: readonly PlannedDay[], eventId: number
   const bucketCount = plan.startsMs.length - 1;
   const partValues = (unit: RangeUnit) => sealedPartValues(unit.segment, eventId, keyId, unit.lowMs, unit.highMs, unit.dayParts);
   const textsOf = (unit: RangeUnit) => (keyId === undefined ? undefined : unit.segment.property(keyId)?.texts) ?? noTexts;
-  const spans = indexedSpans(units, eventId, keyId, bucketCount, userHi, (unit) => ({ key: unit.key, users: partValues(unit).users, texts: textsOf(unit) }));
+  const spans = indexedSpans(planned, units, eventId, keyId, bucketCount, userHi, (unit) => ({ key: unit.key, users: partValues(unit).users, texts: textsOf(unit) }), () => valuesFit(units, keyId));
   if (spans === undefined) return undefined;
   const { index, first, last } = spans;
   const valueCount = index.texts.length;
@@ -565,7 +618,7 @@ function seriesFromPreviousParts(planned: readonly PlannedDay[], eventId: number
   for (let bucket = 0; bucket < bucketCount; bucket++) {
     if (first[bucket] < 0) continue;
     cells.fill(0);
-    index.addUsers(first[bucket], last[bucket], cells, present);
+    index.addUsers(first[bucket], last[bucket], cells);
     for (let rank = 0; rank < series.length; rank++) series[rank].values[bucket] = cells[ranked.listed[rank]];
   }
   if (!ranked.hasOther) return { series, other: undefined };
@@ -582,15 +635,20 @@ function seriesFromPreviousParts(planned: readonly PlannedDay[], eventId: number
   return { series, other: otherSets.map((sets) => unionCount(sets, 0, userHi)) };
 }
 
+/** What `key` names when kept (then most recently used), else undefined. */
+function keptEntry(key: string): DayPartUsers | DayPartValues | undefined {
+  const kept = keptParts.get(key);
+  if (kept === undefined) return undefined;
+  // Most recently used last: eviction walks the map from its start.
+  keptParts.delete(key);
+  keptParts.set(key, kept);
+  return kept;
+}
+
 /** What `key` names, kept; built and kept when missing, dropping the least recently used beyond the budget. */
 function keep<T extends DayPartUsers | DayPartValues>(key: string, build: () => T): T {
-  const kept = keptParts.get(key);
-  if (kept !== undefined) {
-    // Most recently used last: eviction walks the map from its start.
-    keptParts.delete(key);
-    keptParts.set(key, kept);
-    return kept as T;
-  }
+  const kept = keptEntry(key);
+  if (kept !== undefined) return kept as T;
   const built = build();
   keptParts.set(key, built);
   keptBytes += built.bytes;
@@ -608,16 +666,20 @@ function keep<T extends DayPartUsers | DayPartValues>(key: string, build: () => 
  * users; read once (with the day's other parts), then kept.
  */
 function sealedPart(segment: SegmentView, eventId: number, lowMs: number, highMs: number, dayParts: readonly PartBounds[]): DayPartUsers {
-  const key = partUsersKey(segment, eventId, lowMs, highMs);
-  if (!keptParts.has(key)) readDayParts(segment, eventId, undefined, dayParts, false);
-  return keep(key, () => readDayParts(segment, eventId, undefined, [{ lowMs, highMs }], false)[0].whole);
+  const kept = keptEntry(partUsersKey(segment, eventId, lowMs, highMs));
+  return (kept as DayPartUsers | undefined) ?? readDayPart(segment, eventId, undefined, lowMs, highMs, dayParts, false).whole;
 }
 
 /** Per value of keyId, the event's users and rows in [lowMs, highMs) of a sealed day, over all its users; read once (with the day's other parts), then kept. */
 function sealedPartValues(segment: SegmentView, eventId: number, keyId: number | undefined, lowMs: number, highMs: number, dayParts: readonly PartBounds[]): DayPartValues {
-  const key = partValuesKey(segment, eventId, keyId, lowMs, highMs);
-  if (!keptParts.has(key)) readDayParts(segment, eventId, keyId, dayParts, true);
-  return keep(key, () => readDayParts(segment, eventId, keyId, [{ lowMs, highMs }], true)[0].values!);
+  const kept = keptEntry(partValuesKey(segment, eventId, keyId, lowMs, highMs));
+  return (kept as DayPartValues | undefined) ?? readDayPart(segment, eventId, keyId, lowMs, highMs, dayParts, true).values!;
+}
+
+/** Reads the part [lowMs, highMs) with the rest of its day's parts (alone if dayParts lacks it), and answers its entries. */
+function readDayPart(segment: SegmentView, eventId: number, keyId: number | undefined, lowMs: number, highMs: number, dayParts: readonly PartBounds[], withValues: boolean) {
+  const at = dayParts.findIndex((part) => part.lowMs === lowMs && part.highMs === highMs);
+  return at >= 0 ? readDayParts(segment, eventId, keyId, dayParts, withValues)[at] : readDayParts(segment, eventId, keyId, [{ lowMs, highMs }], withValues)[0];
 }
 
 function partUsersKey(segment: SegmentView, eventId: number, lowMs: number, highMs: number): string {
