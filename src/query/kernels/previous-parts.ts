@@ -154,8 +154,8 @@ export function refusedBefore(eventId: number, keyId: number | undefined, partKe
   return refused.get(`${eventId}/${keyId}`) === partKeys.join("|");
 }
 
-/** A typed array's own cost beside its elements (object and backing store), counted against the budget. */
-const arrayBytesFixed = 96;
+/** A (unit, value) list's own cost beside its elements (typed array, buffer, slots in the unit's lists), counted against the budget. */
+const arrayBytesFixed = 256;
 
 /**
  * The index of these units (in time order), kept; undefined, and remembered
@@ -190,10 +190,10 @@ export function buildPreviousParts(eventId: number, keyId: number | undefined, u
     index.values.push(values);
     index.previous.push(new Array<Uint32Array>(values.length));
     pairs += values.length;
+    // Either form takes at most 4 bytes a member, and each (unit, value) its own array.
+    if (members * 4 + pairs * arrayBytesFixed > indexBytesMax) return refuse();
   }
   if (members === 0) return undefined;
-  // Either form takes at most 4 bytes a member, and each (unit, value) its own array.
-  if (members * 4 + pairs * arrayBytesFixed > indexBytesMax) return refuse();
   // Each user's last sighting as one number, (value + 1) × span + unit: one array read per member, not two.
   const span = units.length;
   if ((setsOfValue.length + 1) * span >= 0x7fff_ffff) return refuse();
