@@ -444,9 +444,9 @@ class Resolver {
   }
 }
 
-/** The answer body of a SPEC §7 trend from its kernel's answer (also the ClickHouse store's). */
 /**
- * A trend's body, written as text: a breakdown of 25 values by day over 90
+ * The answer body of a SPEC §7 trend from its kernel's answer (also the
+ * ClickHouse store's), written as text: a breakdown of 25 values by day over 90
  * days is 2 340 entries, and building an object per entry for
  * JSON.stringify took as long as the worker's kernel. Same text as
  * JSON.stringify of the objects.

@@ -111,7 +111,6 @@ const refused = new Map<string, string>();
 const signaturesMax = 64;
 const seenScratch = new ScratchInt32();
 const memberScratch = new ScratchUint32();
-const countScratch = new ScratchUint32();
 
 /** A kept index holding every key of `partKeys`, most recently used first; undefined when none does. */
 export function keptPreviousParts(eventId: number, keyId: number | undefined, partKeys: readonly string[]): PreviousParts | undefined {
@@ -207,28 +206,19 @@ export function buildPreviousParts(eventId: number, keyId: number | undefined, u
     for (const { unit, at, users } of sets) {
       const ids = users.toUint32Array(memberScratch.get(users.size));
       const sighting = base + unit;
-      let previous: Uint32Array;
-      if (ids.length >= unit + 1) {
-        // Previous units + 1 are at most `unit`: counted into unit + 1 slots, no longer than the members.
-        const counts = countScratch.get(unit + 1).fill(0, 0, unit + 1);
-        for (let member = 0; member < ids.length; member++) {
-          const user = ids[member];
-          const last = seen[user];
-          counts[last >= base ? last - base + 1 : 0]++;
-          seen[user] = sighting;
-        }
-        previous = new Uint32Array(unit + 1);
-        let sum = 0;
-        for (let k = 0; k <= unit; k++) previous[k] = sum += counts[k];
-      } else {
-        previous = new Uint32Array(ids.length);
-        for (let member = 0; member < ids.length; member++) {
-          const last = seen[ids[member]];
-          previous[member] = last >= base ? last - base + 1 : 0;
-          seen[ids[member]] = sighting;
-        }
-        previous.sort();
+      // Previous units + 1 are at most `unit`: counted into unit + 1 slots when no longer than the members, else listed and sorted.
+      const counted = ids.length >= unit + 1;
+      const previous = new Uint32Array(counted ? unit + 1 : ids.length);
+      for (let member = 0; member < ids.length; member++) {
+        const user = ids[member];
+        const last = seen[user];
+        const encoded = last >= base ? last - base + 1 : 0;
+        if (counted) previous[encoded]++;
+        else previous[member] = encoded;
+        seen[user] = sighting;
       }
+      if (counted) for (let k = 1; k <= unit; k++) previous[k] += previous[k - 1];
+      else previous.sort();
       index.previous[unit][at] = previous;
       index.bytes += previous.byteLength + arrayBytesFixed;
     }

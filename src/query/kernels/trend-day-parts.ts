@@ -22,6 +22,7 @@
  * weights) come instead from an index of previous parts (previous-parts.ts),
  * without unions.
  */
+import { strict as assert } from "node:assert";
 import roaring from "roaring";
 import { dayMs } from "../buckets.js";
 import type { PartValueUsers, SegmentView } from "../segment-view.js";
@@ -102,24 +103,25 @@ export function trendDayParts(segments: readonly SegmentView[], gather: GatherPl
   if (!trendDayPartsApplies(gather, plan)) return undefined;
   const planned = plannedDays(segments, plan.startsMs);
   if (planned === undefined) return undefined;
-  if (plan.breakdownLimit === undefined) return { values: wholeValues(planned, gather, plan, userLo, userHi), series: undefined, other: undefined };
-  if (!mostlySealed(planned, gather.references[0].eventId)) return undefined;
+  const eventId = gather.references[0].eventId;
+  // A unique count over every user may come from an index of the range's sealed parts (previous-parts.ts).
+  const units = plan.math === "unique" && eventId !== undefined && userLo === 0 ? rangeUnits(planned, eventId) : undefined;
+  if (plan.breakdownLimit === undefined) return { values: wholeValues(planned, gather, plan, units, userLo, userHi), series: undefined, other: undefined };
+  if (!mostlySealed(planned, eventId)) return undefined;
   const keyId = (gather.breakdown as { keyId: number | undefined }).keyId;
-  const series = breakdownSeries(planned, gather, plan, keyId, userLo, userHi);
+  const series = breakdownSeries(planned, gather, plan, keyId, units, userLo, userHi);
   if (series === undefined) return undefined;
   // The whole answer: the same trend without the breakdown, from the same kept parts.
-  return { values: wholeValues(planned, gather, plan, userLo, userHi), series: series.series, other: series.other };
+  return { values: wholeValues(planned, gather, plan, units, userLo, userHi), series: series.series, other: series.other };
 }
 
-/** Each bucket's rows (`total`) or users (`unique`) of the event, without breakdown. */
-function wholeValues(planned: readonly PlannedDay[], gather: GatherPlan, plan: TrendSeriesPlan, userLo: number, userHi: number): BucketValues {
+/** Each bucket's rows (`total`) or users (`unique`) of the event, without breakdown; `units`: the range's sealed parts, for an index. */
+function wholeValues(planned: readonly PlannedDay[], gather: GatherPlan, plan: TrendSeriesPlan, units: readonly RangeUnit[] | undefined, userLo: number, userHi: number): BucketValues {
   const bucketCount = plan.startsMs.length - 1;
   const unique = plan.math === "unique";
   const eventId = gather.references[0].eventId;
-  if (unique && eventId !== undefined && userLo === 0) {
-    const indexed = wholeFromPreviousParts(planned, eventId, bucketCount, userHi);
-    if (indexed !== undefined) return indexed;
-  }
+  const indexed = units === undefined ? undefined : wholeFromPreviousParts(planned, units, eventId!, bucketCount, userHi);
+  if (indexed !== undefined) return indexed;
   const { rows, bitmaps, scanned } = bucketSets(planned, eventId, bucketCount, unique, userLo, userHi);
   const values: Array<number | null> = new Array(bucketCount);
   for (let bucket = 0; bucket < bucketCount; bucket++) {
@@ -301,16 +303,15 @@ function breakdownSeries(
   gather: GatherPlan,
   plan: TrendSeriesPlan,
   keyId: number | undefined,
+  units: readonly RangeUnit[] | undefined,
   userLo: number,
   userHi: number,
 ): Pick<TrendSeriesAnswer, "series" | "other"> | undefined {
   const bucketCount = plan.startsMs.length - 1;
   const unique = plan.math === "unique";
   const eventId = gather.references[0].eventId;
-  if (unique && eventId !== undefined && userLo === 0) {
-    const indexed = seriesFromPreviousParts(planned, eventId, keyId, plan, userHi);
-    if (indexed !== undefined) return indexed;
-  }
+  const indexed = units === undefined ? undefined : seriesFromPreviousParts(planned, units, eventId!, keyId, plan, userHi);
+  if (indexed !== undefined) return indexed;
   // Task-wide value ids: 0 is "not set", the others index valueTexts.
   const valueTexts: string[] = [""];
   const globalIdOfText = new Map<string, number>();
@@ -459,18 +460,8 @@ interface RangeUnit {
   dayParts: readonly PartBounds[];
 }
 
-/** A task's planned days → their units: the series and the whole answer of one task read the same ones. */
-const unitsOfPlanned = new WeakMap<readonly PlannedDay[], RangeUnit[] | undefined>();
-
 /** The range's sealed parts holding rows of the event, in time order; undefined when an active segment holds some. */
 function rangeUnits(planned: readonly PlannedDay[], eventId: number): RangeUnit[] | undefined {
-  if (unitsOfPlanned.has(planned)) return unitsOfPlanned.get(planned);
-  const units = unitsInTimeOrder(planned, eventId);
-  unitsOfPlanned.set(planned, units);
-  return units;
-}
-
-function unitsInTimeOrder(planned: readonly PlannedDay[], eventId: number): RangeUnit[] | undefined {
   const units: RangeUnit[] = [];
   for (const { segment, parts } of planned) {
     const rowStart = segment.eventRowStart;
@@ -579,9 +570,8 @@ interface IndexedSpans {
 }
 
 /** Each bucket's users of the event from the index, when a bucket spans several parts (one part's set is counted as it is). */
-function wholeFromPreviousParts(planned: readonly PlannedDay[], eventId: number, bucketCount: number, userHi: number): BucketValues | undefined {
-  const units = rangeUnits(planned, eventId);
-  if (units === undefined || units.length <= bucketCount) return undefined;
+function wholeFromPreviousParts(planned: readonly PlannedDay[], units: readonly RangeUnit[], eventId: number, bucketCount: number, userHi: number): BucketValues | undefined {
+  if (units.length <= bucketCount) return undefined;
   const users = (unit: RangeUnit) => {
     const stored = unit.lowMs === 0 && unit.highMs === dayMs ? unit.segment.userBitmap(eventId) : undefined;
     return stored ?? sealedPart(unit.segment, eventId, unit.lowMs, unit.highMs, unit.dayParts).users;
@@ -599,9 +589,14 @@ function wholeFromPreviousParts(planned: readonly PlannedDay[], eventId: number,
  * undefined when no index answers: active rows of the event in range, parts
  * asked for the first time, or parts the index holds in other cuts.
  */
-function seriesFromPreviousParts(planned: readonly PlannedDay[], eventId: number, keyId: number | undefined, plan: TrendSeriesPlan, userHi: number): Pick<TrendSeriesAnswer, "series" | "other"> | undefined {
-  const units = rangeUnits(planned, eventId);
-  if (units === undefined) return undefined;
+function seriesFromPreviousParts(
+  planned: readonly PlannedDay[],
+  units: readonly RangeUnit[],
+  eventId: number,
+  keyId: number | undefined,
+  plan: TrendSeriesPlan,
+  userHi: number,
+): Pick<TrendSeriesAnswer, "series" | "other"> | undefined {
   const bucketCount = plan.startsMs.length - 1;
   const partValues = (unit: RangeUnit) => sealedPartValues(unit.segment, eventId, keyId, unit.lowMs, unit.highMs, unit.dayParts);
   const textsOf = (unit: RangeUnit) => (keyId === undefined ? undefined : unit.segment.property(keyId)?.texts) ?? noTexts;
@@ -611,7 +606,8 @@ function seriesFromPreviousParts(planned: readonly PlannedDay[], eventId: number
   const valueCount = index.texts.length;
   const weights = new Float64Array(valueCount);
   const present = new Uint8Array(valueCount);
-  if (units.length > 0) index.addUsers(index.unitOfPart.get(units[0].key)!, index.unitOfPart.get(units[units.length - 1].key)!, weights, present);
+  // The range's units are one run of the index (indexedSpans): its first and last.
+  index.addUsers(index.unitOfPart.get(units[0].key)!, index.unitOfPart.get(units[units.length - 1].key)!, weights, present);
   const ranked = rankSeries(weights, present, index.texts, plan.breakdownLimit!);
   const series = ranked.listed.map((value) => ({ value: valueOf(index.texts, value), values: new Array<number | null>(bucketCount).fill(0), weight: weights[value] }));
   const cells = new Float64Array(valueCount);
@@ -676,10 +672,11 @@ function sealedPartValues(segment: SegmentView, eventId: number, keyId: number |
   return (kept as DayPartValues | undefined) ?? readDayPart(segment, eventId, keyId, lowMs, highMs, dayParts, true).values!;
 }
 
-/** Reads the part [lowMs, highMs) with the rest of its day's parts (alone if dayParts lacks it), and answers its entries. */
+/** Reads the part [lowMs, highMs) with the rest of its day's parts, and answers its entries. */
 function readDayPart(segment: SegmentView, eventId: number, keyId: number | undefined, lowMs: number, highMs: number, dayParts: readonly PartBounds[], withValues: boolean) {
   const at = dayParts.findIndex((part) => part.lowMs === lowMs && part.highMs === highMs);
-  return at >= 0 ? readDayParts(segment, eventId, keyId, dayParts, withValues)[at] : readDayParts(segment, eventId, keyId, [{ lowMs, highMs }], withValues)[0];
+  assert(at >= 0, "a part is read with its own day's parts");
+  return readDayParts(segment, eventId, keyId, dayParts, withValues)[at];
 }
 
 function partUsersKey(segment: SegmentView, eventId: number, lowMs: number, highMs: number): string {
