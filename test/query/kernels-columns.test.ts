@@ -18,7 +18,7 @@ import type { FunnelRequest } from "../../src/query/schemas.js";
 import { referenceFunnelV2, type FunnelQueryV2, type StoredEvent } from "../reference/reference-v2.js";
 import { funnelColumns } from "../../src/query/kernels/funnel-columns.js";
 import { retentionColumns } from "../../src/query/kernels/retention-columns.js";
-import { retentionDayParts } from "../../src/query/kernels/retention-day-parts.js";
+import { cohortsFromPartsCounts, retentionDayParts } from "../../src/query/kernels/retention-day-parts.js";
 import { retentionCohorts } from "../../src/query/kernels/retention-cohorts.js";
 import { trendColumns, trendFromCountsOnly } from "../../src/query/kernels/trend-columns.js";
 import { dayPartsFit, keptPartCount, trendDayParts } from "../../src/query/kernels/trend-day-parts.js";
@@ -512,6 +512,43 @@ describe("a §7 retention whose retention event has no filters, from kept day pa
     const plan = { startsMs, breakdownLimit: undefined };
     expect(retentionDayParts(data.segments, gather, plan, 0, data.userCount)).toBeUndefined();
     expect(retentionDayParts(data.segments, { ...gather, references: [gather.references[0], { eventId: 1, filters: [] }] }, plan, 0, data.userCount)).toBeDefined();
+  });
+});
+
+describe("a §7 retention's cohorts from the kept parts' sets answer as the gathered rows do", () => {
+  const answeredBefore = cohortsFromPartsCounts.answered;
+  afterAll(() => expect(cohortsFromPartsCounts.answered - answeredBefore).toBeGreaterThan(300));
+
+  // Sealed days of one to three segments (an active one now and then): the sets answer when no active segment holds cohort rows.
+  it.each(seeds.map((seed) => seed + 9_500))("seed %i", (seed) => {
+    const data = dataset(seed, seed % 4 === 0 ? 0.05 : 0);
+    const random = seededRandom(seed * 23);
+    for (let query = 0; query < 12; query++) {
+      const { zone, dateFrom, dateTo } = randomRange(random, data);
+      const startsMs = zonedRetentionBoundaries(dateFrom, dateTo, pick(random, [1, 1, 2, 3]), zoneClock(zone)).startsMs;
+      const cohortEvent = integer(random, 3);
+      const filters = random() < 0.1 ? [...randomFilters(random), { keyId: keyValue, op: "neq" as const, value: valueTexts[1] }] : randomFilters(random);
+      const gather: GatherPlan = {
+        fromMs: startsMs[0],
+        toMsExclusive: startsMs[startsMs.length - 1],
+        references: [
+          { eventId: cohortEvent, filters },
+          { eventId: random() < 0.5 ? cohortEvent : integer(random, 3), filters: [] },
+        ],
+        allEvents: false,
+        breakdown: random() < 0.8 ? randomBreakdown(random) : { kind: "none" },
+        math: { kind: "none" },
+      };
+      const plan = { startsMs, breakdownLimit: gather.breakdown.kind === "key" ? pick(random, [1, 2, 3, 25]) : undefined };
+      for (const [lo, hi] of pairs(random() < 0.3 ? [0, data.userCount] : shardBounds(random, data.userCount))) {
+        const context = `seed ${seed} query ${query}: ${zone} ${dateFrom}…${dateTo}, limit ${plan.breakdownLimit}, users [${lo}, ${hi})`;
+        const rows = retentionCohorts(gatherEventRows(data.segments, gather, lo, hi), plan);
+        const fast = retentionDayParts(data.segments, gather, plan, lo, hi);
+        if (fast === undefined) continue;
+        expect(fast, context).toEqual(rows);
+        expect(retentionDayParts(data.segments, gather, plan, lo, hi), `${context}, asked again`).toEqual(rows);
+      }
+    }
   });
 });
 

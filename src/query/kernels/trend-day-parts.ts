@@ -215,6 +215,38 @@ export function sealedBucketUsers(segments: readonly SegmentView[], eventId: num
   });
 }
 
+/** A part of a sealed day in one bucket, with the event's users in it over all users: whole, or per value id of a property. */
+export interface SealedUnit {
+  segment: SegmentView;
+  lowMs: number;
+  highMs: number;
+  bucket: number;
+  /** Without values: the part's users. */
+  users: Bitmap | undefined;
+  /** With values: per segment value id of the property (0: not set), the users of rows holding it. */
+  values: ReadonlyArray<Bitmap | undefined> | undefined;
+}
+
+/**
+ * The sealed parts of the buckets holding rows of the event, in time order,
+ * from the kept parts (read once, then kept, as for trends); with keyId,
+ * per value of that property. Undefined when a day has too many parts, an
+ * active segment holds rows of the event, or (with keyId) a segment's
+ * property has more than valuesMax texts: a set per value and part would
+ * then cost more than the rows it saves reading.
+ */
+export function sealedUnits(segments: readonly SegmentView[], eventId: number, keyId: number | undefined, valuesMax: number, startsMs: Float64Array): SealedUnit[] | undefined {
+  const planned = plannedDays(segments, startsMs);
+  const units = planned === undefined ? undefined : rangeUnits(planned, eventId);
+  if (units === undefined) return undefined;
+  if (keyId !== undefined && units.some(({ segment }) => (segment.property(keyId)?.texts.length ?? 0) > valuesMax)) return undefined;
+  return units.map(({ segment, lowMs, highMs, bucket, dayParts }) => {
+    if (keyId !== undefined) return { segment, lowMs, highMs, bucket, users: undefined, values: sealedPartValues(segment, eventId, keyId, lowMs, highMs, dayParts).users };
+    const stored = lowMs === 0 && highMs === dayMs ? segment.userBitmap(eventId) : undefined;
+    return { segment, lowMs, highMs, bucket, users: stored ?? sealedPart(segment, eventId, lowMs, highMs, dayParts).users, values: undefined };
+  });
+}
+
 /** The segments with rows and each one's day parts in buckets; undefined when a day has too many parts. */
 function plannedDays(segments: readonly SegmentView[], startsMs: Float64Array): PlannedDay[] | undefined {
   const planned: PlannedDay[] = [];
