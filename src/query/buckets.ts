@@ -309,6 +309,16 @@ export function zonedRetentionBoundaries(dateFrom: string, dateTo: string, windo
   return { startsMs, labels: retentionPeriodLabels(layout) };
 }
 
+/** The local days' starts of [dateFrom, dateTo], and the end of the last one; undefined past daysMax days. */
+export function zonedDayStarts(dateFrom: string, dateTo: string, clock: ZoneClock, daysMax: number): Float64Array | undefined {
+  const fromDay = epochDayOf(dateFrom);
+  const dayCount = epochDayOf(dateTo) - fromDay + 1;
+  if (dayCount > daysMax) return undefined;
+  const startsMs = new Float64Array(dayCount + 1);
+  for (let day = 0; day <= dayCount; day++) startsMs[day] = clock.dayStartMs(fromDay + day);
+  return startsMs;
+}
+
 /** The bucket of an instant inside [startsMs[0], startsMs[last]): the last i with startsMs[i] <= timeMs. */
 export function boundaryIndex(startsMs: Float64Array, timeMs: number): number {
   let low = 0;

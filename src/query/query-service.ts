@@ -11,7 +11,7 @@ import type { ServiceReply } from "../errors.js";
 import { UserDeletionError, type Store, type WorkspaceStore } from "../storage/store.js";
 import type { SegmentDescriptor } from "../storage/segment-descriptor.js";
 import { PoolTaskTimeoutError, type WorkerPool } from "../workers/pool.js";
-import { dayMs, retentionLayout, retentionPeriodLabels, trendBucketLabels, trendLayout, zonedRange, zonedRetentionBoundaries, zonedTrendBoundaries } from "./buckets.js";
+import { dayMs, retentionLayout, retentionPeriodLabels, trendBucketLabels, trendLayout, zonedDayStarts, zonedRange, zonedRetentionBoundaries, zonedTrendBoundaries } from "./buckets.js";
 import type { FilterPlan } from "./filters.js";
 import type { GatherPlan, PropertyRead, ReferencePlan } from "./kernels/event-rows.js";
 import type { FunnelChainsAnswer, FunnelChainsPlan, StepCounts } from "./kernels/funnel-chains.js";
@@ -399,7 +399,9 @@ export class QueryService {
 
   private async rowsRetention(workspaceId: string, request: RetentionRequest): Promise<ServiceReply> {
     const workspace = this.store.workspaces.get(workspaceId);
-    const { startsMs, labels } = zonedRetentionBoundaries(request.dateFrom, request.dateTo, request.windowDays, zoneClock(request.timezone));
+    const clock = zoneClock(request.timezone);
+    const { startsMs, labels } = zonedRetentionBoundaries(request.dateFrom, request.dateTo, request.windowDays, clock);
+    const dayStartsMs = zonedDayStarts(request.dateFrom, request.dateTo, clock, retentionDayStartsMax);
     const resolver = new Resolver(workspace);
     const gather: GatherPlan = {
       fromMs: startsMs[0],
@@ -409,7 +411,7 @@ export class QueryService {
       breakdown: resolver.property(request.breakdown?.property),
       math: { kind: "none" },
     };
-    const rows = await this.runRows(workspace, gather, { kind: "retention", plan: { startsMs, breakdownLimit: request.breakdown?.limit } }, resolver.keyIds);
+    const rows = await this.runRows(workspace, gather, { kind: "retention", plan: { startsMs, breakdownLimit: request.breakdown?.limit, dayStartsMs } }, resolver.keyIds);
     if (rows.kind !== "retention") throw new Error("unreachable");
     return { ok: true, body: retentionRowsBody(labels, rows.answer) };
   }
@@ -559,6 +561,9 @@ function scanShardBounds(
  * funnel's cost is its candidates' rows: the same weight made it slower.
  */
 const retentionRowsPerUserSlot = 4;
+
+/** A retention over more local days than this (ten years) cuts days at its periods' starts only: its day list would outweigh what it saves. */
+const retentionDayStartsMax = 3_660;
 
 function evenShardBounds(userCount: number, shardCount: number): number[] {
   return Array.from({ length: shardCount + 1 }, (_, shard) => Math.round((shard * userCount) / shardCount));

@@ -9,7 +9,7 @@
  * path does not cover (hourly buckets) must answer undefined.
  */
 import { afterAll, describe, expect, it } from "vitest";
-import { dayMs, zonedRetentionBoundaries, zonedTrendBoundaries, type GroupBy } from "../../src/query/buckets.js";
+import { dayMs, zonedDayStarts, zonedRetentionBoundaries, zonedTrendBoundaries, type GroupBy } from "../../src/query/buckets.js";
 import type { FilterPlan } from "../../src/query/filters.js";
 import { gatherEventRows, rowsByUserAndTime, type GatherPlan, type PropertyRead, type ReferencePlan } from "../../src/query/kernels/event-rows.js";
 import { funnelChains } from "../../src/query/kernels/funnel-chains.js";
@@ -474,9 +474,11 @@ describe("a §7 retention whose retention event has no filters, from kept day pa
         breakdown: breakdown ? randomBreakdown(random) : { kind: "none" },
         math: { kind: "none" },
       };
-      const plan = { startsMs, breakdownLimit: breakdown ? pick(random, [1, 2, 3, 25]) : undefined };
+      // Days cut at every local midnight (as the service plans it), or at the periods' starts alone.
+      const dayStartsMs = random() < 0.6 ? zonedDayStarts(dateFrom, dateTo, zoneClock(zone), 3_660) : undefined;
+      const plan = { startsMs, breakdownLimit: breakdown ? pick(random, [1, 2, 3, 25]) : undefined, dayStartsMs };
       for (const [lo, hi] of pairs(random() < 0.3 ? [0, data.userCount] : shardBounds(random, data.userCount))) {
-        const context = `seed ${seed} query ${query}: ${zone} ${dateFrom}…${dateTo}, limit ${plan.breakdownLimit}, users [${lo}, ${hi})`;
+        const context = `seed ${seed} query ${query}: ${zone} ${dateFrom}…${dateTo}, limit ${plan.breakdownLimit}, ${dayStartsMs === undefined ? "periods" : "local days"}, users [${lo}, ${hi})`;
         const rows = retentionCohorts(gatherEventRows(data.segments, gather, lo, hi), plan);
         const fast = retentionDayParts(data.segments, gather, plan, lo, hi);
         // Left to the row scan over mostly active rows or many segments a day.
@@ -539,9 +541,10 @@ describe("a §7 retention's cohorts from the kept parts' sets answer as the gath
         breakdown: random() < 0.8 ? randomBreakdown(random) : { kind: "none" },
         math: { kind: "none" },
       };
-      const plan = { startsMs, breakdownLimit: gather.breakdown.kind === "key" ? pick(random, [1, 2, 3, 25]) : undefined };
+      const dayStartsMs = random() < 0.6 ? zonedDayStarts(dateFrom, dateTo, zoneClock(zone), 3_660) : undefined;
+      const plan = { startsMs, breakdownLimit: gather.breakdown.kind === "key" ? pick(random, [1, 2, 3, 25]) : undefined, dayStartsMs };
       for (const [lo, hi] of pairs(random() < 0.3 ? [0, data.userCount] : shardBounds(random, data.userCount))) {
-        const context = `seed ${seed} query ${query}: ${zone} ${dateFrom}…${dateTo}, limit ${plan.breakdownLimit}, users [${lo}, ${hi})`;
+        const context = `seed ${seed} query ${query}: ${zone} ${dateFrom}…${dateTo}, limit ${plan.breakdownLimit}, ${dayStartsMs === undefined ? "periods" : "local days"}, users [${lo}, ${hi})`;
         const rows = retentionCohorts(gatherEventRows(data.segments, gather, lo, hi), plan);
         const fast = retentionDayParts(data.segments, gather, plan, lo, hi);
         if (fast === undefined) continue;

@@ -13,6 +13,14 @@ export interface RetentionCohortsPlan {
   /** Period p is [startsMs[p], startsMs[p + 1]). */
   startsMs: Float64Array;
   breakdownLimit: number | undefined;
+  /**
+   * The local days' starts from startsMs[0] to the last period's end, for
+   * kernels that read kept sets per part of a day (retention-day-parts.ts):
+   * cut at every local midnight, a day's parts are the same whatever the
+   * range's first day, so a range moved by a day reads the same kept parts.
+   * Undefined: cut at the periods' starts.
+   */
+  dayStartsMs?: Float64Array;
 }
 
 export interface CohortCounts {

@@ -18,6 +18,7 @@
  */
 import { strict as assert } from "node:assert";
 import roaring from "roaring";
+import { boundaryIndex } from "../buckets.js";
 import { planColumnScan, runColumnScan } from "./column-scan.js";
 import { compareValues, segmentReferences, valueInterner, type GatherPlan, type SegmentReference } from "./event-rows.js";
 import type { RetentionCohortsAnswer, RetentionCohortsPlan } from "./retention-cohorts.js";
@@ -25,7 +26,7 @@ import { rankSeries } from "./series.js";
 import { cohortsAnswer, weekStartsOf } from "./retention-columns.js";
 import { ScratchFloat64, ScratchInt32, ScratchUint32 } from "./scratch.js";
 import { lowerBoundUser, sealedShardRows, type RowRange } from "./rows.js";
-import { sealedBucketUsers, sealedUnits, type SealedUnit } from "./trend-day-parts.js";
+import { sealedBucketUsers, sealedUnits, type MergedBuckets, type SealedUnit } from "./trend-day-parts.js";
 import type { SegmentView, ValueIdColumn } from "../segment-view.js";
 
 const { RoaringBitmap32 } = roaring;
@@ -45,11 +46,12 @@ export function retentionDayParts(segments: readonly SegmentView[], gather: Gath
   if (!retentionDayPartsApplies(gather)) return undefined;
   // Over mostly active rows (right after a load), the returns' sets are built from rows on every query, and the
   // cohort event read twice when it is the retention event: retention-columns.ts's one pass is faster then.
-  const returning = sealedBucketUsers(segments, gather.references[1].eventId, plan.startsMs, userLo, userHi);
+  const cut = partCut(plan);
+  const returning = sealedBucketUsers(segments, gather.references[1].eventId, cut.startsMs, userLo, userHi, cut.merged);
   if (returning === undefined) return undefined;
   try {
     const periodCount = plan.startsMs.length - 1;
-    const cohorts = cohortsFromUnits(segments, gather, plan, userLo, userHi) ?? cohortsFromRows(segments, gather, plan, userLo, userHi);
+    const cohorts = cohortsFromUnits(segments, gather, cut, userLo, userHi) ?? cohortsFromRows(segments, gather, plan, userLo, userHi);
     if (cohorts === undefined) return undefined;
     const { valueTexts, periods: cohortPeriods, values: cohortValues } = cohorts;
     const slots = userHi - userLo;
@@ -119,6 +121,22 @@ interface Cohorts {
   values: Int32Array;
 }
 
+/** Where days are cut into parts: at every local midnight when the plan lists them, each part in its period. */
+interface PartCut {
+  startsMs: Float64Array;
+  merged: MergedBuckets | undefined;
+}
+
+function partCut(plan: RetentionCohortsPlan): PartCut {
+  const days = plan.dayStartsMs;
+  if (days === undefined) return { startsMs: plan.startsMs, merged: undefined };
+  const periodCount = plan.startsMs.length - 1;
+  assert(days[0] === plan.startsMs[0] && days[days.length - 1] === plan.startsMs[periodCount], "the local days span the periods");
+  const of = new Int32Array(days.length - 1);
+  for (let day = 0; day < of.length; day++) of[day] = boundaryIndex(plan.startsMs, days[day]);
+  return { startsMs: days, merged: { of, count: periodCount } };
+}
+
 /** How often cohorts came from kept sets (the tests read it to know the path ran). */
 export const cohortsFromPartsCounts = { answered: 0 };
 
@@ -137,11 +155,11 @@ const filterValuesMax = 256;
  * active segment holds cohort rows, the filters are more than one (a set per
  * value answers one), or its property has many texts.
  */
-function cohortsFromUnits(segments: readonly SegmentView[], gather: GatherPlan, plan: RetentionCohortsPlan, userLo: number, userHi: number): Cohorts | undefined {
+function cohortsFromUnits(segments: readonly SegmentView[], gather: GatherPlan, cut: PartCut, userLo: number, userHi: number): Cohorts | undefined {
   const reference = gather.references[0];
   const eventId = reference.eventId;
   if (eventId === undefined || reference.filters.length > 1) return undefined;
-  const units = sealedUnits(segments, eventId, reference.filters[0]?.keyId, filterValuesMax, plan.startsMs);
+  const units = sealedUnits(segments, eventId, reference.filters[0]?.keyId, filterValuesMax, cut.startsMs, cut.merged);
   if (units === undefined) return undefined;
   const valueTexts = [""];
   const breakdown = gather.breakdown.kind === "key" ? breakdownReader(gather.breakdown.keyId, valueTexts) : undefined;

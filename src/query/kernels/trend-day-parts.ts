@@ -200,10 +200,17 @@ function bucketSets(planned: readonly PlannedDay[], eventId: number | undefined,
  * event's rows in the buckets are mostly active: its sets would then be built
  * from rows on every query, and a one-pass scan of the rows is faster.
  */
-export function sealedBucketUsers(segments: readonly SegmentView[], eventId: number | undefined, startsMs: Float64Array, userLo: number, userHi: number): Array<{ users: Bitmap; owned: boolean }> | undefined {
-  const planned = plannedDays(segments, startsMs);
+export function sealedBucketUsers(
+  segments: readonly SegmentView[],
+  eventId: number | undefined,
+  startsMs: Float64Array,
+  userLo: number,
+  userHi: number,
+  merged?: MergedBuckets,
+): Array<{ users: Bitmap; owned: boolean }> | undefined {
+  const planned = plannedDays(segments, startsMs, merged);
   if (planned === undefined || !mostlySealed(planned, eventId)) return undefined;
-  const bucketCount = startsMs.length - 1;
+  const bucketCount = merged?.count ?? startsMs.length - 1;
   const { bitmaps, scanned } = bucketSets(planned, eventId, bucketCount, true, userLo, userHi);
   return bitmaps.map((sets, bucket) => {
     const own = scanned[bucket];
@@ -235,8 +242,8 @@ export interface SealedUnit {
  * property has more than valuesMax texts: a set per value and part would
  * then cost more than the rows it saves reading.
  */
-export function sealedUnits(segments: readonly SegmentView[], eventId: number, keyId: number | undefined, valuesMax: number, startsMs: Float64Array): SealedUnit[] | undefined {
-  const planned = plannedDays(segments, startsMs);
+export function sealedUnits(segments: readonly SegmentView[], eventId: number, keyId: number | undefined, valuesMax: number, startsMs: Float64Array, merged?: MergedBuckets): SealedUnit[] | undefined {
+  const planned = plannedDays(segments, startsMs, merged);
   const units = planned === undefined ? undefined : rangeUnits(planned, eventId);
   if (units === undefined) return undefined;
   if (keyId !== undefined && units.some(({ segment }) => (segment.property(keyId)?.texts.length ?? 0) > valuesMax)) return undefined;
@@ -247,13 +254,24 @@ export function sealedUnits(segments: readonly SegmentView[], eventId: number, k
   });
 }
 
-/** The segments with rows and each one's day parts in buckets; undefined when a day has too many parts. */
-function plannedDays(segments: readonly SegmentView[], startsMs: Float64Array): PlannedDay[] | undefined {
+/**
+ * Buckets cut finer than a query's, each a part of one of the query's
+ * (`of[bucket]`, of `count`): parts follow the fine cut, sets and counts the
+ * query's buckets.
+ */
+export interface MergedBuckets {
+  of: Int32Array;
+  count: number;
+}
+
+/** The segments with rows and each one's day parts in buckets (merged: the query's); undefined when a day has too many parts. */
+function plannedDays(segments: readonly SegmentView[], startsMs: Float64Array, merged?: MergedBuckets): PlannedDay[] | undefined {
   const planned: PlannedDay[] = [];
   for (const segment of segments) {
     if (segment.rowCount === 0) continue;
     const parts = dayParts(startsMs, segment.dayStartMs);
     if (!dayPartsFit(parts.length)) return undefined;
+    if (merged !== undefined) for (const part of parts) part.bucket = merged.of[part.bucket];
     if (parts.length > 0) planned.push({ segment, parts });
   }
   return planned;
