@@ -20,11 +20,15 @@ const shardRows: RowRange = { start: 0, end: 0 };
 const memberScratch = new ScratchUint32();
 const memberTimes = new ScratchFloat64();
 const memberValueScratch = new ScratchInt32();
+// A shard's arrays are megabytes: allocated per task, they brought a full collection every few queries.
+const periodScratch = new ScratchInt32();
+const valueScratch = new ScratchInt32();
 
 /**
  * Each shard user's first event: the bucket of its part (-1: none), and its
  * breakdown value (a task-wide id, 0 not set), or valueTexts.length for
- * users without one.
+ * users without one. From firstEventsFromParts, the arrays are the thread's
+ * scratch, valid until its next call.
  */
 export interface FirstEvents {
   valueTexts: string[];
@@ -67,8 +71,8 @@ export function firstEventsFromParts(segments: readonly SegmentView[], reference
   // Every text first, so that "no cohort" (valueTexts.length) is known before any user is placed.
   if (breakdown !== undefined) for (const unit of units) breakdown.of(unit.segment);
   const slots = userHi - userLo;
-  const periods = new Int32Array(slots).fill(-1);
-  const values = new Int32Array(slots).fill(valueTexts.length);
+  const periods = periodScratch.get(slots).subarray(0, slots).fill(-1);
+  const values = valueScratch.get(slots).subarray(0, slots).fill(valueTexts.length);
   // The filter as each segment compiles it: no table (every row passes), one table, or null (no row passes).
   const filters = new Map<SegmentView, SegmentReference | null>();
   const filterOf = (segment: SegmentView) => {

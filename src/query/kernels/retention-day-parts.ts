@@ -25,10 +25,16 @@ import type { RetentionCohortsAnswer, RetentionCohortsPlan } from "./retention-c
 import { rankSeries } from "./series.js";
 import { cohortsAnswer, weekStartsOf } from "./retention-columns.js";
 import { firstEventsFromParts, type FirstEvents, type PartCut } from "./first-events.js";
+import { ScratchFloat64, ScratchInt32, ScratchUint32 } from "./scratch.js";
 import { sealedBucketUsers } from "./trend-day-parts.js";
 import type { SegmentView } from "../segment-view.js";
 
 const { RoaringBitmap32 } = roaring;
+// A shard's arrays are megabytes: allocated per task, they brought a full collection every few queries.
+const cellUserScratch = new ScratchUint32();
+const rowPeriodScratch = new ScratchInt32();
+const rowTimeScratch = new ScratchFloat64();
+const rowValueScratch = new ScratchInt32();
 
 /** Whether a retention of this shape is answered here (given days of at most three parts). */
 export function retentionDayPartsApplies(gather: GatherPlan): boolean {
@@ -76,7 +82,7 @@ export function retentionDayParts(segments: readonly SegmentView[], gather: Gath
     }
     for (let cell = 0; cell < cellStarts.length - 1; cell++) cellStarts[cell + 1] += cellStarts[cell];
     const next = cellStarts.slice(0, cellStarts.length - 1);
-    const users = new Uint32Array(slots);
+    const users = cellUserScratch.get(slots);
     for (let slot = 0; slot < slots; slot++) users[next[cells[slot]]++] = userLo + slot;
 
     // Each group's weeks, flat.
@@ -120,11 +126,11 @@ function cohortsFromRows(segments: readonly SegmentView[], gather: GatherPlan, p
   if (scan === undefined) return undefined;
   const { valueTexts } = scan;
   const slots = userHi - userLo;
-  const cohortPeriods = new Int32Array(slots).fill(-1);
-  const cohortTimesMs = new Float64Array(slots);
+  const cohortPeriods = rowPeriodScratch.get(slots).subarray(0, slots).fill(-1);
+  const cohortTimesMs = rowTimeScratch.get(slots);
   // Users without a cohort keep value `noCohort`, which the passes below count apart: they run without a branch per user.
   const noCohort = valueTexts.length;
-  const cohortValues = new Int32Array(slots).fill(noCohort);
+  const cohortValues = rowValueScratch.get(slots).subarray(0, slots).fill(noCohort);
   // Every visited row is a cohort row (the scan reads the cohort reference alone), each user's in period order.
   runColumnScan(scan, ({ count, slots, values, buckets, timesMs }) => {
     for (let index = 0; index < count; index++) {
