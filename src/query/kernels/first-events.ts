@@ -1,9 +1,9 @@
 /**
  * Each user's first event of one reference, in time order over parts of
  * sealed days, and the breakdown value of that event (SPEC §7.3: ties in time
- * to the least value, "not set" first): a retention's cohort, a funnel's
- * entry. Answered from the sets of users per part that trend-day-parts.ts
- * keeps per worker, reading only the rows of each user's first part.
+ * to the least value, "not set" first): a retention's cohort. Answered from
+ * the sets of users per part that trend-day-parts.ts keeps per worker,
+ * reading only the rows of each user's first part.
  */
 import { strict as assert } from "node:assert";
 import roaring from "roaring";
@@ -50,7 +50,7 @@ const filterValuesMax = 256;
 
 /**
  * Each shard user's first event of `reference` over sealed rows (a
- * retention's cohort, a funnel's entry), from the kept parts' sets
+ * retention's cohort), from the kept parts' sets
  * (trend-day-parts.ts) instead of every row: the event's users of each part
  * in time order (with a filter, the union of the sets of the values it
  * passes), less the users seen in earlier parts, are the users whose first
@@ -68,7 +68,7 @@ export function firstEventsFromParts(segments: readonly SegmentView[], reference
   if (units === undefined) return undefined;
   const valueTexts = [""];
   const breakdown = breakdownRead.kind === "key" ? breakdownReader(breakdownRead.keyId, valueTexts) : undefined;
-  // Every text first, so that "no cohort" (valueTexts.length) is known before any user is placed.
+  // Every text first, so that "none" (valueTexts.length) is known before any user is placed.
   if (breakdown !== undefined) for (const unit of units) breakdown.of(unit.segment);
   const slots = userHi - userLo;
   const periods = periodScratch.get(slots).subarray(0, slots).fill(-1);
@@ -104,8 +104,7 @@ export function firstEventsFromParts(segments: readonly SegmentView[], reference
             periods[members[index] - userLo] = period;
             values[members[index] - userLo] = 0;
           }
-        }
-        else {
+        } else {
           // Per member, not per slot: a part's members are spread over the shard, and its slots' entries over megabytes.
           const timesMs = memberTimes.get(members.length).fill(Infinity, 0, members.length);
           const memberValues = memberValueScratch.get(members.length);
