@@ -22,7 +22,7 @@ import { retentionDayParts } from "../../src/query/kernels/retention-day-parts.j
 import { firstEventsFromPartsCounts } from "../../src/query/kernels/first-events.js";
 import { retentionCohorts } from "../../src/query/kernels/retention-cohorts.js";
 import { trendColumns, trendFromCountsOnly } from "../../src/query/kernels/trend-columns.js";
-import { dayPartsFit, keptPartCount, trendDayParts } from "../../src/query/kernels/trend-day-parts.js";
+import { dayPartsFit, keptPartCount, setDayPartsBudget, trendDayParts } from "../../src/query/kernels/trend-day-parts.js";
 import { dayParts } from "../../src/query/kernels/column-scan.js";
 import { previousPartsCounts } from "../../src/query/kernels/previous-parts.js";
 import { trendSeries, type TrendSeriesAnswer } from "../../src/query/kernels/trend-series.js";
@@ -87,6 +87,11 @@ function dataset(seed: number, activeShare = 0.3, userStride = 1): Dataset {
 
 function addDays(date: string, days: number): string {
   return new Date(Date.parse(`${date}T00:00:00Z`) + days * dayMs).toISOString().slice(0, 10);
+}
+
+/** A retention's gather over its periods: the cohort reference, then the returns'. */
+function retentionGather(startsMs: Float64Array, cohort: ReferencePlan, returns: ReferencePlan, breakdown: PropertyRead): GatherPlan {
+  return { fromMs: startsMs[0], toMsExclusive: startsMs[startsMs.length - 1], references: [cohort, returns], allEvents: false, breakdown, math: { kind: "none" } };
 }
 
 function randomFilters(random: Random): FilterPlan[] {
@@ -427,17 +432,7 @@ describe("the §7 retention fast path answers as the gathered rows do", () => {
       const startsMs = zonedRetentionBoundaries(dateFrom, dateTo, pick(random, [1, 1, 2, 3]), zoneClock(zone)).startsMs;
       const breakdown = random() < 0.7;
       const cohortEvent = integer(random, 3);
-      const gather: GatherPlan = {
-        fromMs: startsMs[0],
-        toMsExclusive: startsMs[startsMs.length - 1],
-        references: [
-          { eventId: cohortEvent, filters: randomFilters(random) },
-          { eventId: random() < 0.4 ? cohortEvent : integer(random, 3), filters: randomFilters(random) },
-        ],
-        allEvents: false,
-        breakdown: breakdown ? randomBreakdown(random) : { kind: "none" },
-        math: { kind: "none" },
-      };
+      const gather = retentionGather(startsMs, { eventId: cohortEvent, filters: randomFilters(random) }, { eventId: random() < 0.4 ? cohortEvent : integer(random, 3), filters: randomFilters(random) }, breakdown ? randomBreakdown(random) : { kind: "none" });
       const plan = { startsMs, breakdownLimit: breakdown ? pick(random, [1, 2, 3, 25]) : undefined };
       for (const [lo, hi] of pairs(shardBounds(random, data.userCount))) {
         const context = `seed ${seed} query ${query}: ${zone} ${dateFrom}…${dateTo}, limit ${plan.breakdownLimit}, users [${lo}, ${hi})`;
@@ -465,17 +460,7 @@ describe("a §7 retention whose retention event has no filters, from kept day pa
       const startsMs = zonedRetentionBoundaries(dateFrom, dateTo, pick(random, [1, 1, 2, 3]), zoneClock(zone)).startsMs;
       const breakdown = random() < 0.7;
       const cohortEvent = random() < 0.05 ? undefined : integer(random, 3);
-      const gather: GatherPlan = {
-        fromMs: startsMs[0],
-        toMsExclusive: startsMs[startsMs.length - 1],
-        references: [
-          { eventId: cohortEvent, filters: randomFilters(random) },
-          { eventId: random() < 0.4 ? cohortEvent : random() < 0.05 ? undefined : integer(random, 3), filters: [] },
-        ],
-        allEvents: false,
-        breakdown: breakdown ? randomBreakdown(random) : { kind: "none" },
-        math: { kind: "none" },
-      };
+      const gather = retentionGather(startsMs, { eventId: cohortEvent, filters: randomFilters(random) }, { eventId: random() < 0.4 ? cohortEvent : random() < 0.05 ? undefined : integer(random, 3), filters: [] }, breakdown ? randomBreakdown(random) : { kind: "none" });
       // Days cut at every local midnight (as the service plans it), or at the periods' starts alone.
       const dayStartsMs = random() < 0.6 ? zonedDayStarts(dateFrom, dateTo, zoneClock(zone), 3_660) : undefined;
       const plan = { startsMs, breakdownLimit: breakdown ? pick(random, [1, 2, 3, 25]) : undefined, dayStartsMs };
@@ -502,17 +487,7 @@ describe("a §7 retention whose retention event has no filters, from kept day pa
   it("answers undefined when the retention event has filters", () => {
     const data = dataset(7_001, 0);
     const startsMs = zonedRetentionBoundaries(data.firstDay, addDays(data.firstDay, 3), 1, zoneClock("America/New_York")).startsMs;
-    const gather: GatherPlan = {
-      fromMs: startsMs[0],
-      toMsExclusive: startsMs[startsMs.length - 1],
-      references: [
-        { eventId: 0, filters: [] },
-        { eventId: 1, filters: [{ keyId: keyFilter, op: "eq", value: "x" }] },
-      ],
-      allEvents: false,
-      breakdown: { kind: "none" },
-      math: { kind: "none" },
-    };
+    const gather = retentionGather(startsMs, { eventId: 0, filters: [] }, { eventId: 1, filters: [{ keyId: keyFilter, op: "eq", value: "x" }] }, { kind: "none" });
     const plan = { startsMs, breakdownLimit: undefined };
     expect(retentionDayParts(data.segments, gather, plan, 0, data.userCount)).toBeUndefined();
     expect(retentionDayParts(data.segments, { ...gather, references: [gather.references[0], { eventId: 1, filters: [] }] }, plan, 0, data.userCount)).toBeDefined();
@@ -532,17 +507,7 @@ describe("a §7 retention's cohorts from the kept parts' sets answer as the gath
       const startsMs = zonedRetentionBoundaries(dateFrom, dateTo, pick(random, [1, 1, 2, 3]), zoneClock(zone)).startsMs;
       const cohortEvent = integer(random, 3);
       const filters = random() < 0.1 ? [...randomFilters(random), { keyId: keyValue, op: "neq" as const, value: valueTexts[1] }] : randomFilters(random);
-      const gather: GatherPlan = {
-        fromMs: startsMs[0],
-        toMsExclusive: startsMs[startsMs.length - 1],
-        references: [
-          { eventId: cohortEvent, filters },
-          { eventId: random() < 0.5 ? cohortEvent : integer(random, 3), filters: [] },
-        ],
-        allEvents: false,
-        breakdown: random() < 0.8 ? randomBreakdown(random) : { kind: "none" },
-        math: { kind: "none" },
-      };
+      const gather = retentionGather(startsMs, { eventId: cohortEvent, filters }, { eventId: random() < 0.5 ? cohortEvent : integer(random, 3), filters: [] }, random() < 0.8 ? randomBreakdown(random) : { kind: "none" });
       const dayStartsMs = random() < 0.6 ? zonedDayStarts(dateFrom, dateTo, zoneClock(zone), 3_660) : undefined;
       const plan = { startsMs, breakdownLimit: gather.breakdown.kind === "key" ? pick(random, [1, 2, 3, 25]) : undefined, dayStartsMs };
       for (const [lo, hi] of pairs(random() < 0.3 ? [0, data.userCount] : shardBounds(random, data.userCount))) {
@@ -553,6 +518,38 @@ describe("a §7 retention's cohorts from the kept parts' sets answer as the gath
         expect(fast, context).toEqual(rows);
         expect(retentionDayParts(data.segments, gather, plan, lo, hi), `${context}, asked again`).toEqual(rows);
       }
+    }
+  });
+});
+
+describe("a §7 retention whose kept parts would not fit the budget", () => {
+  // Such parts would evict each other within one query, and every query would read them all again.
+  let refused = 0;
+  afterAll(() => expect(refused).toBeGreaterThan(20));
+  it.each(seeds.slice(0, 20).map((seed) => seed + 9_700))("reads rows instead, and answers the same (seed %i)", (seed) => {
+    const data = dataset(seed, 0);
+    const random = seededRandom(seed * 31);
+    const before = setDayPartsBudget(64);
+    try {
+      for (let query = 0; query < 6; query++) {
+        const { zone, dateFrom, dateTo } = randomRange(random, data);
+        const startsMs = zonedRetentionBoundaries(dateFrom, dateTo, pick(random, [1, 2, 3]), zoneClock(zone)).startsMs;
+        const cohortEvent = integer(random, 3);
+        const gather = retentionGather(startsMs, { eventId: cohortEvent, filters: randomFilters(random) }, { eventId: cohortEvent, filters: [] }, randomBreakdown(random));
+        const plan = { startsMs, breakdownLimit: 25, dayStartsMs: zonedDayStarts(dateFrom, dateTo, zoneClock(zone), 3_660) };
+        const context = `seed ${seed} query ${query}: ${zone} ${dateFrom}…${dateTo}`;
+        const answeredBefore = firstEventsFromPartsCounts.answered;
+        const fast = retentionDayParts(data.segments, gather, plan, 0, data.userCount);
+        if (fast !== undefined) expect(fast, context).toEqual(retentionCohorts(gatherEventRows(data.segments, gather, 0, data.userCount), plan));
+        // A filtered cohort reads a set per value and part of every day: refused when the range holds its rows.
+        const rows = gatherEventRows(data.segments, { ...gather, references: [{ eventId: cohortEvent, filters: [] }] }, 0, data.userCount).count;
+        if (rows > 0 && gather.references[0].filters.length > 0) {
+          expect(firstEventsFromPartsCounts.answered, context).toBe(answeredBefore);
+          refused++;
+        }
+      }
+    } finally {
+      setDayPartsBudget(before);
     }
   });
 });

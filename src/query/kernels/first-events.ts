@@ -10,7 +10,7 @@ import roaring from "roaring";
 import { compareValues, segmentReferences, valueInterner, type PropertyRead, type ReferencePlan, type SegmentReference } from "./event-rows.js";
 import { lowerBoundUser, sealedShardRows, type RowRange } from "./rows.js";
 import { ScratchFloat64, ScratchInt32, ScratchUint32 } from "./scratch.js";
-import { sealedUnits, type MergedBuckets, type SealedUnit } from "./trend-day-parts.js";
+import { keptPartsFit, sealedUnits, type MergedBuckets, type SealedUnit } from "./trend-day-parts.js";
 import type { SegmentView, ValueIdColumn } from "../segment-view.js";
 
 const { RoaringBitmap32 } = roaring;
@@ -59,12 +59,15 @@ const filterValuesMax = 256;
  * user's rows in a sealed segment are adjacent and in time order, so a
  * part's new users are found by one walk through its rows. Undefined when an
  * active segment holds rows of the event, the filters are more than one (a
- * set per value answers one), or its property has many texts.
+ * set per value answers one), its property has many texts, or the parts
+ * would not fit the kept parts' budget.
  */
 export function firstEventsFromParts(segments: readonly SegmentView[], reference: ReferencePlan, breakdownRead: PropertyRead, cut: PartCut, userLo: number, userHi: number): FirstEvents | undefined {
   const eventId = reference.eventId;
   if (eventId === undefined || reference.filters.length > 1) return undefined;
-  const units = sealedUnits(segments, eventId, reference.filters[0]?.keyId, filterValuesMax, cut.startsMs, cut.merged);
+  const keyId = reference.filters[0]?.keyId;
+  if (!keptPartsFit(segments, eventId, keyId, cut.startsMs)) return undefined;
+  const units = sealedUnits(segments, eventId, keyId, filterValuesMax, cut.startsMs, cut.merged);
   if (units === undefined) return undefined;
   const valueTexts = [""];
   const breakdown = breakdownRead.kind === "key" ? breakdownReader(breakdownRead.keyId, valueTexts) : undefined;

@@ -26,7 +26,7 @@ import { rankSeries } from "./series.js";
 import { cohortsAnswer, weekStartsOf } from "./retention-columns.js";
 import { firstEventsFromParts, type FirstEvents, type PartCut } from "./first-events.js";
 import { ScratchFloat64, ScratchInt32, ScratchUint32 } from "./scratch.js";
-import { sealedBucketUsers } from "./trend-day-parts.js";
+import { keptPartsFit, sealedBucketUsers } from "./trend-day-parts.js";
 import type { SegmentView } from "../segment-view.js";
 
 const { RoaringBitmap32 } = roaring;
@@ -45,7 +45,7 @@ export function retentionDayParts(segments: readonly SegmentView[], gather: Gath
   if (!retentionDayPartsApplies(gather)) return undefined;
   // Over mostly active rows (right after a load), the returns' sets are built from rows on every query, and the
   // cohort event read twice when it is the retention event: retention-columns.ts's one pass is faster then.
-  const cut = partCut(plan);
+  const cut = partCut(plan, segments, gather.references[1].eventId);
   const returning = sealedBucketUsers(segments, gather.references[1].eventId, cut.startsMs, userLo, userHi, cut.merged);
   if (returning === undefined) return undefined;
   try {
@@ -109,10 +109,11 @@ export function retentionDayParts(segments: readonly SegmentView[], gather: Gath
   }
 }
 
-/** Where days are cut into parts: at every local midnight when the plan lists them, each part in its period. */
-function partCut(plan: RetentionCohortsPlan): PartCut {
+/** Where days are cut into parts: at every local midnight when the plan lists them and their parts fit the kept parts' budget, each part in its period. */
+function partCut(plan: RetentionCohortsPlan, segments: readonly SegmentView[], returnEventId: number | undefined): PartCut {
   const days = plan.dayStartsMs;
-  if (days === undefined) return { startsMs: plan.startsMs, merged: undefined };
+  // Cut at local midnights, every day of a long range is parts to keep: past the budget, days whole in a period keep their stored sets.
+  if (days === undefined || !keptPartsFit(segments, returnEventId, undefined, days)) return { startsMs: plan.startsMs, merged: undefined };
   const periodCount = plan.startsMs.length - 1;
   assert(days[0] === plan.startsMs[0] && days[days.length - 1] === plan.startsMs[periodCount], "the local days span the periods");
   const of = new Int32Array(days.length - 1);

@@ -41,7 +41,14 @@ type Bitmap = InstanceType<typeof RoaringBitmap32>;
 const partsPerDayMax = 3;
 
 /** Per worker thread: the kept parts' bitmaps, least recently used dropped first. */
-const dayPartsBytesMax = 48 * 1024 * 1024;
+let dayPartsBytesMax = 48 * 1024 * 1024;
+
+/** Sets this thread's budget of kept parts (tests: a small one), and returns the one before. */
+export function setDayPartsBudget(bytes: number): number {
+  const before = dayPartsBytesMax;
+  dayPartsBytesMax = bytes;
+  return before;
+}
 /** A bitmap's bytes, roughly: two per member in array containers, plus its object. */
 const bitmapBytesPerMember = 2;
 const bitmapBytesFixed = 64;
@@ -252,6 +259,31 @@ export function sealedUnits(segments: readonly SegmentView[], eventId: number, k
     const stored = lowMs === 0 && highMs === dayMs ? segment.userBitmap(eventId) : undefined;
     return { segment, lowMs, highMs, bucket, users: stored ?? sealedPart(segment, eventId, lowMs, highMs, dayParts).users, values: undefined };
   });
+}
+
+/**
+ * Whether the parts of the event that a query over these buckets keeps (its
+ * users per part of a day not whole in a bucket; with keyId, per value of
+ * the property too, for every day) are estimated at most half the budget.
+ * More would evict each other within one query, and every query would read
+ * them all again; such a query is better answered another way (a day whole
+ * in a bucket, its stored set; the rows).
+ */
+export function keptPartsFit(segments: readonly SegmentView[], eventId: number | undefined, keyId: number | undefined, startsMs: Float64Array): boolean {
+  const planned = eventId === undefined ? undefined : plannedDays(segments, startsMs);
+  if (planned === undefined) return true;
+  let bytes = 0;
+  for (const { segment, parts } of planned) {
+    const rowStart = segment.eventRowStart;
+    if (rowStart === undefined || eventId! + 1 >= rowStart.length) continue;
+    const rows = rowStart[eventId! + 1] - rowStart[eventId!];
+    if (rows === 0) continue;
+    // A part's members are at most its rows: an upper bound, as the budget counts them.
+    // Read per value, a day's whole sets are kept too.
+    if (keyId !== undefined || parts.some(({ lowMs, highMs }) => lowMs !== 0 || highMs !== dayMs)) bytes += bitmapBytesPerMember * rows + bitmapBytesFixed * parts.length;
+    if (keyId !== undefined) bytes += bitmapBytesPerMember * rows + parts.length * (bitmapBytesFixed + Uint32Array.BYTES_PER_ELEMENT) * (segment.property(keyId)?.texts.length ?? 1);
+  }
+  return bytes <= dayPartsBytesMax / 2;
 }
 
 /**
