@@ -7,11 +7,11 @@
  */
 import { strict as assert } from "node:assert";
 import roaring from "roaring";
-import { compareValues, segmentReferences, valueInterner, type PropertyRead, type ReferencePlan, type SegmentReference } from "./event-rows.js";
+import { compareValues, propertyReader, segmentReferences, valueInterner, type PropertyRead, type PropertyReader, type ReferencePlan, type SegmentReference } from "./event-rows.js";
 import { lowerBoundUser, sealedShardRows, type RowRange } from "./rows.js";
 import { ScratchFloat64, ScratchInt32, ScratchUint32 } from "./scratch.js";
 import { keptPartsFit, sealedUnits, type MergedBuckets, type SealedUnit } from "./trend-day-parts.js";
-import type { SegmentView, ValueIdColumn } from "../segment-view.js";
+import type { SegmentView } from "../segment-view.js";
 
 const { RoaringBitmap32 } = roaring;
 type Bitmap = InstanceType<typeof RoaringBitmap32>;
@@ -70,9 +70,10 @@ export function firstEventsFromParts(segments: readonly SegmentView[], reference
   const units = sealedUnits(segments, eventId, keyId, filterValuesMax, cut.startsMs, cut.merged);
   if (units === undefined) return undefined;
   const valueTexts = [""];
-  const breakdown = breakdownRead.kind === "key" ? breakdownReader(breakdownRead.keyId, valueTexts) : undefined;
-  // Every text first, so that "none" (valueTexts.length) is known before any user is placed.
-  if (breakdown !== undefined) for (const unit of units) breakdown.of(unit.segment);
+  const globalId = valueInterner(valueTexts);
+  // Each segment's breakdown reader, every text first, so that "none" (valueTexts.length) is known before any user is placed.
+  const breakdown = breakdownRead.kind === "key" ? new Map<SegmentView, PropertyReader>() : undefined;
+  if (breakdown !== undefined) for (const { segment } of units) if (!breakdown.has(segment)) breakdown.set(segment, propertyReader(segment, breakdownRead, globalId));
   const slots = userHi - userLo;
   const periods = periodScratch.get(slots).subarray(0, slots).fill(-1);
   const values = valueScratch.get(slots).subarray(0, slots).fill(valueTexts.length);
@@ -111,7 +112,7 @@ export function firstEventsFromParts(segments: readonly SegmentView[], reference
           // Per member, not per slot: a part's members are spread over the shard, and its slots' entries over megabytes.
           const timesMs = memberTimes.get(members.length).fill(Infinity, 0, members.length);
           const memberValues = memberValueScratch.get(members.length);
-          for (let at = first; at < end; at++) firstRows(units[at], eventId, filterOf(units[at].segment), breakdown, members, userLo, userHi, timesMs, memberValues, valueTexts);
+          for (let at = first; at < end; at++) firstRows(units[at], eventId, filterOf(units[at].segment), breakdown.get(units[at].segment)!, members, userLo, userHi, timesMs, memberValues, valueTexts);
           let unfound = 0;
           for (let index = 0; index < members.length; index++) {
             unfound += timesMs[index] === Infinity ? 1 : 0;
@@ -156,43 +157,18 @@ function unitSets(unit: SealedUnit, filter: SegmentReference | null, sets: Bitma
   else if (passing.length > 1) sets.push(track(RoaringBitmap32.orMany(passing), owned));
 }
 
-/** The breakdown's per-segment reading: value ids, and task-wide ids of their texts (interned into valueTexts). */
-interface BreakdownReader {
-  of(segment: SegmentView): { valueIds: ValueIdColumn | undefined; globalIds: Int32Array };
-}
-
-function breakdownReader(keyId: number | undefined, valueTexts: string[]): BreakdownReader {
-  const globalId = valueInterner(valueTexts);
-  const bySegment = new Map<SegmentView, { valueIds: ValueIdColumn | undefined; globalIds: Int32Array }>();
-  const none = { valueIds: undefined, globalIds: new Int32Array(1) };
-  return {
-    of(segment) {
-      let reader = bySegment.get(segment);
-      if (reader !== undefined) return reader;
-      const column = keyId === undefined ? undefined : segment.property(keyId);
-      if (column === undefined) reader = none;
-      else {
-        const globalIds = new Int32Array(Math.max(1, column.texts.length));
-        for (let id = 1; id < column.texts.length; id++) globalIds[id] = globalId(column.texts[id]);
-        reader = { valueIds: column.valueIds, globalIds };
-      }
-      bySegment.set(segment, reader);
-      return reader;
-    },
-  };
-}
-
 /**
  * For each of `members` (ascending), its first row of the unit that passes
  * the filter, if earlier than timesMs[index] (ties to the least value, "not
- * set" first): its time and breakdown value, at the member's index. The unit's rows of the event
- * are sorted by user and time, so the members are found in one walk.
+ * set" first): its time and breakdown value, at the member's index. The
+ * unit's rows of the event are sorted by user and time, so the members are
+ * found in one walk.
  */
 function firstRows(
   unit: SealedUnit,
   eventId: number,
   filter: SegmentReference | null,
-  breakdown: BreakdownReader,
+  breakdown: PropertyReader,
   members: Uint32Array,
   userLo: number,
   userHi: number,
@@ -205,7 +181,7 @@ function firstRows(
   const { userIds, timeOffsetMs, dayStartMs } = segment;
   const passes = filter.passes.length === 0 ? undefined : filter.passes[0];
   const filterIds = filter.passes.length === 0 ? undefined : filter.valueIds[0];
-  const { valueIds, globalIds } = breakdown.of(segment);
+  const { valueIds, globalIds } = breakdown;
   sealedShardRows(segment.eventRowStart!, userIds, eventId, userLo, userHi, shardRows);
   const end = shardRows.end;
   let row = shardRows.start;

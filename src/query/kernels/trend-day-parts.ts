@@ -256,9 +256,14 @@ export function sealedUnits(segments: readonly SegmentView[], eventId: number, k
   if (keyId !== undefined && units.some(({ segment }) => (segment.property(keyId)?.texts.length ?? 0) > valuesMax)) return undefined;
   return units.map(({ segment, lowMs, highMs, bucket, dayParts }) => {
     if (keyId !== undefined) return { segment, lowMs, highMs, bucket, users: undefined, values: sealedPartValues(segment, eventId, keyId, lowMs, highMs, dayParts).users };
-    const stored = lowMs === 0 && highMs === dayMs ? segment.userBitmap(eventId) : undefined;
-    return { segment, lowMs, highMs, bucket, users: stored ?? sealedPart(segment, eventId, lowMs, highMs, dayParts).users, values: undefined };
+    return { segment, lowMs, highMs, bucket, users: sealedPartUsers(segment, eventId, lowMs, highMs, dayParts), values: undefined };
   });
+}
+
+/** The event's users in a part of a sealed day: the segment's stored set for a whole day, else the kept part's. */
+function sealedPartUsers(segment: SegmentView, eventId: number, lowMs: number, highMs: number, dayParts: readonly PartBounds[]): Bitmap {
+  const stored = lowMs === 0 && highMs === dayMs ? segment.userBitmap(eventId) : undefined;
+  return stored ?? sealedPart(segment, eventId, lowMs, highMs, dayParts).users;
 }
 
 /**
@@ -270,13 +275,14 @@ export function sealedUnits(segments: readonly SegmentView[], eventId: number, k
  * in a bucket, its stored set; the rows).
  */
 export function keptPartsFit(segments: readonly SegmentView[], eventId: number | undefined, keyId: number | undefined, startsMs: Float64Array): boolean {
-  const planned = eventId === undefined ? undefined : plannedDays(segments, startsMs);
+  if (eventId === undefined) return true;
+  const planned = plannedDays(segments, startsMs);
   if (planned === undefined) return true;
   let bytes = 0;
   for (const { segment, parts } of planned) {
     const rowStart = segment.eventRowStart;
-    if (rowStart === undefined || eventId! + 1 >= rowStart.length) continue;
-    const rows = rowStart[eventId! + 1] - rowStart[eventId!];
+    if (rowStart === undefined || eventId + 1 >= rowStart.length) continue;
+    const rows = rowStart[eventId + 1] - rowStart[eventId];
     if (rows === 0) continue;
     // A part's members are at most its rows: an upper bound, as the budget counts them.
     // Read per value, a day's whole sets are kept too.
@@ -654,10 +660,7 @@ interface IndexedSpans {
 /** Each bucket's users of the event from the index, when a bucket spans several parts (one part's set is counted as it is). */
 function wholeFromPreviousParts(planned: readonly PlannedDay[], units: readonly RangeUnit[], eventId: number, bucketCount: number, userHi: number): BucketValues | undefined {
   if (units.length <= bucketCount) return undefined;
-  const users = (unit: RangeUnit) => {
-    const stored = unit.lowMs === 0 && unit.highMs === dayMs ? unit.segment.userBitmap(eventId) : undefined;
-    return stored ?? sealedPart(unit.segment, eventId, unit.lowMs, unit.highMs, unit.dayParts).users;
-  };
+  const users = (unit: RangeUnit) => sealedPartUsers(unit.segment, eventId, unit.lowMs, unit.highMs, unit.dayParts);
   const spans = indexedSpans(planned, units, eventId, wholeKeyId, bucketCount, userHi, (unit) => ({ key: unit.key, users: [users(unit)], texts: noTexts }), () => true);
   if (spans === undefined) return undefined;
   const { index, first, last } = spans;
