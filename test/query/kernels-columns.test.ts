@@ -401,6 +401,36 @@ describe("an index of previous parts is not built for nothing", () => {
   });
 });
 
+describe("a dashboard's breakdowns by many properties keep their indexes", () => {
+  // A dashboard refreshes a dozen trends, each by its own property: four kept indexes were rebuilt on every refresh.
+  const propertyCount = 10;
+  const firstMs = Date.parse("2024-05-01T00:00:00Z");
+  const startsMs = zonedTrendBoundaries("2024-05-01", "2024-05-05", "day", zoneClock("Asia/Kolkata"), 10_000)!.startsMs;
+  const texts = ["", "a", "b", "c", "d"];
+  const segments = Array.from({ length: 7 }, (_, day) => {
+    const rowCount = 300;
+    return sealedSegment(`dashboard/${day}`, {
+      dayStartMs: firstMs + (day - 1) * dayMs,
+      eventIds: Uint32Array.from({ length: rowCount }, (_, row) => row % 2),
+      userIds: Uint32Array.from({ length: rowCount }, (_, row) => (row * 11 + day) % 120),
+      timeOffsetMs: Uint32Array.from({ length: rowCount }, (_, row) => (row * 3_600_017) % dayMs),
+      properties: Array.from({ length: propertyCount }, (_, keyId) => ({ keyId, valueIds: Uint32Array.from({ length: rowCount }, (_, row) => (row * (keyId + 3) + day) % texts.length), texts })),
+    }, { bitmaps: true, eventRowStartPadding: 0, valueIdWidth: 32 });
+  });
+
+  it("asked again in turn, every breakdown and event is answered by the index built the first time", () => {
+    const ask = (eventId: number, keyId: number) => {
+      const gather: GatherPlan = { fromMs: startsMs[0], toMsExclusive: startsMs[startsMs.length - 1], references: [{ eventId, filters: [] }], allEvents: false, breakdown: { kind: "key", keyId }, math: { kind: "none" } };
+      const plan = { startsMs, math: "unique" as TrendMath, breakdownLimit: 3 };
+      expectTrendClose(trendDayParts(segments, gather, plan, 0, 120)!, trendSeries(gatherEventRows(segments, gather, 0, 120), plan), `event ${eventId} by key ${keyId}`);
+    };
+    const built = previousPartsCounts.built;
+    for (let round = 0; round < 3; round++) for (let keyId = 0; keyId < propertyCount; keyId++) for (const eventId of [0, 1]) ask(eventId, keyId);
+    // Per event, one index per property and one of its users without breakdown (the ranks' whole).
+    expect(previousPartsCounts.built - built).toBe(2 * (propertyCount + 1));
+  });
+});
+
 describe("a §7 sum, average or extreme from value counts alone (the main thread's answer) is right, or declined", () => {
   it.each(seeds)("seed %i", (seed) => {
     // Every segment sealed: the only shape the query service asks this of.

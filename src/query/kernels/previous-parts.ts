@@ -23,8 +23,13 @@ import { ScratchInt32, ScratchUint32 } from "./scratch.js";
 const { RoaringBitmap32 } = roaring;
 type Bitmap = InstanceType<typeof RoaringBitmap32>;
 
-/** Indexes kept per worker thread, least recently used dropped first, and their bytes in all. */
-const indexesMax = 4;
+/**
+ * Indexes kept per worker thread, least recently used dropped first, and their
+ * bytes in all. The bytes are the bound; the count only keeps the lookup's
+ * walk short: a dashboard asks for a dozen (event, breakdown) pairs on each
+ * refresh, and with room for four every one of them was rebuilt every time.
+ */
+const indexesMax = 64;
 const indexBytesMax = 32 * 1024 * 1024;
 
 /** One unit's part: its users per value of the segment's column (index: the segment's value id, 0: not set). */
