@@ -14,7 +14,9 @@
  * when an exclusion (a, b) open since an earlier group sees one of its
  * events in a group that the chain neither covers (uses it as a step between
  * a and b) nor ends the exclusion in (e_b in the same group: not strictly
- * between), and, for strict, when a group passes without a step.
+ * between), and, for strict, when a group passes without a step. Ordered
+ * without exclusions or times to convert needs none of that: one walk over
+ * the groups (plainOrderedDepth) answers for every entry at once.
  *
  * Unordered: from each entry group T in range, the events in [T, T + window]
  * are matched to steps 1…k with at least one event at T (so the set's
@@ -194,6 +196,10 @@ function userOutcome(rows: EventRows, order: Uint32Array, start: number, end: nu
     return;
   }
 
+  if (plan.order === "ordered" && plan.exclusions.length === 0 && !plan.timeToConvert) {
+    outcomes.depths[outcome] = plainOrderedDepth(order, start, end, masks, timesMs, plan);
+    return;
+  }
   const user = userEvents(order, start, end, masks, timesMs);
   const times = new Float64Array(plan.stepCount).fill(Infinity);
   outcomes.depths[outcome] = plan.order === "unordered" ? unorderedDepth(user, plan, times) : orderedDepth(user, plan, times);
@@ -264,6 +270,65 @@ function strictDepth(order: Uint32Array, start: number, end: number, masks: Uint
     if (best === stepCount && !plan.timeToConvert) break;
   }
   return best;
+}
+
+/** plainOrderedDepth's latest entry per steps done, made once. */
+const latestEntries = new ScratchFloat64();
+
+/**
+ * Ordered, without exclusions or times to convert: one walk of the user's
+ * groups, where orderedDepth searches from every entry. A chain is then
+ * judged by its steps done and its entry alone, and of two chains with the
+ * same steps done the later entry is never worse (its window ends later), so
+ * the walk keeps, per steps done d, the latest entry of a chain with at least
+ * d steps (latest[d], nonincreasing in d). A group extends each such chain
+ * still inside its window by as many steps as its distinct events can take,
+ * and taking more now is never worse: a later group can take whatever the
+ * fewer would have left for it.
+ */
+function plainOrderedDepth(order: Uint32Array, start: number, end: number, masks: Uint32Array, timesMs: Float64Array, plan: FunnelChainsPlan): number {
+  const stepCount = plan.stepCount;
+  const latest = latestEntries.get(stepCount + 1).fill(-Infinity, 0, stepCount + 1);
+  let best = 0;
+  let user: UserEvents | undefined;
+  for (let index = start; index < end; ) {
+    const groupMs = timesMs[order[index]];
+    let groupEnd = index + 1;
+    while (groupEnd < end && timesMs[order[groupEnd]] === groupMs) groupEnd++;
+    const entryHere = groupMs >= plan.entryFromMs && groupMs < plan.entryToMsExclusive;
+    // Steps done from the most: each reads latest[done] before any smaller done writes above it, so a group is used once per chain.
+    const oldestEntryMs = groupMs - plan.windowMs;
+    if (groupEnd - index === 1) {
+      const mask = masks[order[index]];
+      for (let done = Math.min(best, stepCount - 1); done >= 1; done--) {
+        if ((mask & (1 << done)) !== 0 && latest[done] >= oldestEntryMs && latest[done] > latest[done + 1]) latest[done + 1] = latest[done];
+      }
+      if ((mask & 1) !== 0 && entryHere) latest[1] = groupMs;
+    } else {
+      user ??= userEvents(order, start, end, masks, timesMs);
+      const group = groupOf(user.groupStarts, index - start);
+      for (let done = Math.min(best, stepCount - 1); done >= 1; done--) {
+        if (latest[done] < oldestEntryMs) continue;
+        const reached = done + stepsInGroup(user, group, done, stepCount);
+        for (let step = done + 1; step <= reached; step++) if (latest[done] > latest[step]) latest[step] = latest[done];
+      }
+      if (entryHere) {
+        const reached = stepsInGroup(user, group, 0, stepCount);
+        for (let step = 1; step <= reached; step++) latest[step] = groupMs;
+      }
+    }
+    while (best < stepCount && latest[best + 1] !== -Infinity) best++;
+    if (best === stepCount) break;
+    index = groupEnd;
+  }
+  return best;
+}
+
+/** How many steps from `first` on the events of a group can take, each a distinct event. */
+function stepsInGroup(user: UserEvents, group: number, first: number, stepCount: number): number {
+  let count = 0;
+  while (first + count < stepCount && groupWays(user, group, first, count + 1, stepCount, 0, 0).size > 0) count++;
+  return count;
 }
 
 /** The group holding position `index`: the last group start at or before it. */
