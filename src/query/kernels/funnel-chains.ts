@@ -15,8 +15,9 @@
  * events in a group that the chain neither covers (uses it as a step between
  * a and b) nor ends the exclusion in (e_b in the same group: not strictly
  * between), and, for strict, when a group passes without a step. Ordered
- * without exclusions or times to convert needs none of that: one walk over
- * the groups (plainOrderedDepth) answers for every entry at once.
+ * funnels run those states in one walk over the groups for every entry at
+ * once (walkedDepth), and without exclusions a simpler walk
+ * (plainOrderedDepth); strict ones search from an entry near equal times.
  *
  * Unordered: from each entry group T in range, the events in [T, T + window]
  * are matched to steps 1…k with at least one event at T (so the set's
@@ -24,7 +25,7 @@
  */
 import type { FunnelOrder } from "../schemas.js";
 import { compareValues, rowsByUserAndTime, type EventRows } from "./event-rows.js";
-import { ScratchFloat64 } from "./scratch.js";
+import { ScratchFloat64, ScratchInt32 } from "./scratch.js";
 import { rankSeries, valueOf } from "./series.js";
 
 export interface FunnelChainsPlan {
@@ -196,13 +197,12 @@ function userOutcome(rows: EventRows, order: Uint32Array, start: number, end: nu
     return;
   }
 
-  if (plan.order === "ordered" && plan.exclusions.length === 0 && !plan.timeToConvert) {
-    outcomes.depths[outcome] = plainOrderedDepth(order, start, end, masks, timesMs, plan);
-    return;
+  const times = plan.timeToConvert ? new Float64Array(plan.stepCount).fill(Infinity) : discardedTimes.get(plan.stepCount);
+  if (plan.order === "ordered" && plan.exclusions.length === 0) outcomes.depths[outcome] = plainOrderedDepth(order, start, end, masks, timesMs, plan, times);
+  else {
+    const user = userEvents(order, start, end, masks, timesMs);
+    outcomes.depths[outcome] = plan.order === "unordered" ? unorderedDepth(user, plan, times) : walkedDepth(user, plan, times);
   }
-  const user = userEvents(order, start, end, masks, timesMs);
-  const times = new Float64Array(plan.stepCount).fill(Infinity);
-  outcomes.depths[outcome] = plan.order === "unordered" ? unorderedDepth(user, plan, times) : orderedDepth(user, plan, times);
   if (plan.timeToConvert) outcomes.times[outcome] = times;
 }
 
@@ -276,17 +276,18 @@ function strictDepth(order: Uint32Array, start: number, end: number, masks: Uint
 const latestEntries = new ScratchFloat64();
 
 /**
- * Ordered, without exclusions or times to convert: one walk of the user's
- * groups, where orderedDepth searches from every entry. A chain is then
- * judged by its steps done and its entry alone, and of two chains with the
- * same steps done the later entry is never worse (its window ends later), so
- * the walk keeps, per steps done d, the latest entry of a chain with at least
- * d steps (latest[d], nonincreasing in d). A group extends each such chain
+ * Ordered, without exclusions: one walk of the user's groups, not a search
+ * from every entry. A chain is then judged by its steps done and its entry
+ * alone, and of two chains with the same steps done the later entry is never
+ * worse (its window ends later, and a step it takes is nearer to it), so the
+ * walk keeps, per steps done d, the latest entry of a chain with at least d
+ * steps (latest[d], nonincreasing in d). A group extends each such chain
  * still inside its window by as many steps as its distinct events can take,
  * and taking more now is never worse: a later group can take whatever the
- * fewer would have left for it.
+ * fewer would have left for it. times[k]: the least time from an entry to a
+ * step k + 1 that a chain took, lowered in place.
  */
-function plainOrderedDepth(order: Uint32Array, start: number, end: number, masks: Uint32Array, timesMs: Float64Array, plan: FunnelChainsPlan): number {
+function plainOrderedDepth(order: Uint32Array, start: number, end: number, masks: Uint32Array, timesMs: Float64Array, plan: FunnelChainsPlan, times: Float64Array): number {
   const stepCount = plan.stepCount;
   const latest = latestEntries.get(stepCount + 1).fill(-Infinity, 0, stepCount + 1);
   let best = 0;
@@ -301,24 +302,36 @@ function plainOrderedDepth(order: Uint32Array, start: number, end: number, masks
     if (groupEnd - index === 1) {
       const mask = masks[order[index]];
       for (let done = Math.min(best, stepCount - 1); done >= 1; done--) {
-        if ((mask & (1 << done)) !== 0 && latest[done] >= oldestEntryMs && latest[done] > latest[done + 1]) latest[done + 1] = latest[done];
+        if ((mask & (1 << done)) === 0 || latest[done] < oldestEntryMs) continue;
+        if (latest[done] > latest[done + 1]) latest[done + 1] = latest[done];
+        if (groupMs - latest[done] < times[done]) times[done] = groupMs - latest[done];
       }
-      if ((mask & 1) !== 0 && entryHere) latest[1] = groupMs;
+      if ((mask & 1) !== 0 && entryHere) {
+        latest[1] = groupMs;
+        times[0] = 0;
+      }
     } else {
       user ??= userEvents(order, start, end, masks, timesMs);
       const group = groupOf(user.groupStarts, index - start);
       for (let done = Math.min(best, stepCount - 1); done >= 1; done--) {
         if (latest[done] < oldestEntryMs) continue;
         const reached = done + stepsInGroup(user, group, done, stepCount);
-        for (let step = done + 1; step <= reached; step++) if (latest[done] > latest[step]) latest[step] = latest[done];
+        for (let step = done + 1; step <= reached; step++) {
+          if (latest[done] > latest[step]) latest[step] = latest[done];
+          if (groupMs - latest[done] < times[step - 1]) times[step - 1] = groupMs - latest[done];
+        }
       }
       if (entryHere) {
         const reached = stepsInGroup(user, group, 0, stepCount);
-        for (let step = 1; step <= reached; step++) latest[step] = groupMs;
+        for (let step = 1; step <= reached; step++) {
+          latest[step] = groupMs;
+          times[step - 1] = 0;
+        }
       }
     }
     while (best < stepCount && latest[best + 1] !== -Infinity) best++;
-    if (best === stepCount) break;
+    // With times to convert, a later chain may be shorter.
+    if (best === stepCount && !plan.timeToConvert) break;
     index = groupEnd;
   }
   return best;
@@ -412,17 +425,133 @@ function coverageWays(coverage: number): ReadonlySet<number> {
   return (singleWays[coverage] ??= new Set([coverage]));
 }
 
-function orderedDepth(user: UserEvents, plan: FunnelChainsPlan, times: Float64Array): number {
+/**
+ * walkedDepth's states: the latest entry per state, before and after a group,
+ * and the states that hold one, so a group reads the few live states rather
+ * than all (steps + 1)² of them.
+ */
+class WalkStates {
+  latest = new Float64Array(0);
+  next = new Float64Array(0);
+  live = new Int32Array(0);
+  liveCount = 0;
+  nextLive = new Int32Array(0);
+  nextLiveCount = 0;
+
+  reset(stateCount: number): void {
+    if (this.latest.length < stateCount) {
+      this.latest = new Float64Array(stateCount);
+      this.next = new Float64Array(stateCount);
+      this.live = new Int32Array(stateCount);
+      this.nextLive = new Int32Array(stateCount);
+    }
+    this.latest.fill(-Infinity, 0, stateCount);
+    this.next.fill(-Infinity, 0, stateCount);
+    this.liveCount = 0;
+    this.nextLiveCount = 0;
+  }
+
+  /** Keeps `entryMs` for `state` after the group when later than what it holds. */
+  reach(state: number, entryMs: number): void {
+    const held = this.next[state];
+    if (held === -Infinity) this.nextLive[this.nextLiveCount++] = state;
+    if (entryMs > held) this.next[state] = entryMs;
+  }
+
+  /** The group is done: its states become the ones before the next group. */
+  advance(): void {
+    for (let index = 0; index < this.liveCount; index++) this.latest[this.live[index]] = -Infinity;
+    [this.latest, this.next] = [this.next, this.latest];
+    [this.live, this.nextLive] = [this.nextLive, this.live];
+    this.liveCount = this.nextLiveCount;
+    this.nextLiveCount = 0;
+  }
+}
+
+const walkStates = new WalkStates();
+
+/**
+ * The deepest valid chain of any entry, in one walk of the user's groups:
+ * chainDepthFrom's states (steps done, cap), each holding the latest entry of
+ * the chains in it. What a state may still reach depends on the state and
+ * the groups to come alone, and a later entry's window ends later, so the
+ * latest entry answers for all of the state's chains, and gives the least
+ * time to each step it takes (times, lowered in place).
+ */
+function walkedDepth(user: UserEvents, plan: FunnelChainsPlan, times: Float64Array): number {
+  const stepCount = plan.stepCount;
+  const width = stepCount + 1;
+  const states = walkStates;
+  states.reset(width * width);
   const groupCount = user.groupStarts.length - 1;
   let best = 0;
-  for (let entryGroup = 0; entryGroup < groupCount; entryGroup++) {
-    const entryMs = groupTimeMs(user, entryGroup);
-    if (entryMs < plan.entryFromMs) continue;
-    if (entryMs >= plan.entryToMsExclusive) break;
-    best = Math.max(best, chainDepthFrom(user, plan, entryGroup, times));
-    if (best === plan.stepCount && !plan.timeToConvert) break;
+  for (let group = 0; group < groupCount; group++) {
+    const groupMs = groupTimeMs(user, group);
+    const oldestEntryMs = groupMs - plan.windowMs;
+    for (let index = 0; index < states.liveCount; index++) {
+      const state = states.live[index];
+      const entryMs = states.latest[state];
+      if (entryMs < oldestEntryMs) continue;
+      best = Math.max(best, walkGroup(user, plan, group, Math.floor(state / width), state % width, entryMs, states, times));
+    }
+    if (groupMs >= plan.entryFromMs && groupMs < plan.entryToMsExclusive) best = Math.max(best, walkGroup(user, plan, group, 0, stepCount, groupMs, states, times));
+    if (best === stepCount && !plan.timeToConvert) break;
+    states.advance();
   }
-  if (!plan.timeToConvert) times.fill(Infinity);
+  return best;
+}
+
+/**
+ * chainDepthFrom's step over one group from state (done, cap), for walkedDepth
+ * (done 0: the chains entering here): the states it leads to keep `entryMs`
+ * (the latest kept); returns the most steps done on the way.
+ */
+function walkGroup(user: UserEvents, plan: FunnelChainsPlan, group: number, done: number, cap: number, entryMs: number, states: WalkStates, times: Float64Array): number {
+  const stepCount = plan.stepCount;
+  const entry = done === 0;
+  const groupMs = groupTimeMs(user, group);
+  const exclusionCount = plan.exclusions.length;
+  let best = 0;
+  let open = 0;
+  for (let exclusion = 0; exclusion < exclusionCount; exclusion++) {
+    const { fromStep, toStep } = plan.exclusions[exclusion];
+    if (fromStep <= done && done < toStep) open |= 1 << exclusion;
+  }
+  const start = user.groupStarts[group];
+  if (user.groupStarts[group + 1] - start === 1) {
+    // One event (the common case): it takes step `done`, or no step, and then an open exclusion it is an event of lowers the cap.
+    const mask = user.masks[user.rows[start]];
+    if (!entry) {
+      let nextCap = cap;
+      for (let exclusion = 0; exclusion < exclusionCount; exclusion++) {
+        if ((open & (1 << exclusion)) !== 0 && (mask & (1 << (stepCount + exclusion))) !== 0) nextCap = Math.min(nextCap, plan.exclusions[exclusion].toStep - 1);
+      }
+      best = done;
+      if (done < nextCap) states.reach(done * (stepCount + 1) + nextCap, entryMs);
+    }
+    if (done < cap && (mask & (1 << done)) !== 0) {
+      best = done + 1;
+      if (groupMs - entryMs < times[done]) times[done] = groupMs - entryMs;
+      if (done + 1 < cap) states.reach((done + 1) * (stepCount + 1) + cap, entryMs);
+    }
+    return best;
+  }
+  for (let count = entry ? 1 : 0; done + count <= cap; count++) {
+    let wanted = 0;
+    for (let exclusion = 0; exclusion < exclusionCount; exclusion++) if ((open & (1 << exclusion)) !== 0 && plan.exclusions[exclusion].toStep > done + count) wanted |= 1 << exclusion;
+    const ways = groupWays(user, group, done, count, stepCount, exclusionCount, wanted);
+    if (ways.size === 0) break;
+    const reached = done + count;
+    if (reached > best) best = reached;
+    for (let step = done; step < reached; step++) if (groupMs - entryMs < times[step]) times[step] = groupMs - entryMs;
+    for (const coverage of ways) {
+      let nextCap = cap;
+      for (let exclusion = 0; exclusion < exclusionCount; exclusion++) {
+        if ((wanted & (1 << exclusion)) !== 0 && (coverage & (1 << exclusion)) === 0) nextCap = Math.min(nextCap, plan.exclusions[exclusion].toStep - 1);
+      }
+      if (reached < nextCap) states.reach(reached * (stepCount + 1) + nextCap, entryMs);
+    }
+  }
   return best;
 }
 
@@ -518,7 +647,63 @@ function unorderedFeasible(user: UserEvents, entryGroup: number, lastGroup: numb
   return false;
 }
 
+/** disjointUnorderedDepth's per step: events in the window, and the position of the earliest at or after the entry. */
+const stepsInWindow = new ScratchInt32();
+const earliestOfStep = new ScratchInt32();
+
+/**
+ * Unordered, when each of the user's events matches one step at most (step
+ * events of different names, filters that do not overlap): the k steps have
+ * a set from entry group T exactly when steps 0…k-1 each have an event in
+ * T's window and one of those steps an event at T, so a sliding window of
+ * counts per step answers, with no matching. Its shortest span for k is
+ * that of the earliest event of each step from T on. Undefined when an event
+ * matches two steps.
+ */
+function disjointUnorderedDepth(user: UserEvents, plan: FunnelChainsPlan, times: Float64Array): number | undefined {
+  const stepCount = plan.stepCount;
+  const { rows, masks, groupStarts } = user;
+  for (let index = 0; index < rows.length; index++) {
+    const mask = masks[rows[index]];
+    if (mask === 0 || (mask & (mask - 1)) !== 0) return undefined;
+  }
+  const groupCount = groupStarts.length - 1;
+  const inWindow = stepsInWindow.get(stepCount).fill(0, 0, stepCount);
+  const earliest = earliestOfStep.get(stepCount).fill(0, 0, stepCount);
+  let windowEnd = 0;
+  let best = 0;
+  for (let entryGroup = 0; entryGroup < groupCount; entryGroup++) {
+    const entryMs = groupTimeMs(user, entryGroup);
+    if (entryMs >= plan.entryToMsExclusive) break;
+    if (entryGroup > 0) for (let index = groupStarts[entryGroup - 1]; index < groupStarts[entryGroup]; index++) inWindow[31 - Math.clz32(masks[rows[index]])]--;
+    for (; windowEnd < groupCount && groupTimeMs(user, windowEnd) - entryMs <= plan.windowMs; windowEnd++) {
+      for (let index = groupStarts[windowEnd]; index < groupStarts[windowEnd + 1]; index++) inWindow[31 - Math.clz32(masks[rows[index]])]++;
+    }
+    if (entryMs < plan.entryFromMs) continue;
+    let atEntry = 0;
+    for (let index = groupStarts[entryGroup]; index < groupStarts[entryGroup + 1]; index++) atEntry |= masks[rows[index]];
+    let present = 0;
+    while (present < stepCount && inWindow[present] > 0) present++;
+    // Feasible k: lowest < k ≤ present, where `lowest` is the least step with an event at the entry.
+    const lowest = 31 - Math.clz32(atEntry & -atEntry);
+    if (atEntry === 0 || lowest >= present) continue;
+    if (present > best) best = present;
+    if (!plan.timeToConvert) continue;
+    let spanMs = 0;
+    for (let step = 0; step < present; step++) {
+      let at = Math.max(earliest[step], groupStarts[entryGroup]);
+      while ((masks[rows[at]] & (1 << step)) === 0) at++;
+      earliest[step] = at;
+      spanMs = Math.max(spanMs, user.timesMs[rows[at]] - entryMs);
+      if (step >= lowest && spanMs < times[step]) times[step] = spanMs;
+    }
+  }
+  return best;
+}
+
 function unorderedDepth(user: UserEvents, plan: FunnelChainsPlan, times: Float64Array): number {
+  const disjoint = disjointUnorderedDepth(user, plan, times);
+  if (disjoint !== undefined) return disjoint;
   const groupCount = user.groupStarts.length - 1;
   let best = 0;
   for (let entryGroup = 0; entryGroup < groupCount; entryGroup++) {
