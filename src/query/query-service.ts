@@ -17,7 +17,8 @@ import type { GatherPlan, PropertyRead, ReferencePlan } from "./kernels/event-ro
 import type { FunnelChainsAnswer, FunnelChainsPlan, StepCounts } from "./kernels/funnel-chains.js";
 import type { ListingPlan } from "./kernels/workspace-listing.js";
 import type { CohortCounts, RetentionCohortsAnswer } from "./kernels/retention-cohorts.js";
-import type { BucketValues, TrendSeriesAnswer } from "./kernels/trend-series.js";
+import type { BucketValues, TrendSeriesAnswer, TrendSeriesPlan } from "./kernels/trend-series.js";
+import type { Snapshot } from "../storage/snapshot.js";
 import type { TrendMath as CountMath } from "./kernels/trend.js";
 import { retentionCountsByPair } from "./kernels/retention.js";
 import { lowerBoundUser, sealedEventRowCount } from "./kernels/rows.js";
@@ -324,7 +325,15 @@ export class QueryService {
    * shards' answers merge (rows-shards.ts), else in one task.
    */
   private async runRows(workspace: WorkspaceStore | undefined, gather: GatherPlan, answer: RowsAnswerPlan, keyIds: Set<number>): Promise<RowsAnswer> {
-    const { segments, rowCount } = workspace === undefined ? { segments: [], rowCount: 0 } : await this.store.snapshot(workspace.id, gather.fromMs, gather.toMsExclusive, [...keyIds]);
+    return this.runRowsOn(await this.rowsSnapshot(workspace, gather, keyIds), workspace, gather, answer);
+  }
+
+  private async rowsSnapshot(workspace: WorkspaceStore | undefined, gather: GatherPlan, keyIds: Set<number>): Promise<Snapshot> {
+    return workspace === undefined ? { segments: [], rowCount: 0 } : await this.store.snapshot(workspace.id, gather.fromMs, gather.toMsExclusive, [...keyIds]);
+  }
+
+  /** A rows query over the segments of one snapshot. */
+  private async runRowsOn({ segments, rowCount }: Snapshot, workspace: WorkspaceStore | undefined, gather: GatherPlan, answer: RowsAnswerPlan): Promise<RowsAnswer> {
     const userCount = workspace?.userCount ?? 0;
     const run = async (plan: RowsAnswerPlan, userLo: number, userHi: number): Promise<RowsAnswer> => {
       const result = await this.pool.query({ kind: "query", query: { kind: "rows", gather: { ...gather, userCount }, answer: plan }, segments, userLo, userHi });
@@ -370,9 +379,29 @@ export class QueryService {
       breakdown: resolver.property(request.breakdown?.property),
       math: resolver.property(request.mathProperty),
     };
-    const rows = await this.runRows(workspace, gather, { kind: "trend", plan: { startsMs, math: request.math, breakdownLimit: request.breakdown?.limit } }, resolver.keyIds);
+    const plan: TrendSeriesPlan = { startsMs, math: request.math, breakdownLimit: request.breakdown?.limit };
+    if (plan.math === "avg_per_user" && plan.breakdownLimit === undefined) return { ok: true, body: trendRowsBody(request, labels, await this.eventsPerUser(workspace, gather, plan, resolver.keyIds)) };
+    const rows = await this.runRows(workspace, gather, { kind: "trend", plan }, resolver.keyIds);
     if (rows.kind !== "trend") throw new Error("unreachable");
     return { ok: true, body: trendRowsBody(request, labels, rows.answer) };
+  }
+
+  /**
+   * avg_per_user without breakdown: events and distinct users per bucket over
+   * one snapshot, divided (0 where no user). Each of the two is a trend the
+   * workers answer in shards and from their fast paths; the average itself
+   * does not merge across shards and ran in one task over every row.
+   */
+  private async eventsPerUser(workspace: WorkspaceStore | undefined, gather: GatherPlan, plan: TrendSeriesPlan, keyIds: Set<number>): Promise<TrendSeriesAnswer> {
+    const snapshot = await this.rowsSnapshot(workspace, gather, keyIds);
+    const [events, users] = await Promise.all(
+      (["total", "unique"] as const).map(async (math) => {
+        const rows = await this.runRowsOn(snapshot, workspace, gather, { kind: "trend", plan: { ...plan, math } });
+        if (rows.kind !== "trend") throw new Error("unreachable");
+        return rows.answer.values as number[];
+      }),
+    );
+    return { values: events.map((count, bucket) => (users[bucket] === 0 ? 0 : count / users[bucket])), series: undefined, other: undefined };
   }
 
   private async rowsFunnel(workspaceId: string, request: FunnelRequest): Promise<ServiceReply> {
