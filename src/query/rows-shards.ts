@@ -7,11 +7,12 @@
  *
  * Not every answer merges: a unique trend's "other" counts users across
  * several values (a user with two left-out values counts once), an average
- * needs its counts, a median its values. `shardable` says which plans merge;
+ * needs its counts. A funnel's medians of times to convert merge from each
+ * shard's times, which its plan asks it to keep. `shardable` says which plans merge;
  * a unique trend whose merged values exceed the limit answers undefined, and
  * the caller runs it again in one task.
  */
-import type { FunnelChainsAnswer, FunnelChainsPlan, StepCounts } from "./kernels/funnel-chains.js";
+import { timesToConvert, type FunnelChainsAnswer, type StepCounts } from "./kernels/funnel-chains.js";
 import type { CohortCounts, RetentionCohortsAnswer } from "./kernels/retention-cohorts.js";
 import type { BucketValues, TrendSeriesAnswer } from "./kernels/trend-series.js";
 import type { RowsAnswer, RowsAnswerPlan } from "./query-protocol.js";
@@ -25,7 +26,7 @@ export function shardable(plan: RowsAnswerPlan): boolean {
     case "trend":
       return plan.plan.math === "total" || plan.plan.math === "unique" || plan.plan.math === "sum" || plan.plan.math === "min" || plan.plan.math === "max";
     case "funnel":
-      return !(plan.plan as FunnelChainsPlan).timeToConvert;
+      return true;
     case "retention":
       return true;
   }
@@ -33,8 +34,9 @@ export function shardable(plan: RowsAnswerPlan): boolean {
 
 /** The plan each shard runs: every value listed. */
 export function shardPlan(plan: RowsAnswerPlan): RowsAnswerPlan {
-  if (plan.plan.breakdownLimit === undefined) return plan;
-  return { ...plan, plan: { ...plan.plan, breakdownLimit: everyValue } } as RowsAnswerPlan;
+  const keepTimes = plan.kind === "funnel" && plan.plan.timeToConvert;
+  if (plan.plan.breakdownLimit === undefined && !keepTimes) return plan;
+  return { ...plan, plan: { ...plan.plan, ...(plan.plan.breakdownLimit === undefined ? {} : { breakdownLimit: everyValue }), ...(keepTimes ? { keepTimes } : {}) } } as RowsAnswerPlan;
 }
 
 type Value = string | null;
@@ -126,24 +128,36 @@ function mergeTrend(math: string, limit: number | undefined, shards: readonly Tr
 }
 
 function addSteps(into: StepCounts, from: StepCounts): void {
-  for (let step = 0; step < into.counts.length; step++) into.counts[step] += from.counts[step];
+  for (let step = 0; step < into.counts.length; step++) {
+    into.counts[step] += from.counts[step];
+    if (into.times !== undefined) for (const time of from.times![step]) into.times[step].push(time);
+  }
 }
 
 function copySteps(steps: StepCounts): StepCounts {
-  return { counts: [...steps.counts], medians: undefined, averages: undefined };
+  return { counts: [...steps.counts], medians: undefined, averages: undefined, times: steps.times?.map((times) => [...times]) };
+}
+
+/** The merged times' medians and means, in place of the times. */
+function withTimesToConvert({ counts, times }: StepCounts): StepCounts {
+  return times === undefined ? { counts, medians: undefined, averages: undefined } : { counts, ...timesToConvert(times) };
 }
 
 function mergeFunnel(limit: number | undefined, shards: readonly FunnelChainsAnswer[]): FunnelChainsAnswer {
   const all = copySteps(shards[0].all);
   for (const shard of shards.slice(1)) addSteps(all, shard.all);
-  if (limit === undefined) return { all, series: undefined, other: undefined };
+  if (limit === undefined) return { all: withTimesToConvert(all), series: undefined, other: undefined };
   const merged = mergeSeries(
     shards.map((shard) => shard.series!.map((one) => ({ value: one.value, weight: one.steps.counts[0], item: one.steps }))),
     limit,
     copySteps,
     addSteps,
   );
-  return { all, series: merged.listed.map(([value, steps]) => ({ value, steps })), other: merged.other };
+  return {
+    all: withTimesToConvert(all),
+    series: merged.listed.map(([value, steps]) => ({ value, steps: withTimesToConvert(steps) })),
+    other: merged.other === undefined ? undefined : withTimesToConvert(merged.other),
+  };
 }
 
 function addCohorts(into: CohortCounts, from: CohortCounts): void {

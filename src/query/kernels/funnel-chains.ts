@@ -38,6 +38,8 @@ export interface FunnelChainsPlan {
   windowMs: number;
   timeToConvert: boolean;
   breakdownLimit: number | undefined;
+  /** A shard's plan: its answer keeps each user's times to convert (StepCounts.times), for the merged medians. */
+  keepTimes?: boolean;
 }
 
 export interface StepCounts {
@@ -45,6 +47,8 @@ export interface StepCounts {
   /** Per step from the second: median and mean time to convert (null: no user). */
   medians: Array<number | null> | undefined;
   averages: Array<number | null> | undefined;
+  /** With keepTimes: per step, each user's time to convert (step 0's is empty). */
+  times?: number[][];
 }
 
 export interface FunnelChainsAnswer {
@@ -121,7 +125,8 @@ export function summariseOutcomes(outcomes: Outcomes, valueTexts: readonly strin
       if (userTimes === undefined || !inGroup(breakdown ? outcomes.values[outcome] : 0)) continue;
       for (let step = 1; step < stepCount; step++) if (userTimes[step] !== Infinity) times[step].push(userTimes[step]);
     }
-    return { counts, ...timesToConvert(times) };
+    // A shard's medians would be dropped: the merged ones come from its times.
+    return plan.keepTimes ? { counts, medians: undefined, averages: undefined, times } : { counts, ...timesToConvert(times) };
   };
 
   const all = summarise(() => true);
@@ -150,7 +155,8 @@ export function timesToConvert(times: number[][]): { medians: Array<number | nul
   const medians: Array<number | null> = [];
   const averages: Array<number | null> = [];
   for (let step = 1; step < times.length; step++) {
-    const values = times[step].sort((left, right) => left - right);
+    // A typed array sorts numerically without a comparator call per pair.
+    const values = Float64Array.from(times[step]).sort();
     if (values.length === 0) {
       medians.push(null);
       averages.push(null);
