@@ -60,6 +60,8 @@ interface Options {
   keepData: boolean;
   cpuProfileDirectory: string | undefined;
   out: string;
+  /** Rounds of the dashboard after (b); 0: none. */
+  dashboardRounds: number;
 }
 
 function parseOptions(argv: string[]): Options {
@@ -80,6 +82,7 @@ function parseOptions(argv: string[]): Options {
       only: { type: "string", default: "" },
       "keep-data": { type: "boolean", default: false },
       "server-cpu-prof": { type: "string" },
+      "dashboard-rounds": { type: "string", default: "5" },
       out: { type: "string", default: "bench/results/query-random-arrival-latest.json" },
       help: { type: "boolean", default: false },
     },
@@ -88,7 +91,7 @@ function parseOptions(argv: string[]): Options {
     process.stdout.write(
       "npm run bench:query -- random-arrival [--events 10000000] [--users 1000000] [--days 90] [--seed 1] [--runs 7] [--warmup 1]\n" +
         "  [--inflight 4] [--second-load-rate 100000] [--settle-timeout 300] [--reference-max-events 200000] [--only trend-unique,…]\n" +
-        "  [--keep-data] [--server-cpu-prof DIRECTORY] [--out bench/results/query-random-arrival-latest.json]\n",
+        "  [--keep-data] [--server-cpu-prof DIRECTORY] [--dashboard-rounds 5] [--out bench/results/query-random-arrival-latest.json]\n",
     );
     process.exit(0);
   }
@@ -113,6 +116,7 @@ function parseOptions(argv: string[]): Options {
     keepData: values["keep-data"],
     cpuProfileDirectory: values["server-cpu-prof"] === undefined ? undefined : resolve(values["server-cpu-prof"]),
     out: resolve(values.out),
+    dashboardRounds: integer("dashboard-rounds", values["dashboard-rounds"], 0),
   };
 }
 
@@ -199,6 +203,54 @@ function specs(dataset: Dataset): Spec[] {
       varies: true,
       baseline: "retention-13w",
     },
+  ];
+}
+
+/**
+ * A dashboard on the settled data: widgets a product team keeps on one page
+ * (trends by several properties and zones, a filtered breakdown, funnels of
+ * each order, with an exclusion, times to convert, retentions), asked in
+ * turn as a page refresh does. Each widget alone is a question the worker
+ * caches may answer; in turn, they compete for those caches, a shape the
+ * questions above, each asked eight times running, never show.
+ */
+interface Widget {
+  name: string;
+  /** Round r's question; retention moves its dateFrom so its 60 s answer cache never answers. */
+  request: (round: number) => { kind: "trend" | "funnel" | "retention"; body: Record<string, unknown> };
+  varies: boolean;
+}
+
+function dashboardWidgets(dataset: Dataset): Widget[] {
+  const dateFrom = dataset.options.startDate;
+  const dateTo = addDays(dateFrom, dataset.options.dayCount - 1);
+  const range = { dateFrom, dateTo };
+  const funnel5 = ["$pageview", "signup", "activate", "add_to_cart", "purchase"];
+  const trend = (name: string, body: Record<string, unknown>): Widget => ({ name, request: () => ({ kind: "trend", body: { ...range, groupBy: "day", math: "unique", ...body } }), varies: false });
+  const funnel = (name: string, body: Record<string, unknown>): Widget => ({ name, request: () => ({ kind: "funnel", body: { ...range, steps: funnel5, conversionWindow: 86_400, ...body } }), varies: false });
+  const retention = (name: string, body: Record<string, unknown>): Widget => ({
+    name,
+    request: (round) => ({ kind: "retention", body: { dateFrom: addDays(dateFrom, round), dateTo: addDays(dateFrom, round + 13 * 7 - 1), windowDays: 7, retentionEvent: "$pageview", ...body } }),
+    varies: true,
+  });
+  return [
+    trend("page views, users by day", { event: "$pageview" }),
+    trend("autocapture, users by day", { event: "$autocapture" }),
+    trend("searches by day", { event: "search", math: "total" }),
+    trend("page views by country", { event: "$pageview", breakdown: "country" }),
+    trend("page views by browser, New York", { event: "$pageview", breakdown: "browser", timezone: "America/New_York" }),
+    trend("page views by os, Kolkata", { event: "$pageview", breakdown: "$os", timezone: "Asia/Kolkata" }),
+    trend("page views by path", { event: "$pageview", breakdown: "path" }),
+    trend("signups by plan, by week", { event: "signup", breakdown: "plan", groupBy: "week" }),
+    trend("autocapture by os, US only", { event: "$autocapture", breakdown: "$os", filters: [{ property: "country", op: "eq", value: "US" }] }),
+    trend("page views per user", { event: "$pageview", math: "avg_per_user" }),
+    trend("cart value by week", { event: "add_to_cart", math: "sum", mathProperty: "price", groupBy: "week" }),
+    funnel("funnel, 3 steps by country", { steps: funnel5.slice(0, 3), breakdown: "country" }),
+    funnel("funnel, 5 steps, an exclusion", { exclusions: [{ event: "$pageleave", fromStep: 1, toStep: 3 }] }),
+    funnel("funnel, 5 steps unordered", { order: "unordered" }),
+    funnel("funnel, 5 steps, time to convert", { timeToConvert: true }),
+    retention("retention of signups by country, New York", { cohortEvent: "signup", breakdown: "country", timezone: "America/New_York" }),
+    retention("retention, Chrome cohort", { cohortEvent: { event: "$pageview", filters: [{ property: "browser", op: "eq", value: "Chrome" }] } }),
   ];
 }
 
@@ -485,6 +537,28 @@ export async function runRandomArrival(argv: string[], repositoryRoot: string): 
   phases.push({ key: "b", title: "after merges settle", loadAverage: loadavg()[0] });
   await timeEventide("b", compare("b"));
 
+  // The dashboard, on the same settled data: every widget once per round, rounds one after another.
+  const widgets = options.dashboardRounds > 0 ? dashboardWidgets(dataset) : [];
+  const dashboard = widgets.map((widget) => ({ name: widget.name, varies: widget.varies, roundsMs: [] as number[], stable: true, error: undefined as string | undefined }));
+  if (widgets.length > 0) say(`(b) dashboard: ${widgets.length} widgets in turn, ${options.dashboardRounds} rounds`);
+  const firstAnswers: string[] = [];
+  for (let round = 0; round < options.dashboardRounds; round += 1) {
+    for (const [index, widget] of widgets.entries()) {
+      const row = dashboard[index];
+      if (row.error !== undefined) continue;
+      const { kind, body } = widget.request(round);
+      const startMs = performance.now();
+      const answer = await post(agent, `${eventide.queryUrl}/api/v1/query/${kind}`, JSON.stringify(body), { headers: authorization, idempotent: true });
+      row.roundsMs.push(performance.now() - startMs);
+      if (answer.status !== 200) row.error = `HTTP ${answer.status}: ${answer.text.slice(0, 300)}`;
+      // Settled data: a widget asked again answers the same.
+      else if (round === 0) firstAnswers[index] = answer.text;
+      else if (!widget.varies && answer.text !== firstAnswers[index]) row.stable = false;
+    }
+  }
+  for (const row of dashboard) say(`  ${row.name.padEnd(44)} first ${formatMs(row.roundsMs[0] ?? Number.NaN).padStart(8)} ms, then ${formatMs(row.roundsMs.length > 1 ? median(row.roundsMs.slice(1)) : Number.NaN).padStart(8)} ms${row.error === undefined ? "" : `  !!! ${row.error}`}`);
+  if (dashboard.some((row) => row.error !== undefined || !row.stable)) process.exitCode = 1;
+
   say(`(c) while a second load runs at ${formatCount(options.secondLoadRate)} events/s`);
   // Two minutes' worth: phase (c) takes well under that.
   const second = generateDataset({ eventCount: options.secondLoadRate * 120, userCount: options.users, dayCount: options.days, seed: options.seed + 1, startDate: options.startDate, batchEvents: 1000, ingestOrder: "random" });
@@ -534,9 +608,22 @@ export async function runRandomArrival(argv: string[], repositoryRoot: string): 
     process.exitCode = 1;
   }
   const markdown = [`## ${caption}`, "", formatMarkdownTable(header, tableRows), "", ...notes.map((note) => `- ${note}`), ""];
+  if (dashboard.length > 0) {
+    const dashboardCaption = `Dashboard after (b): ${dashboard.length} widgets asked in turn, ${options.dashboardRounds} rounds, one connection; the first round, then the median of the others`;
+    const dashboardHeader = ["widget", "first round ms", "later rounds ms", "answers"];
+    const dashboardRows = dashboard.map((row) => [
+      row.name,
+      formatMs(row.roundsMs[0] ?? Number.NaN),
+      formatMs(row.roundsMs.length > 1 ? median(row.roundsMs.slice(1)) : Number.NaN),
+      row.error !== undefined ? `ERROR ${row.error}` : row.varies ? "dates move" : row.stable ? "same each round" : "CHANGED",
+    ]);
+    say(`\n${dashboardCaption}`);
+    say(formatTextTable(dashboardHeader, dashboardRows));
+    markdown.push(`## ${dashboardCaption}`, "", formatMarkdownTable(dashboardHeader, dashboardRows), "", "Retention widgets move their dates by a day each round (their answers are cached for 60 s); the others ask the same question every round, and its answer must not change.", "");
+  }
   if (mismatches.length > 0) markdown.push(`**ANSWERS DIFFER:** ${mismatches.length}; first: ${mismatches.slice(0, 5).join("; ")}`, "");
   mkdirSync(dirname(options.out), { recursive: true });
-  writeFileSync(options.out, `${JSON.stringify({ benchmark: "query-random-arrival", startedAt, machine, options, rows: [...rows.values()], phases, peakRssMiB, stallMaximaMs, diskBytes, ingest, secondLoad, settle, mismatches }, null, 2)}\n`);
+  writeFileSync(options.out, `${JSON.stringify({ benchmark: "query-random-arrival", startedAt, machine, options, rows: [...rows.values()], dashboard, phases, peakRssMiB, stallMaximaMs, diskBytes, ingest, secondLoad, settle, mismatches }, null, 2)}\n`);
   const reportPath = writeDatedReport({
     repositoryRoot,
     bench: "query-random-arrival",
