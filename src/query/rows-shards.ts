@@ -26,7 +26,6 @@ export function shardable(plan: RowsAnswerPlan): boolean {
     case "trend":
       return plan.plan.math === "total" || plan.plan.math === "unique" || plan.plan.math === "sum" || plan.plan.math === "min" || plan.plan.math === "max";
     case "funnel":
-      return true;
     case "retention":
       return true;
   }

@@ -8,20 +8,22 @@
  * references overlap (filters), exclusions reject chains, or strict forbids
  * gaps, so each user's events are searched. Events are grouped by timestamp;
  * a chain takes steps in nondecreasing groups, several steps in one group
- * being a matching of those steps to distinct events of the group. From each
- * entry group, a dynamic programme walks the groups inside the window with
- * states (steps done j, cap): `cap` is the deepest step still allowed, lowered
- * when an exclusion (a, b) open since an earlier group sees one of its
- * events in a group that the chain neither covers (uses it as a step between
- * a and b) nor ends the exclusion in (e_b in the same group: not strictly
- * between), and, for strict, when a group passes without a step. Ordered
- * funnels run those states in one walk over the groups for every entry at
- * once (walkedDepth), and without exclusions a simpler walk
- * (plainOrderedDepth); strict ones search from an entry near equal times.
+ * being a matching of those steps to distinct events of the group. A
+ * dynamic programme walks the groups with states (steps done j, cap): `cap`
+ * is the deepest step still allowed, lowered when an exclusion (a, b) open
+ * since an earlier group sees one of its events in a group that the chain
+ * neither covers (uses it as a step between a and b) nor ends the exclusion
+ * in (e_b in the same group: not strictly between), and, for strict, when a
+ * group passes without a step. Ordered funnels walk once for every entry
+ * (walkedDepth; without exclusions the simpler plainOrderedDepth); strict
+ * ones walk from an entry (chainDepthFrom), only where equal times leave the
+ * next step open.
  *
  * Unordered: from each entry group T in range, the events in [T, T + window]
  * are matched to steps 1…k with at least one event at T (so the set's
- * earliest is T, inside the range): the deepest k is the user's depth.
+ * earliest is T, inside the range): the deepest k is the user's depth. When
+ * each event matches one step, a sliding window of counts per step stands in
+ * for the matching (disjointUnorderedDepth).
  */
 import type { FunnelOrder } from "../schemas.js";
 import { compareValues, rowsByUserAndTime, type EventRows } from "./event-rows.js";
@@ -212,7 +214,7 @@ function userOutcome(rows: EventRows, order: Uint32Array, start: number, end: nu
   if (plan.timeToConvert) outcomes.times[outcome] = times;
 }
 
-/** Times to convert that nobody reads (no timeToConvert): one array for every user. */
+/** Times to convert that nobody reads (no timeToConvert): one array for every user, never reset, so never read. */
 const discardedTimes = new ScratchFloat64();
 
 /** User groups of equal timestamps over order[start, end). */
