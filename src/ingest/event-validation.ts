@@ -68,6 +68,12 @@ export interface BodyInput {
   format?: BodyFormat;
 }
 
+/** Builders of this thread's finished chunks, emptied for the next task's (ChunkBuilder.reset). */
+const idleBuilders: ChunkBuilder[] = [];
+const idleBuildersMax = 4;
+/** A builder past this (a batch of tens of thousands of events) is dropped rather than kept. */
+const idleBuilderBytesMax = 2 * 1024 * 1024;
+
 /** The chunks of one task: one per apiKey for single events, one per body for batches. */
 class TaskChunks {
   private readonly builders = new Map<string, { builder: ChunkBuilder; chunkIndex: number }>();
@@ -78,7 +84,7 @@ class TaskChunks {
   readonly builderFor: BuilderFor = (apiKey) => {
     let entry = this.shape === "single" ? this.builders.get(apiKey) : undefined;
     if (entry === undefined) {
-      entry = { builder: new ChunkBuilder(), chunkIndex: this.order.length };
+      entry = { builder: idleBuilders.pop() ?? new ChunkBuilder(), chunkIndex: this.order.length };
       this.order.push({ apiKey, builder: entry.builder });
       if (this.shape === "single") this.builders.set(apiKey, entry);
     }
@@ -86,7 +92,11 @@ class TaskChunks {
   };
 
   finish(): KeyedChunk[] {
-    return this.order.map(({ apiKey, builder }) => ({ apiKey, chunk: builder.finish() }));
+    return this.order.map(({ apiKey, builder }) => {
+      const chunk = builder.finish();
+      if (idleBuilders.length < idleBuildersMax && builder.reset(idleBuilderBytesMax)) idleBuilders.push(builder);
+      return { apiKey, chunk };
+    });
   }
 }
 

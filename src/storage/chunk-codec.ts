@@ -92,6 +92,29 @@ export class ChunkBuilder {
   private entryValues = new Uint32Array(64);
   private entryCount = 0;
 
+  /**
+   * Empties the builder for the next chunk, keeping its arrays: a batch's
+   * builder grew them from 64 rows and 128 slots, rehashing its strings at
+   * each doubling, for every body. A builder grown past `bytesKept` is not
+   * worth keeping (false): a 20 MiB body's arrays would stay for good.
+   */
+  reset(bytesKept: number): boolean {
+    const bytes = this.timeMs.byteLength * 2 + this.uuidBytes.byteLength + this.stringBytes.byteLength + this.stringSlots.byteLength * 4 + this.entryKeys.byteLength * 3;
+    if (bytes > bytesKept) return false;
+    if (this.hasUuid) {
+      this.uuidPresent.fill(0, 0, this.rowCount);
+      this.uuidBytes.fill(0, 0, this.rowCount * 16);
+    }
+    this.keyNumberOfString.fill(0, 0, Math.min(this.stringCount, this.keyNumberOfString.length));
+    this.stringSlots.fill(0);
+    this.rowCount = 0;
+    this.hasUuid = false;
+    this.stringCount = 0;
+    this.keyCount = 0;
+    this.entryCount = 0;
+    return true;
+  }
+
   /** The chunk's index of `text`. */
   intern(text: string): number {
     const byteLength = writeUtf8Scratch(text);
