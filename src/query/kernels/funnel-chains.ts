@@ -96,9 +96,10 @@ export function collectOutcomes(rows: EventRows, plan: FunnelChainsPlan, outcome
 
 /**
  * The answer: step counts over every outcome and, with a breakdown, per ranked
- * value. `depthOne[value]`: users at depth 1 without an outcome of their own.
+ * value. `depthOne[value]`, `depthZero[value]`: users at depth 1 or 0 (an
+ * unordered entry without a step-1 event in range) without an outcome of their own.
  */
-export function summariseOutcomes(outcomes: Outcomes, valueTexts: readonly string[], plan: FunnelChainsPlan, depthOne?: Float64Array): FunnelChainsAnswer {
+export function summariseOutcomes(outcomes: Outcomes, valueTexts: readonly string[], plan: FunnelChainsPlan, depthOne?: Float64Array, depthZero?: Float64Array): FunnelChainsAnswer {
   const stepCount = plan.stepCount;
   const breakdown = plan.breakdownLimit !== undefined;
   // Users per (value, depth): each series sums its values' rows.
@@ -106,6 +107,7 @@ export function summariseOutcomes(outcomes: Outcomes, valueTexts: readonly strin
   const depthUsers = new Float64Array(valueCount * (stepCount + 1));
   for (let outcome = 0; outcome < outcomes.count; outcome++) depthUsers[(breakdown ? outcomes.values[outcome] : 0) * (stepCount + 1) + outcomes.depths[outcome]]++;
   if (depthOne !== undefined) for (let value = 0; value < depthOne.length; value++) depthUsers[(breakdown ? value : 0) * (stepCount + 1) + 1] += depthOne[value];
+  if (depthZero !== undefined) for (let value = 0; value < depthZero.length; value++) depthUsers[(breakdown ? value : 0) * (stepCount + 1)] += depthZero[value];
 
   const summarise = (inGroup: (value: number) => boolean): StepCounts => {
     const groupDepths = new Float64Array(stepCount + 1);

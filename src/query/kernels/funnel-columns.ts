@@ -1,5 +1,5 @@
 /**
- * Ordered and strict funnels of SPEC §7 from the segments' columns: the fast
+ * Funnels of SPEC §7 from the segments' columns: the fast
  * path of funnel-chains.ts, which searches each user's events but does not
  * need every user's. Most entry users never do a step-2 event, and such a
  * user is at depth 1 whatever else it did (an entry alone is a valid chain:
@@ -26,8 +26,11 @@
  * shard's (a few MB) was read nearly at random, and the chain search reads
  * a block's rows in (user, time) order while they are still cached.
  *
- * Unordered funnels answer undefined: their entry is any step, so step 2 does
- * not bound who goes deeper than 1.
+ * Unordered funnels: a user's entry (its value) is its earliest event of any
+ * step in range, and pass 1 reads every step's rows. Only a user with events
+ * of steps 1 and 2 can go deeper than 1; such a candidate's rows of the whole
+ * range are gathered (a set's events may lie anywhere in it), and every other
+ * entry user is at depth 1, or 0 without a step-1 event in range.
  */
 import type { SegmentView } from "../segment-view.js";
 import { compareValues, maskOf, propertyReader, segmentReferences, valueInterner, type EventRows, type GatherPlan, type PropertyReader, type SegmentReference } from "./event-rows.js";
@@ -42,33 +45,39 @@ const intervalLows = new ScratchFloat64();
 const intervalHighs = new ScratchFloat64();
 
 export function funnelColumns(segments: readonly SegmentView[], gather: GatherPlan, plan: FunnelChainsPlan, userLo: number, userHi: number): FunnelChainsAnswer | undefined {
-  if (plan.order === "unordered") return undefined;
+  const unordered = plan.order === "unordered";
   const slots = userHi - userLo;
   const times = entryTimes.get(slots).fill(Infinity, 0, slots);
   const values = entryValues.get(slots);
   const lows = intervalLows.get(slots).fill(Infinity, 0, slots);
   const highs = intervalHighs.get(slots).fill(-Infinity, 0, slots);
-  const valueTexts = scanEntries(segments, gather, plan, userLo, userHi, times, values, lows, highs);
+  const seen = unordered ? stepsSeen.get(slots).fill(0, 0, slots) : undefined;
+  const valueTexts = scanEntries(segments, gather, plan, userLo, userHi, times, values, lows, highs, seen);
 
-  // Candidates keep their interval (an empty one for every other user); every other entry user is at depth 1,
-  // counted per value: only a candidate needs an outcome of its own.
+  // Candidates keep their interval (an empty one for every other user); every other entry user is at depth 1
+  // (unordered: 0 without a step-1 event in range), counted per value: only a candidate needs an outcome of its own.
   const depthOne = new Float64Array(valueTexts.length);
+  const depthZero = new Float64Array(unordered ? valueTexts.length : 0);
+  const depthWithoutOutcome = (slot: number) => (seen !== undefined && (seen[slot] & seenStepOneInRange) === 0 ? depthZero : depthOne);
   let entryCount = 0;
   let candidateCount = 0;
   for (let slot = 0; slot < slots; slot++) {
-    if (times[slot] === Infinity || lows[slot] === Infinity) {
-      if (times[slot] !== Infinity) depthOne[values[slot]]++;
+    const entered = times[slot] !== Infinity;
+    const candidate = entered && (seen === undefined ? lows[slot] !== Infinity : (seen[slot] & seenStepsOneAndTwo) === seenStepsOneAndTwo);
+    if (!candidate) {
+      if (entered) depthWithoutOutcome(slot)[values[slot]]++;
       lows[slot] = Infinity;
       highs[slot] = -Infinity;
     } else {
-      lows[slot] -= plan.windowMs;
-      highs[slot] += plan.windowMs;
+      // Unordered: any of its events in range may start the set, and the rest lie within the window after it.
+      lows[slot] = unordered ? gather.fromMs : lows[slot] - plan.windowMs;
+      highs[slot] = unordered ? gather.toMsExclusive : highs[slot] + plan.windowMs;
       candidateCount++;
     }
-    if (times[slot] !== Infinity) entryCount++;
+    if (entered) entryCount++;
   }
   const outcomes = emptyOutcomes(candidateCount);
-  if (candidateCount === 0) return summariseOutcomes(outcomes, valueTexts, plan, depthOne);
+  if (candidateCount === 0) return summariseOutcomes(outcomes, valueTexts, plan, depthOne, depthZero);
 
   // Pass 2: the candidates' chains, in user order; a candidate without an entry in its interval is depth 1.
   collectCandidateOutcomes(segments, gather, plan, lows, highs, userLo, userHi, outcomes);
@@ -76,13 +85,26 @@ export function funnelColumns(segments: readonly SegmentView[], gather: GatherPl
   for (let slot = 0; slot < slots; slot++) {
     if (lows[slot] === Infinity) continue;
     if (outcome < outcomes.count && outcomes.users[outcome] === slot + userLo) outcomes.values[outcome++] = values[slot];
-    else depthOne[values[slot]]++;
+    else depthWithoutOutcome(slot)[values[slot]]++;
   }
   let counted = outcomes.count;
   for (const users of depthOne) counted += users;
+  for (const users of depthZero) counted += users;
   if (outcome !== outcomes.count || counted !== entryCount) throw new Error(`candidate outcomes out of step: ${outcome} of ${outcomes.count}, ${counted} of ${entryCount} entry users`);
-  return summariseOutcomes(outcomes, valueTexts, plan, depthOne);
+  return summariseOutcomes(outcomes, valueTexts, plan, depthOne, depthZero);
 }
+
+/**
+ * Unordered, per user slot: which steps pass 1 saw (seenStepOne…: a step-1
+ * event in range; …OneAndTwo: events of steps 1 and 2 anywhere read). Only a
+ * user with both can go deeper than 1; one with neither a step-1 event in
+ * range is at depth 0.
+ */
+const stepsSeen = new ScratchInt32();
+const seenStepOneInRange = 1;
+const seenStepOne = 2;
+const seenStepTwo = 4;
+const seenStepsOneAndTwo = seenStepOne | seenStepTwo;
 
 /**
  * One event's rows in one segment, read by a pass: a sealed segment's run of
@@ -137,7 +159,9 @@ const blockSlots = 8192;
  * Pass 1 over the rows of the step-1 and step-2 references in
  * [gather.fromMs, gather.toMsExclusive): per user slot the earliest entry
  * before entryToMsExclusive and its value (times, values), and the first and
- * last step-2 times (lows, highs). Returns the value texts (id 0: not set).
+ * last step-2 times (lows, highs). Unordered (`seen`), over every step's
+ * rows: the entry is the earliest event of any step, and `seen` marks the
+ * steps 1 and 2 met. Returns the value texts (id 0: not set).
  */
 function scanEntries(
   segments: readonly SegmentView[],
@@ -149,10 +173,12 @@ function scanEntries(
   values: Int32Array,
   lows: Float64Array,
   highs: Float64Array,
+  seen: Int32Array | undefined,
 ): string[] {
   const valueTexts: string[] = [""];
   const globalId = valueInterner(valueTexts);
-  const references = gather.references.slice(0, Math.min(2, plan.stepCount));
+  const references = gather.references.slice(0, seen === undefined ? Math.min(2, plan.stepCount) : plan.stepCount);
+  const entryBits = seen === undefined ? 1 : plan.stepCount >= 32 ? 0xffffffff : (1 << plan.stepCount) - 1;
   const entryToMsExclusive = plan.entryToMsExclusive;
   const runs: EventRun[] = [];
   const readers = new Map<SegmentView, PropertyReader>();
@@ -183,7 +209,8 @@ function scanEntries(
         if (timeMs < lows[slot]) lows[slot] = timeMs;
         if (timeMs > highs[slot]) highs[slot] = timeMs;
       }
-      if ((mask & 1) === 0 || timeMs >= entryToMsExclusive || timeMs > times[slot]) continue;
+      if (seen !== undefined) seen[slot] |= (mask & 1) * seenStepOne + (mask & 2) * (seenStepTwo / 2) + (timeMs < entryToMsExclusive ? (mask & 1) * seenStepOneInRange : 0);
+      if ((mask & entryBits) === 0 || timeMs >= entryToMsExclusive || timeMs > times[slot]) continue;
       const value = valueIds === undefined ? 0 : globalIds[valueIds[row]];
       if (timeMs < times[slot] || compareValues(valueTexts, value, values[slot], true) < 0) {
         times[slot] = timeMs;
