@@ -4,6 +4,7 @@
  * need every user's. Most entry users never do a step-2 event, and such a
  * user is at depth 1 whatever else it did (an entry alone is a valid chain:
  * exclusions end at step 2 or later), so only its breakdown value is needed.
+ * Ordered and strict (unordered: below):
  *
  *   1. One scan of the step-1 and step-2 references' rows:
  *      per user slot, the earliest entry in range and its breakdown value
@@ -30,7 +31,9 @@
  * step in range, and pass 1 reads every step's rows. Only a user with events
  * of steps 1 and 2 can go deeper than 1; such a candidate's rows of the whole
  * range are gathered (a set's events may lie anywhere in it), and every other
- * entry user is at depth 1, or 0 without a step-1 event in range.
+ * entry user is at depth 1, or 0 without a step-1 event in range. The
+ * entry range's start is gather.fromMs (the query service sets both alike):
+ * pass 1 reads no row before it.
  */
 import type { SegmentView } from "../segment-view.js";
 import { compareValues, maskOf, propertyReader, segmentReferences, valueInterner, type EventRows, type GatherPlan, type PropertyReader, type SegmentReference } from "./event-rows.js";
@@ -79,7 +82,7 @@ export function funnelColumns(segments: readonly SegmentView[], gather: GatherPl
   const outcomes = emptyOutcomes(candidateCount);
   if (candidateCount === 0) return summariseOutcomes(outcomes, valueTexts, plan, depthOne, depthZero);
 
-  // Pass 2: the candidates' chains, in user order; a candidate without an entry in its interval is depth 1.
+  // Pass 2: the candidates' chains, in user order; a candidate without an entry in its interval is depth 1 (unordered: as any other).
   collectCandidateOutcomes(segments, gather, plan, lows, highs, userLo, userHi, outcomes);
   let outcome = 0;
   for (let slot = 0; slot < slots; slot++) {
