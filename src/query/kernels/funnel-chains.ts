@@ -216,7 +216,7 @@ function userOutcome(rows: EventRows, order: Uint32Array, start: number, end: nu
   if (plan.timeToConvert) outcomes.times[outcome] = times;
 }
 
-/** Times to convert that nobody reads (no timeToConvert): one array for every user, never reset, so never read. */
+/** Times to convert that nobody keeps (no timeToConvert): one array for every user, never reset; the walks lower it and nothing else reads it. */
 const discardedTimes = new ScratchFloat64();
 
 /** User groups of equal timestamps over order[start, end). */
