@@ -83,8 +83,7 @@ export function funnelChains(rows: EventRows, plan: FunnelChainsPlan): FunnelCha
 /** Appends one outcome per user of `rows` with an entry event in range, in ascending user order (capacity: one per user). */
 export function collectOutcomes(rows: EventRows, plan: FunnelChainsPlan, outcomes: Outcomes): void {
   const order = rowsByUserAndTime(rows);
-  const stepBits = plan.stepCount >= 32 ? 0xffffffff : (1 << plan.stepCount) - 1;
-  const entryBits = plan.order === "unordered" ? stepBits : 1;
+  const entryBits = entryBitsOf(plan);
   for (let start = 0; start < order.length; ) {
     const user = rows.users[order[start]];
     let end = start;
@@ -92,6 +91,12 @@ export function collectOutcomes(rows: EventRows, plan: FunnelChainsPlan, outcome
     userOutcome(rows, order, start, end, plan, entryBits, outcomes);
     start = end;
   }
+}
+
+/** The reference bits of an entry event (SPEC §7.3): step 1's, or any step's for unordered. */
+export function entryBitsOf(plan: FunnelChainsPlan): number {
+  if (plan.order !== "unordered") return 1;
+  return plan.stepCount >= 32 ? 0xffffffff : (1 << plan.stepCount) - 1;
 }
 
 /**
@@ -295,7 +300,8 @@ const latestEntries = new ScratchFloat64();
  * still inside its window by as many steps as its distinct events can take,
  * and taking more now is never worse: a later group can take whatever the
  * fewer would have left for it. times[k]: the least time from an entry to a
- * step k + 1 that a chain took, lowered in place.
+ * step k + 1 that a chain took, lowered in place. walkedDepth answers the
+ * same; this one reads the rows in place, without the user's groups or sets.
  */
 function plainOrderedDepth(order: Uint32Array, start: number, end: number, masks: Uint32Array, timesMs: Float64Array, plan: FunnelChainsPlan, times: Float64Array): number {
   const stepCount = plan.stepCount;

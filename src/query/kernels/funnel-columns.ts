@@ -37,7 +37,7 @@
  */
 import type { SegmentView } from "../segment-view.js";
 import { compareValues, maskOf, propertyReader, segmentReferences, valueInterner, type EventRows, type GatherPlan, type PropertyReader, type SegmentReference } from "./event-rows.js";
-import { collectOutcomes, emptyOutcomes, summariseOutcomes, type FunnelChainsAnswer, type FunnelChainsPlan, type Outcomes } from "./funnel-chains.js";
+import { collectOutcomes, emptyOutcomes, entryBitsOf, summariseOutcomes, type FunnelChainsAnswer, type FunnelChainsPlan, type Outcomes } from "./funnel-chains.js";
 import { lowerBoundUser, segmentsByDay } from "./rows.js";
 import { GrowableFloat64, GrowableUint32, ScratchFloat64, ScratchInt32 } from "./scratch.js";
 
@@ -98,10 +98,10 @@ export function funnelColumns(segments: readonly SegmentView[], gather: GatherPl
 }
 
 /**
- * Unordered, per user slot: which steps pass 1 saw (seenStepOne…: a step-1
- * event in range; …OneAndTwo: events of steps 1 and 2 anywhere read). Only a
- * user with both can go deeper than 1; one with neither a step-1 event in
- * range is at depth 0.
+ * Unordered, per user slot, what pass 1 saw: a step-1 event in the entry
+ * range (seenStepOneInRange), and a step-1 or step-2 event anywhere it read
+ * (seenStepOne, seenStepTwo). Only a user with both of the latter can go
+ * deeper than 1; one without the former is at depth 0.
  */
 const stepsSeen = new ScratchInt32();
 const seenStepOneInRange = 1;
@@ -181,7 +181,7 @@ function scanEntries(
   const valueTexts: string[] = [""];
   const globalId = valueInterner(valueTexts);
   const references = gather.references.slice(0, seen === undefined ? Math.min(2, plan.stepCount) : plan.stepCount);
-  const entryBits = seen === undefined ? 1 : plan.stepCount >= 32 ? 0xffffffff : (1 << plan.stepCount) - 1;
+  const entryBits = entryBitsOf(plan);
   const entryToMsExclusive = plan.entryToMsExclusive;
   const runs: EventRun[] = [];
   const readers = new Map<SegmentView, PropertyReader>();
