@@ -268,13 +268,13 @@ function sealedPartUsers(segment: SegmentView, eventId: number, lowMs: number, h
 
 /**
  * Whether the parts of the event that a query over these buckets keeps (its
- * users per part of a day not whole in a bucket; with keyId, per value of
- * the property too, for every day) are estimated at most half the budget.
+ * users per part of a day not whole in a bucket; per value of each of
+ * keyIds too, for every day) are estimated at most half the budget.
  * More would evict each other within one query, and every query would read
  * them all again; such a query is better answered another way (a day whole
  * in a bucket, its stored set; the rows).
  */
-export function keptPartsFit(segments: readonly SegmentView[], eventId: number | undefined, keyId: number | undefined, startsMs: Float64Array): boolean {
+export function keptPartsFit(segments: readonly SegmentView[], eventId: number | undefined, keyIds: readonly number[], startsMs: Float64Array): boolean {
   if (eventId === undefined) return true;
   const planned = plannedDays(segments, startsMs);
   if (planned === undefined) return true;
@@ -286,8 +286,8 @@ export function keptPartsFit(segments: readonly SegmentView[], eventId: number |
     if (rows === 0) continue;
     // A part's members are at most its rows: an upper bound, as the budget counts them.
     // Read per value, a day's whole sets are kept too.
-    if (keyId !== undefined || parts.some(({ lowMs, highMs }) => lowMs !== 0 || highMs !== dayMs)) bytes += bitmapBytesPerMember * rows + bitmapBytesFixed * parts.length;
-    if (keyId !== undefined) bytes += bitmapBytesPerMember * rows + parts.length * (bitmapBytesFixed + Uint32Array.BYTES_PER_ELEMENT) * (segment.property(keyId)?.texts.length ?? 1);
+    if (keyIds.length > 0 || parts.some(({ lowMs, highMs }) => lowMs !== 0 || highMs !== dayMs)) bytes += bitmapBytesPerMember * rows + bitmapBytesFixed * parts.length;
+    for (const keyId of keyIds) bytes += bitmapBytesPerMember * rows + parts.length * (bitmapBytesFixed + Uint32Array.BYTES_PER_ELEMENT) * (segment.property(keyId)?.texts.length ?? 1);
   }
   return bytes <= dayPartsBytesMax / 2;
 }
