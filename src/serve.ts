@@ -132,6 +132,7 @@ export async function serve(): Promise<void> {
     workerQueueTasks: () => pool.queueSize,
     segments: () => store?.sealedSegmentTotals() ?? { count: 0, bytes: 0 },
     retentionCacheBytes: () => query.retentionCacheBytes,
+    uuids: () => store?.uuidTotals(),
   });
   const retentionTimer = startRetention(
     store !== undefined

@@ -138,6 +138,11 @@ export const limits = Object.freeze({
    */
   uuidHorizonDays: integerFromEnvironment("EVENTIDE_UUID_HORIZON_DAYS", 7),
   /**
+   * …within this many bytes for all workspaces' uuid sets: a set begins a new generation early
+   * when memory runs short, and the retry window shrinks to what this holds (uuid-budget.ts).
+   */
+  uuidMemoryBytesMax: integerFromEnvironment("EVENTIDE_UUID_MEMORY_BYTES_MAX", Math.max(64 * mebibyte, Math.floor(memoryBytesAvailable() / 4))),
+  /**
    * A uuid claim that would sit further than this from its home slot doubles its table
    * instead: under the keyed hash the longest walk among millions of random uuids is ~50
    * slots, and a bound keeps a lookup's walk short whatever uuids clients choose.

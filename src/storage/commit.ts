@@ -9,6 +9,7 @@ import { strict as assert } from "node:assert";
 import { decodeChunk, filterChunk, type DecodedChunk } from "./chunk-codec.js";
 import type { Applier } from "./apply.js";
 import type { RowRefusal } from "./cardinality.js";
+import { keepUuidsWithinBudget } from "./uuid-budget.js";
 import { uuidClaimedNow } from "./uuid-set.js";
 import { encodeRecordParts, type WriteAheadLog } from "./wal.js";
 import type { Workspaces, WorkspaceStore } from "./workspace-store.js";
@@ -68,6 +69,7 @@ export class Committer {
     if (chunk.uuidPresent) {
       let keep: Uint8Array | undefined;
       const uuidBytes = chunk.uuidBytes!;
+      const setBytesBefore = workspace.uuids.byteLength;
       const hashes = workspace.uuids.prefetchHomes(uuidBytes, chunk.uuidPresent, chunk.rowCount);
       for (let row = 0; row < chunk.rowCount; row++) {
         if (!chunk.uuidPresent[row]) continue;
@@ -85,6 +87,8 @@ export class Committer {
         bytes = new Uint8Array(filterChunk(chunk, keep));
         chunk = decodeChunk(bytes);
       }
+      // Only a table that grew can take memory past the budget. This commit is not in flight yet, but its claims are.
+      if (workspace.uuids.byteLength > setBytesBefore) keepUuidsWithinBudget(this.workspaces, workspace, Math.min(this.oldestCommitInFlight(), commitId), Date.now());
     }
     try {
       const durable = chunk.rowCount === 0 ? Promise.resolve() : this.appendAndApply(workspace, chunk, bytes, originalUuidBytes, claimedUuids, commitId);
@@ -93,6 +97,13 @@ export class Committer {
       admission.release();
     }
     return { storedCount: chunk.rowCount, refusals: admission.refusals };
+  }
+
+  /** The least id of a commit that claimed uuids and is not yet durable; Infinity when none. */
+  private oldestCommitInFlight(): number {
+    // Ids enter the map in increasing order, and it iterates in insertion order.
+    for (const commitId of this.commitsInFlight.keys()) return commitId;
+    return Infinity;
   }
 
   private appendAndApply(

@@ -9,6 +9,7 @@
  * segments' uuids are read back into the workspaces' sets (warmUuids).
  */
 import { existsSync, readdirSync, rmSync } from "node:fs";
+import { limits } from "../config/limits.js";
 import { decodeChunk } from "./chunk-codec.js";
 import type { Applier } from "./apply.js";
 import { readCheckpointFile } from "./checkpoint-file.js";
@@ -20,6 +21,7 @@ import { SegmentCorruptError, type SegmentLayout } from "./segment-layout.js";
 import { readSegmentLayout, readSegmentUuids, segmentExists, verifySegment } from "./segment-reader.js";
 import { SealedSegment, writtenAtMs } from "./segments.js";
 import { listWalSequences, scanWalFile, truncateWalFile, WriteAheadLog, type WalFileState } from "./wal.js";
+import { uuidBytes } from "./uuid-budget.js";
 import { Workspaces, type WorkspaceStore } from "./workspace-store.js";
 import { log } from "../log.js";
 
@@ -179,33 +181,60 @@ function loadSegmentUuids(workspace: WorkspaceStore, segment: SealedSegment): vo
 /**
  * Adds the uuids of every sealed segment found at start-up to its workspace's
  * set, one segment per turn of the event loop, so a 10 M-event store serves
- * queries at once instead of after a second of hashing.
+ * queries at once instead of after a second of hashing. The most recently
+ * written first: once the sets hold the memory budget
+ * (limits.uuidMemoryBytesMax), older segments' uuids are left out, as the
+ * running server would have forgotten them, rather than growing past it.
  */
-export async function warmUuids(workspaces: Workspaces): Promise<void> {
+export async function warmUuids(workspaces: Workspaces, budget = limits.uuidMemoryBytesMax): Promise<void> {
   const waiting = [...workspaces.values()].filter((workspace) => workspace.uuidsPending);
   for (const workspace of waiting) workspace.uuidsReady = new Promise((resolve) => (workspace.markUuidsReady = resolve));
+  const queue: Array<{ workspace: WorkspaceStore; segment: SealedSegment; writtenAtMs: number }> = [];
   for (const workspace of waiting) {
+    for (const partition of workspace.days.values()) {
+      for (const segment of partition.sealed) if (!segment.uuidsLoaded && segment.layout.uuids) queue.push({ workspace, segment, writtenAtMs: writtenAtMs(segment.directory) });
+    }
+  }
+  queue.sort((left, right) => right.writtenAtMs - left.writtenAtMs);
+  const failed = new Set<WorkspaceStore>();
+  let forgotten = 0;
+  let forgottenBeforeMs = -Infinity;
+  const load = (workspace: WorkspaceStore, segment: SealedSegment, writtenAt: number) => {
+    if (failed.has(workspace) || segment.uuidsLoaded) return;
+    if (uuidBytes(workspaces) >= budget) {
+      segment.uuidsLoaded = true;
+      forgotten++;
+      forgottenBeforeMs = Math.max(forgottenBeforeMs, writtenAt);
+      return;
+    }
     try {
-      for (const partition of [...workspace.days.values()]) {
-        for (const segment of partition.sealed.slice()) {
-          if (segment.uuidsLoaded || !segment.layout.uuids) continue;
-          try {
-            loadSegmentUuids(workspace, segment);
-          } catch (error) {
-            // A merge retired it meanwhile: its rows are in the merged segment, read below.
-            if (!segment.retired) throw error;
-          }
-          await new Promise((resolve) => setImmediate(resolve));
-        }
-        // Merged segments born during the warm-up hold rows not read yet.
-        for (const segment of partition.sealed) {
-          if (segment.uuidsLoaded || !segment.layout.uuids) continue;
-          loadSegmentUuids(workspace, segment);
-        }
-      }
+      loadSegmentUuids(workspace, segment);
     } catch (error) {
+      // A merge retired it meanwhile: its rows are in the merged segment, read below.
+      if (segment.retired) return;
+      failed.add(workspace);
       log.error(`reading stored uuids of workspace ${workspace.id} failed: ${(error as Error).message}`);
-    } finally {
+    }
+  };
+  try {
+    for (const { workspace, segment, writtenAtMs: writtenAt } of queue) {
+      load(workspace, segment, writtenAt);
+      await new Promise((resolve) => setImmediate(resolve));
+    }
+    // Merged segments born during the warm-up hold rows not read yet.
+    for (const workspace of waiting) {
+      for (const partition of workspace.days.values()) {
+        for (const segment of partition.sealed) if (!segment.uuidsLoaded && segment.layout.uuids) load(workspace, segment, writtenAtMs(segment.directory));
+      }
+    }
+  } finally {
+    if (forgotten > 0) {
+      log.warn(
+        { segments: forgotten, writtenUpTo: new Date(forgottenBeforeMs).toISOString(), budgetBytes: budget },
+        "uuids of older segments not loaded: the uuid sets reached their memory budget (a retry of those events would be stored again); EVENTIDE_UUID_MEMORY_BYTES_MAX sets the budget",
+      );
+    }
+    for (const workspace of waiting) {
       workspace.uuidsPending = false;
       workspace.markUuidsReady();
     }

@@ -204,6 +204,17 @@ export class Store {
     return { count, bytes };
   }
 
+  /** The uuid sets' bytes, and the shortest retry window among the sets holding uuids: seconds since the receipt time each remembers from. */
+  uuidTotals(nowMs = Date.now()): { bytes: number; windowSeconds: number | undefined } {
+    let bytes = 0;
+    let sinceMs: number | undefined;
+    for (const workspace of this.workspaces.values()) {
+      bytes += workspace.uuids.byteLength;
+      if (workspace.uuids.size > 0) sinceMs = Math.max(sinceMs ?? -Infinity, workspace.uuids.rememberedSinceMs);
+    }
+    return { bytes, windowSeconds: sinceMs === undefined ? undefined : Math.max(0, (nowMs - sinceMs) / 1000) };
+  }
+
   /** Counts an ingest request as activity, whatever it stores (see lastIngestAtMs). */
   noteIngest(atMs: number): void {
     if (atMs > this.lastIngestAtMs) this.lastIngestAtMs = atMs;

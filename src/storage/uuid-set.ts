@@ -27,6 +27,9 @@
  * many days and those of the period before; when a period ends the older
  * generation is dropped whole. A uuid is so remembered for at least the
  * horizon and at most twice it, and memory holds at most two periods of them.
+ * A busy store fills memory long before a period ends, so the store also
+ * rotates a set early (rotate) to keep all sets within a byte budget
+ * (limits.uuidMemoryBytesMax): then the window is what that memory holds.
  */
 import { randomBytes } from "node:crypto";
 import { limits } from "../config/limits.js";
@@ -106,8 +109,11 @@ class UuidTable {
   private capacity = 0;
   count = 0;
 
-  /** `maxLoadPercent`: how full it gets before it doubles. */
-  constructor(private readonly maxLoadPercent: number) {}
+  /** `maxLoadPercent`: how full it gets before it doubles; `bytes`: its generation's count of slot bytes, which it keeps as it grows. */
+  constructor(
+    private readonly maxLoadPercent: number,
+    private readonly bytes: { byteLength: number },
+  ) {}
 
   /** Slot index of a uuid, or -1. */
   find(hash: number, a: number, b: number, c: number, d: number): number {
@@ -204,6 +210,7 @@ class UuidTable {
     this.capacity = Math.max(shardInitialCapacity, this.capacity * 2);
     const mask = this.capacity - 1;
     const slots = (this.slots = new Uint32Array(this.capacity * slotWords));
+    this.bytes.byteLength += slots.byteLength - old.byteLength;
     for (let from = 0; from < old.length; from += slotWords) {
       const s0 = old[from], s1 = old[from + 1], s2 = old[from + 2], s3 = old[from + 3];
       if ((s0 | s1 | s2 | s3) === 0) continue;
@@ -223,17 +230,18 @@ class UuidTable {
 
 /** One generation: the uuids received in one period, in 2^shardBits tables. Callers pass each uuid's words and hash. */
 class UuidGeneration {
-  readonly tables = Array.from({ length: 1 << shardBits }, (_, index) => new UuidTable(50 + Math.floor((25 * index) / ((1 << shardBits) - 1))));
+  /** Bytes of the tables' slots, kept by the tables as they grow. */
+  byteLength = 0;
+  readonly tables = Array.from({ length: 1 << shardBits }, (_, index) => new UuidTable(50 + Math.floor((25 * index) / ((1 << shardBits) - 1)), this));
   hasNil = false;
   nilOwner = 0;
   /** Uuids held, the nil uuid included. */
   count = 0;
+  /** The latest commit that claimed a uuid here (0: none, or only durable adds). */
+  lastOwner = 0;
 
-  get byteLength(): number {
-    let bytes = 0;
-    for (const table of this.tables) bytes += table.slots.byteLength;
-    return bytes;
-  }
+  /** `sinceMs`: when it began taking uuids (the receipt time from which it remembers them). */
+  constructor(readonly sinceMs: number) {}
 
   /** The owner of a uuid held here, or -1. */
   ownerOf(hash: number, a: number, b: number, c: number, d: number): number {
@@ -249,10 +257,14 @@ class UuidGeneration {
       this.hasNil = true;
       this.nilOwner = owner;
       this.count++;
+      if (owner > this.lastOwner) this.lastOwner = owner;
       return -1;
     }
     const answer = this.tables[shardOf(hash)].claim(hash, a, b, c, d, owner);
-    if (answer === -1) this.count++;
+    if (answer === -1) {
+      this.count++;
+      if (owner > this.lastOwner) this.lastOwner = owner;
+    }
     return answer;
   }
 
@@ -286,8 +298,8 @@ class UuidGeneration {
 type Generation = "current" | "previous" | "forgotten";
 
 export class UuidSet {
-  private current = new UuidGeneration();
-  private previous = new UuidGeneration();
+  private current: UuidGeneration;
+  private previous: UuidGeneration;
   /** The current period: days since the epoch divided by the horizon, rounded down. */
   private period: number;
 
@@ -300,10 +312,16 @@ export class UuidSet {
     nowMs = Date.now(),
   ) {
     this.period = this.periodOf(nowMs);
+    this.current = new UuidGeneration(this.periodStartMs(this.period));
+    this.previous = new UuidGeneration(this.periodStartMs(this.period - 1));
   }
 
   private periodOf(timeMs: number): number {
     return Math.floor(Math.floor(timeMs / dayMs) / this.horizonDays);
+  }
+
+  private periodStartMs(period: number): number {
+    return period * this.horizonDays * dayMs;
   }
 
   /** A time later than the clock (a file's clock ahead of ours) counts as the current period. */
@@ -320,9 +338,39 @@ export class UuidSet {
   advance(nowMs: number): void {
     const period = this.periodOf(nowMs);
     if (period <= this.period) return;
-    this.previous = period === this.period + 1 ? this.current : new UuidGeneration();
-    this.current = new UuidGeneration();
+    this.previous = period === this.period + 1 ? this.current : new UuidGeneration(this.periodStartMs(period - 1));
+    this.current = new UuidGeneration(this.periodStartMs(period));
     this.period = period;
+  }
+
+  /**
+   * Begins a new generation at `nowMs` before the period ends, to bound
+   * memory: the older generation is dropped, and uuids received before the
+   * current one began are forgotten. Refused (false) while a commit that
+   * claimed a uuid there may still be in flight (`oldestInFlight`: the least
+   * commit id not yet durable, Infinity when none), since a retry arriving
+   * meanwhile must find its claim.
+   */
+  rotate(nowMs: number, oldestInFlight: number): boolean {
+    if (this.previous.lastOwner >= oldestInFlight) return false;
+    this.previous = this.current;
+    this.current = new UuidGeneration(Math.max(nowMs, this.current.sinceMs));
+    return true;
+  }
+
+  /** Bytes of the current generation alone: what the next rotation keeps. */
+  get currentByteLength(): number {
+    return this.current.byteLength;
+  }
+
+  /** Bytes of the older generation: what the next rotation frees. */
+  get previousByteLength(): number {
+    return this.previous.byteLength;
+  }
+
+  /** The receipt time from which uuids are remembered: the older generation's start. */
+  get rememberedSinceMs(): number {
+    return this.previous.sinceMs;
   }
 
   /** Whether uuids received (or written to disk) at `timeMs` are still within the horizon. */

@@ -16,22 +16,11 @@ import { Store, type StoreTasks } from "../../src/storage/store.js";
 import { UuidSet } from "../../src/storage/uuid-set.js";
 import { Random } from "../helpers/random.js";
 import { sealInline } from "../helpers/seal-inline.js";
+import { countPresent, randomUuids } from "../helpers/uuids.js";
 
 const dayMs = 86_400_000;
 const horizonDays = 7;
 const startMs = Date.UTC(2026, 0, 5, 13, 30);
-
-function randomUuids(random: Random, count: number): Uint8Array {
-  const bytes = new Uint8Array(count * 16);
-  for (let index = 0; index < count; index++) bytes.set(Buffer.from(random.uuid().replaceAll("-", ""), "hex"), index * 16);
-  return bytes;
-}
-
-function countPresent(set: UuidSet, uuids: Uint8Array): number {
-  let present = 0;
-  for (let offset = 0; offset < uuids.length; offset += 16) if (set.has(uuids, offset)) present++;
-  return present;
-}
 
 describe("the uuid set's horizon", () => {
   it("remembers a uuid for the horizon after its receipt, then forgets it and frees its tables", () => {
