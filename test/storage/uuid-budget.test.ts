@@ -9,7 +9,7 @@
 import { describe, expect, it } from "vitest";
 import { UuidSet } from "../../src/storage/uuid-set.js";
 import { countEvents, expectOk, ingestBatch, send } from "../helpers/http.js";
-import { serversPerFile, type ServerHandle } from "../helpers/server.js";
+import { makeDataDir, removeDataDir, startServer, type ServerHandle } from "../helpers/server.js";
 import { Random } from "../helpers/random.js";
 import { countPresent, randomUuids } from "../helpers/uuids.js";
 
@@ -77,7 +77,6 @@ const batchEvents = 1_000;
 const batches = 60;
 const firstDay = Date.UTC(2024, 0, 1);
 const dayMs = 86_400_000;
-const start = serversPerFile();
 
 function batchOf(random: Random, index: number): object[] {
   return Array.from({ length: batchEvents }, (_, row) => ({
@@ -108,28 +107,38 @@ describe("a store receiving more uuids than its budget holds", () => {
     const random = new Random(84);
     // A checkpoint after every batch: each batch's day becomes a segment of its own, written in turn.
     const env = { EVENTIDE_UUID_MEMORY_BYTES_MAX: String(budgetBytes), EVENTIDE_CHECKPOINT_ROWS_MAX: String(batchEvents) };
-    const server = await start({ env });
-    const sent = Array.from({ length: batches }, (_, index) => batchOf(random, index));
-    for (const events of sent) await sendBatch(server, events);
-    expect(await stored(server)).toBe(batches * batchEvents);
-    // A table may double past the budget before the next claim rotates.
-    expect(await metric(server, "eventide_uuid_bytes")).toBeLessThanOrEqual(budgetBytes * 1.25);
-    expect(await metric(server, "eventide_uuid_window_seconds")).toBeLessThan(3_600);
-    expect(server.stdoutLines.join("\n") + server.stderr()).toContain("uuid set at its memory budget");
+    // Both servers share one data directory: each is stopped, and the directory removed, here (whatever fails).
+    const dataDir = makeDataDir();
+    const servers: ServerHandle[] = [];
+    try {
+      const server = await startServer({ env, dataDir });
+      servers.push(server);
+      const sent = Array.from({ length: batches }, (_, index) => batchOf(random, index));
+      for (const events of sent) await sendBatch(server, events);
+      expect(await stored(server)).toBe(batches * batchEvents);
+      // A table may double past the budget before the next claim rotates.
+      expect(await metric(server, "eventide_uuid_bytes")).toBeLessThanOrEqual(budgetBytes * 1.25);
+      expect(await metric(server, "eventide_uuid_window_seconds")).toBeLessThan(3_600);
+      expect(server.stdoutLines.join("\n") + server.stderr()).toContain("uuid set at its memory budget");
 
-    // The last batch is remembered: its retry stores nothing. The first was forgotten (60 000 uuids never fit a
-    // mebibyte at 20 bytes a slot): its retry is stored again, the price of bounded memory.
-    await sendBatch(server, sent[batches - 1]);
-    expect(await stored(server)).toBe(batches * batchEvents);
-    await sendBatch(server, sent[0]);
-    expect(await stored(server)).toBe((batches + 1) * batchEvents);
+      // The last batch is remembered: its retry stores nothing. The first was forgotten (60 000 uuids never fit a
+      // mebibyte at 20 bytes a slot): its retry is stored again, the price of bounded memory.
+      await sendBatch(server, sent[batches - 1]);
+      expect(await stored(server)).toBe(batches * batchEvents);
+      await sendBatch(server, sent[0]);
+      expect(await stored(server)).toBe((batches + 1) * batchEvents);
 
-    await server.stop();
-    const again = await start({ env, dataDir: server.dataDir, credentials: { apiKey: server.apiKey, token: server.token, workspaceId: server.workspaceId } });
-    await sendBatch(again, sent[batches - 1]);
-    expect(await stored(again)).toBe((batches + 1) * batchEvents);
-    // At most one segment's uuids past the budget: the reload stops once it is reached.
-    expect(await metric(again, "eventide_uuid_bytes")).toBeLessThanOrEqual(budgetBytes * 1.5);
-    expect(again.stdoutLines.join("\n") + again.stderr()).toContain("uuids of older segments not loaded");
+      await server.stop();
+      const again = await startServer({ env, dataDir, credentials: { apiKey: server.apiKey, token: server.token, workspaceId: server.workspaceId } });
+      servers.push(again);
+      await sendBatch(again, sent[batches - 1]);
+      expect(await stored(again)).toBe((batches + 1) * batchEvents);
+      // At most one segment's uuids past the budget: the reload stops once it is reached.
+      expect(await metric(again, "eventide_uuid_bytes")).toBeLessThanOrEqual(budgetBytes * 1.5);
+      expect(again.stdoutLines.join("\n") + again.stderr()).toContain("uuids of older segments not loaded");
+    } finally {
+      for (const server of servers) await server.stop();
+      removeDataDir(dataDir);
+    }
   });
 });
