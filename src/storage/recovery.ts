@@ -216,16 +216,25 @@ export async function warmUuids(workspaces: Workspaces, budget = limits.uuidMemo
       log.error(`reading stored uuids of workspace ${workspace.id} failed: ${(error as Error).message}`);
     }
   };
+  // A workspace is ready once its own segments are read: commits with uuids wait for that alone.
+  const remaining = new Map<WorkspaceStore, number>(waiting.map((workspace) => [workspace, 0]));
+  for (const { workspace } of queue) remaining.set(workspace, remaining.get(workspace)! + 1);
+  const finish = (workspace: WorkspaceStore) => {
+    // Merged segments born during the warm-up hold rows not read yet.
+    for (const partition of workspace.days.values()) {
+      for (const segment of partition.sealed) if (!segment.uuidsLoaded && segment.layout.uuids) load(workspace, segment, writtenAtMs(segment.directory));
+    }
+    workspace.uuidsPending = false;
+    workspace.markUuidsReady();
+  };
   try {
+    for (const workspace of waiting) if (remaining.get(workspace) === 0) finish(workspace);
     for (const { workspace, segment, writtenAtMs: writtenAt } of queue) {
       load(workspace, segment, writtenAt);
       await new Promise((resolve) => setImmediate(resolve));
-    }
-    // Merged segments born during the warm-up hold rows not read yet.
-    for (const workspace of waiting) {
-      for (const partition of workspace.days.values()) {
-        for (const segment of partition.sealed) if (!segment.uuidsLoaded && segment.layout.uuids) load(workspace, segment, writtenAtMs(segment.directory));
-      }
+      const left = remaining.get(workspace)! - 1;
+      remaining.set(workspace, left);
+      if (left === 0) finish(workspace);
     }
   } finally {
     if (forgotten > 0) {
@@ -235,6 +244,7 @@ export async function warmUuids(workspaces: Workspaces, budget = limits.uuidMemo
       );
     }
     for (const workspace of waiting) {
+      if (!workspace.uuidsPending) continue;
       workspace.uuidsPending = false;
       workspace.markUuidsReady();
     }
