@@ -726,6 +726,29 @@ describe("gathered rows are put in (user, time, row) order", () => {
     const expected = Array.from({ length: count }, (_, row) => row).sort((left, right) => users[left] - users[right] || timesMs[left] - timesMs[right] || left - right);
     expect(Array.from(rowsByUserAndTime(rows))).toEqual(expected);
   });
+
+  // A busy user's rows as gathered: a day at a time, each day one ascending run per event, runs interleaved in time, ties among them.
+  it.each(seeds.slice(0, 40))("as a busy user's days of interleaved runs (seed %i)", (seed) => {
+    const random = seededRandom(seed * 41);
+    const userList: number[] = [];
+    const timeList: number[] = [];
+    for (let user = 0; user < 1 + integer(random, 4); user++) {
+      for (let day = 0; day < 1 + integer(random, 6); day++) {
+        for (let run = 0; run < 1 + integer(random, 12); run++) {
+          let timeMs = day * 1_000 + integer(random, 200);
+          for (let row = 0; row < integer(random, 60); row++) {
+            userList.push(user);
+            timeList.push(timeMs);
+            timeMs += integer(random, 3) === 0 ? 0 : integer(random, 30);
+          }
+        }
+      }
+    }
+    const count = userList.length;
+    const rows = { count, users: Uint32Array.from(userList), timesMs: Float64Array.from(timeList), masks: new Uint32Array(count), values: new Int32Array(count), valueTexts: [""], numbers: new Float64Array(0) };
+    const expected = Array.from({ length: count }, (_, row) => row).sort((left, right) => userList[left] - userList[right] || timeList[left] - timeList[right] || left - right);
+    expect(Array.from(rowsByUserAndTime(rows))).toEqual(expected);
+  });
 });
 
 function pairs(bounds: readonly number[]): Array<[number, number]> {
