@@ -115,7 +115,7 @@ gauge("eventide_worker_queue_tasks", "Tasks waiting for a worker thread", () => 
 gauge("eventide_segments", "Sealed segments in the store", () => sources?.segments()?.count);
 gauge("eventide_segment_bytes", "Bytes of sealed segment columns on disk", () => sources?.segments()?.bytes);
 gauge("eventide_retention_cache_bytes", "Bytes held by the retention answer cache", () => sources?.retentionCacheBytes());
-gauge("eventide_uuid_bytes", "Bytes held by the uuid sets that recognise retries (at most EVENTIDE_UUID_MEMORY_BYTES_MAX, give or take a table's growth)", () => sources?.uuids()?.bytes);
+gauge("eventide_uuid_bytes", "Bytes held by the uuid sets that recognise retries (at most EVENTIDE_UUID_MEMORY_BYTES_MAX, give or take a table's growth, and what commits still in flight hold)", () => sources?.uuids()?.bytes);
 gauge(
   "eventide_uuid_window_seconds",
   "How far back a retried uuid is still recognised, in the workspace where that is shortest: the horizon (EVENTIDE_UUID_HORIZON_DAYS) or less once the sets reach their memory budget",

@@ -37,7 +37,7 @@ let freshBatch = 0;
 function claimAndRelease(set: UuidSet): void {
   const base = (freshBatch++ % 64) * batchSize * 16;
   for (let index = 0; index < batchSize; index += 1) set.claim(fresh, base + index * 16, 1);
-  for (let index = 0; index < batchSize; index += 1) set.delete(fresh, base + index * 16);
+  for (let index = 0; index < batchSize; index += 1) set.delete(fresh, base + index * 16, 1);
 }
 
 let lookupStart = 0;

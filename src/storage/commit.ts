@@ -49,7 +49,7 @@ export class Committer {
     if (chunk.uuidPresent && workspace.uuidsPending) await workspace.uuidsReady;
     assert(!this.isClosed(), "store is closed");
     const commitId = ++this.commitSequence;
-    workspace.uuids.advance(Date.now());
+    workspace.uuids.advance(Date.now(), this.oldestCommitInFlight());
 
     // Before the uuids are claimed: a refused row's uuid stays free for a retry.
     const admission = workspace.cardinality.admit(workspace.events, workspace.keys, chunk);
@@ -88,7 +88,7 @@ export class Committer {
         chunk = decodeChunk(bytes);
       }
       // Only a table that grew can take memory past the budget. This commit is not in flight yet, but its claims are.
-      if (workspace.uuids.byteLength > setBytesBefore) keepUuidsWithinBudget(this.workspaces, workspace, Math.min(this.oldestCommitInFlight(), commitId), Date.now());
+      if (workspace.uuids.byteLength > setBytesBefore) keepUuidsWithinBudget(this.workspaces, Math.min(this.oldestCommitInFlight(), commitId), Date.now());
     }
     try {
       const durable = chunk.rowCount === 0 ? Promise.resolve() : this.appendAndApply(workspace, chunk, bytes, originalUuidBytes, claimedUuids, commitId);
@@ -100,7 +100,7 @@ export class Committer {
   }
 
   /** The least id of a commit that claimed uuids and is not yet durable; Infinity when none. */
-  private oldestCommitInFlight(): number {
+  oldestCommitInFlight(): number {
     // Ids enter the map in increasing order, and it iterates in insertion order.
     for (const commitId of this.commitsInFlight.keys()) return commitId;
     return Infinity;
@@ -128,7 +128,7 @@ export class Committer {
       },
       (error: unknown) => {
         this.commitsInFlight.delete(commitId);
-        for (const offset of claimedUuids) workspace.uuids.delete(uuidBytes!, offset);
+        for (const offset of claimedUuids) workspace.uuids.delete(uuidBytes!, offset, commitId);
         throw error;
       },
     );

@@ -21,7 +21,7 @@ import { SegmentCorruptError, type SegmentLayout } from "./segment-layout.js";
 import { readSegmentLayout, readSegmentUuids, segmentExists, verifySegment } from "./segment-reader.js";
 import { SealedSegment, writtenAtMs } from "./segments.js";
 import { listWalSequences, scanWalFile, truncateWalFile, WriteAheadLog, type WalFileState } from "./wal.js";
-import { uuidBytes } from "./uuid-budget.js";
+import { currentUuidBytes, uuidBytes } from "./uuid-budget.js";
 import { Workspaces, type WorkspaceStore } from "./workspace-store.js";
 import { log } from "../log.js";
 
@@ -170,21 +170,43 @@ function checkedSegment(directory: string, layout?: SegmentLayout): SegmentLayou
   }
 }
 
-/** Adds a sealed segment's uuids to its workspace's set, as received when it was written. */
-function loadSegmentUuids(workspace: WorkspaceStore, segment: SealedSegment): void {
+/** Where start-up puts the next uuids of a segment: in the generation of their receipt, in the older one, or nowhere (the budget is full). */
+type Placement = "as-received" | "older" | "none";
+
+/** Uuids a segment adds between two looks at the budget: a merged day holds millions. */
+const uuidsPerPlacement = 16_384;
+
+/**
+ * Adds a sealed segment's uuids to its workspace's set, as received when it
+ * was written, in slices placed by `place`; false when the budget cut it short.
+ */
+function loadSegmentUuids(workspace: WorkspaceStore, segment: SealedSegment, place: () => Placement): boolean {
   const uuids = readSegmentUuids(segment.directory, segment.layout);
   const receivedAtMs = writtenAtMs(segment.directory);
-  for (let offset = 0; offset < uuids.length; offset += 16) workspace.uuids.add(uuids, offset, receivedAtMs);
+  let whole = true;
+  for (let offset = 0; offset < uuids.length; ) {
+    const placement = place();
+    if (placement === "none") {
+      whole = false;
+      break;
+    }
+    const end = Math.min(uuids.length, offset + uuidsPerPlacement * 16);
+    for (; offset < end; offset += 16) workspace.uuids.add(uuids, offset, receivedAtMs, placement === "older");
+  }
   segment.uuidsLoaded = true;
+  return whole;
 }
 
 /**
  * Adds the uuids of every sealed segment found at start-up to its workspace's
  * set, one segment per turn of the event loop, so a 10 M-event store serves
  * queries at once instead of after a second of hashing. The most recently
- * written first: once the sets hold the memory budget
- * (limits.uuidMemoryBytesMax), older segments' uuids are left out, as the
- * running server would have forgotten them, rather than growing past it.
+ * written first, within the memory budget (limits.uuidMemoryBytesMax) as the
+ * running server keeps it: the newest fill the current generations up to
+ * half of it, the next ones the older generations up to the rest; older
+ * segments' uuids are left out, as the running server would have forgotten
+ * them, and each set then remembers only from the newest such segment's
+ * write time. A workspace is ready once its own segments are read.
  */
 export async function warmUuids(workspaces: Workspaces, budget = limits.uuidMemoryBytesMax): Promise<void> {
   const waiting = [...workspaces.values()].filter((workspace) => workspace.uuidsPending);
@@ -196,22 +218,34 @@ export async function warmUuids(workspaces: Workspaces, budget = limits.uuidMemo
     }
   }
   queue.sort((left, right) => right.writtenAtMs - left.writtenAtMs);
+  const queued = new Set(queue.map(({ segment }) => segment));
+  const place = (): Placement => (currentUuidBytes(workspaces) < budget / 2 ? "as-received" : uuidBytes(workspaces) < budget ? "older" : "none");
   const failed = new Set<WorkspaceStore>();
+  // Per workspace, the latest write time of a segment whose uuids went (in part) to the older generation, and of one
+  // whose uuids were left out (in part or whole): rows received since are in later segments, all read.
+  const olderUpTo = new Map<WorkspaceStore, number>();
+  const forgottenUpTo = new Map<WorkspaceStore, number>();
   let forgotten = 0;
-  let forgottenBeforeMs = -Infinity;
   const load = (workspace: WorkspaceStore, segment: SealedSegment, writtenAt: number) => {
     if (failed.has(workspace) || segment.uuidsLoaded) return;
-    if (uuidBytes(workspaces) >= budget) {
-      segment.uuidsLoaded = true;
-      forgotten++;
-      forgottenBeforeMs = Math.max(forgottenBeforeMs, writtenAt);
+    if (segment.retired) {
+      // A merge replaced it during the warm-up: its rows are in the merged segment, read in its place, at its time.
+      const partition = workspace.days.get(segment.dayStartMs);
+      for (const merged of partition?.sealed ?? []) if (!merged.uuidsLoaded && merged.layout.uuids && !queued.has(merged)) load(workspace, merged, writtenAt);
       return;
     }
     try {
-      loadSegmentUuids(workspace, segment);
+      const placed = () => {
+        const placement = place();
+        if (placement === "older") olderUpTo.set(workspace, Math.max(olderUpTo.get(workspace) ?? -Infinity, writtenAt));
+        return placement;
+      };
+      if (loadSegmentUuids(workspace, segment, placed)) return;
+      forgotten++;
+      forgottenUpTo.set(workspace, Math.max(forgottenUpTo.get(workspace) ?? -Infinity, writtenAt));
     } catch (error) {
-      // A merge retired it meanwhile: its rows are in the merged segment, read below.
-      if (segment.retired) return;
+      // A merge retired it meanwhile: its rows are in the merged segment, read as above.
+      if (segment.retired) return load(workspace, segment, writtenAt);
       failed.add(workspace);
       log.error(`reading stored uuids of workspace ${workspace.id} failed: ${(error as Error).message}`);
     }
@@ -220,10 +254,11 @@ export async function warmUuids(workspaces: Workspaces, budget = limits.uuidMemo
   const remaining = new Map<WorkspaceStore, number>(waiting.map((workspace) => [workspace, 0]));
   for (const { workspace } of queue) remaining.set(workspace, remaining.get(workspace)! + 1);
   const finish = (workspace: WorkspaceStore) => {
-    // Merged segments born during the warm-up hold rows not read yet.
+    // Merged segments born during the warm-up whose victims were not all read.
     for (const partition of workspace.days.values()) {
       for (const segment of partition.sealed) if (!segment.uuidsLoaded && segment.layout.uuids) load(workspace, segment, writtenAtMs(segment.directory));
     }
+    workspace.uuids.rememberOnlySince(olderUpTo.get(workspace) ?? forgottenUpTo.get(workspace), forgottenUpTo.get(workspace));
     workspace.uuidsPending = false;
     workspace.markUuidsReady();
   };
@@ -239,8 +274,8 @@ export async function warmUuids(workspaces: Workspaces, budget = limits.uuidMemo
   } finally {
     if (forgotten > 0) {
       log.warn(
-        { segments: forgotten, writtenUpTo: new Date(forgottenBeforeMs).toISOString(), budgetBytes: budget },
-        "uuids of older segments not loaded: the uuid sets reached their memory budget (a retry of those events would be stored again); EVENTIDE_UUID_MEMORY_BYTES_MAX sets the budget",
+        { segments: forgotten, writtenUpTo: new Date(Math.max(...forgottenUpTo.values())).toISOString(), budgetBytes: budget },
+        "uuids of older segments not loaded (some in part): the uuid sets reached their memory budget (a retry of those events would be stored again); EVENTIDE_UUID_MEMORY_BYTES_MAX sets the budget",
       );
     }
     for (const workspace of waiting) {

@@ -130,7 +130,8 @@ export class Store {
     this.checkpointTimer = setInterval(() => {
       const nowMs = Date.now();
       // Idle workspaces drop uuids past the horizon too.
-      for (const workspace of this.catalog.values()) workspace.uuids.advance(nowMs);
+      const oldestInFlight = this.committer.oldestCommitInFlight();
+      for (const workspace of this.catalog.values()) workspace.uuids.advance(nowMs, oldestInFlight);
       if (this.merges.deferred && nowMs - this.lastIngestAtMs >= limits.checkpointIdleMs) this.merges.schedule();
       if (!this.checkpoints.pending) {
         lastCheckpointAtMs = nowMs;

@@ -4,9 +4,15 @@
  * more in that time than memory holds: at 10 000 events a second, a week of
  * uuids is over 10 GiB. Without a bound a client sending fresh uuids, or an
  * honest backfill, grows the process until the system kills it, and a
- * restart reloads the same uuids and dies again. So sets begin a new
- * generation early when memory runs short, and the retry window is then what
- * the budget holds (the gauge eventide_uuid_window_seconds says how long).
+ * restart reloads the same uuids and dies again. So the sets begin new
+ * generations early when memory runs short, and the retry window is then
+ * what the budget holds (the gauge eventide_uuid_window_seconds says how
+ * long).
+ *
+ * One epoch for all workspaces: once the sets' current generations together
+ * hold half the budget, every set begins a new one and drops its older one,
+ * so each remembers the uuids received since the same moment, and the two
+ * generations of all sets stay within the budget.
  */
 import { limits } from "../config/limits.js";
 import { log } from "../log.js";
@@ -22,30 +28,43 @@ export function uuidBytes(workspaces: WorkspaceList): number {
   return bytes;
 }
 
-/**
- * After `claimed`'s set grew: it begins a new generation once its current
- * one holds half the budget, so its two stay within the budget; and while
- * all sets together exceed it, the largest older generation among them is
- * dropped. A set still filling after start-up is left alone, and so is a
- * generation a commit still in flight claimed into (`oldestInFlight`: the
- * least such commit id, Infinity when none); memory may then stay over the
- * budget until that commit is durable.
- */
-export function keepUuidsWithinBudget(workspaces: WorkspaceList, claimed: WorkspaceStore, oldestInFlight: number, nowMs: number, budget = limits.uuidMemoryBytesMax): void {
-  if (!claimed.uuidsPending && claimed.uuids.currentByteLength >= budget / 2) rotate(claimed, oldestInFlight, nowMs);
-  if (uuidBytes(workspaces) <= budget) return;
-  let largest: WorkspaceStore | undefined;
-  for (const workspace of workspaces.values()) {
-    if (workspace.uuidsPending || workspace.uuids.previousByteLength === 0) continue;
-    if (largest === undefined || workspace.uuids.previousByteLength > largest.uuids.previousByteLength) largest = workspace;
-  }
-  if (largest !== undefined) rotate(largest, oldestInFlight, nowMs);
+/** Bytes of every workspace's current generation. */
+export function currentUuidBytes(workspaces: WorkspaceList): number {
+  let bytes = 0;
+  for (const workspace of workspaces.values()) bytes += workspace.uuids.currentByteLength;
+  return bytes;
 }
 
-function rotate(workspace: WorkspaceStore, oldestInFlight: number, nowMs: number): void {
-  if (!workspace.uuids.rotate(nowMs, oldestInFlight)) return;
-  log.warn(
-    { workspace: workspace.id, rememberedSince: new Date(workspace.uuids.rememberedSinceMs).toISOString(), budgetBytes: limits.uuidMemoryBytesMax },
-    "uuid set at its memory budget: uuids received before rememberedSince are forgotten (a retry of their events would be stored again); EVENTIDE_UUID_MEMORY_BYTES_MAX sets the budget",
-  );
+/**
+ * After a set grew: a new epoch once the current generations hold half the
+ * budget; then, while the sets still exceed it (a generation that a commit
+ * in flight holds was kept, or start-up left more), the largest older
+ * generations are dropped. A set still filling after start-up is left
+ * alone, and so is a generation a commit still in flight claimed into
+ * (`oldestInFlight`: the least such commit id, Infinity when none): memory
+ * may then stay over the budget until that commit is durable.
+ */
+export function keepUuidsWithinBudget(workspaces: WorkspaceList, oldestInFlight: number, nowMs: number, budget = limits.uuidMemoryBytesMax): void {
+  if (currentUuidBytes(workspaces) >= budget / 2) {
+    let refused = 0;
+    let rememberedSinceMs = -Infinity;
+    for (const workspace of workspaces.values()) {
+      if (workspace.uuidsPending) continue;
+      if (!workspace.uuids.rotate(nowMs, oldestInFlight)) refused++;
+      rememberedSinceMs = Math.max(rememberedSinceMs, workspace.uuids.rememberedSinceMs);
+    }
+    log.warn(
+      { rememberedSince: new Date(rememberedSinceMs).toISOString(), setsKeptForCommitsInFlight: refused, budgetBytes: budget },
+      "uuid sets at half their memory budget: each begins a new generation, and uuids received before the previous one began are forgotten (a retry of their events would be stored again); EVENTIDE_UUID_MEMORY_BYTES_MAX sets the budget",
+    );
+  }
+  let total = uuidBytes(workspaces);
+  if (total <= budget) return;
+  const older = [...workspaces.values()].filter((workspace) => !workspace.uuidsPending && workspace.uuids.previousByteLength > 0);
+  older.sort((left, right) => right.uuids.previousByteLength - left.uuids.previousByteLength);
+  for (const workspace of older) {
+    if (total <= budget) break;
+    const bytes = workspace.uuids.previousByteLength;
+    if (workspace.uuids.dropPrevious(oldestInFlight)) total -= bytes;
+  }
 }

@@ -241,7 +241,7 @@ class UuidGeneration {
   lastOwner = 0;
 
   /** `sinceMs`: when it began taking uuids (the receipt time from which it remembers them). */
-  constructor(readonly sinceMs: number) {}
+  constructor(public sinceMs: number) {}
 
   /** The owner of a uuid held here, or -1. */
   ownerOf(hash: number, a: number, b: number, c: number, d: number): number {
@@ -278,13 +278,18 @@ class UuidGeneration {
     if (slot >= 0) table.slots[slot * slotWords + 4] = 0;
   }
 
-  delete(hash: number, a: number, b: number, c: number, d: number): void {
+  /** Removes the uuid if `owner` claimed it (another claim of it, made since, stays). */
+  delete(hash: number, a: number, b: number, c: number, d: number, owner: number): void {
     if ((a | b | c | d) === 0) {
-      if (this.hasNil) this.count--;
+      if (!this.hasNil || this.nilOwner !== owner) return;
+      this.count--;
       this.hasNil = false;
       return;
     }
-    if (this.tables[shardOf(hash)].delete(hash, a, b, c, d)) this.count--;
+    const table = this.tables[shardOf(hash)];
+    const slot = table.find(hash, a, b, c, d);
+    if (slot < 0 || table.slots[slot * slotWords + 4] !== owner) return;
+    if (table.delete(hash, a, b, c, d)) this.count--;
   }
 
   maxProbeLength(): number {
@@ -332,15 +337,18 @@ export class UuidSet {
 
   /**
    * Moves the set's clock to `nowMs`: when a new period has begun, the older
-   * generation is dropped (its tables freed) and a fresh one begins. A clock
-   * that went back changes nothing.
+   * generation is dropped (its tables freed) and a fresh one begins, a period
+   * at a time. Not past a generation that a commit still in flight claimed
+   * into (`oldestInFlight`, as for rotate): the step waits for a later call.
+   * A clock that went back changes nothing.
    */
-  advance(nowMs: number): void {
+  advance(nowMs: number, oldestInFlight = Infinity): void {
     const period = this.periodOf(nowMs);
-    if (period <= this.period) return;
-    this.previous = period === this.period + 1 ? this.current : new UuidGeneration(this.periodStartMs(period - 1));
-    this.current = new UuidGeneration(this.periodStartMs(period));
-    this.period = period;
+    while (this.period < period && this.previous.lastOwner < oldestInFlight) {
+      this.period++;
+      this.previous = this.current;
+      this.current = new UuidGeneration(this.periodStartMs(this.period));
+    }
   }
 
   /**
@@ -356,6 +364,23 @@ export class UuidSet {
     this.previous = this.current;
     this.current = new UuidGeneration(Math.max(nowMs, this.current.sinceMs));
     return true;
+  }
+
+  /** Drops the older generation alone (rotate's rule on commits in flight); false when refused. */
+  dropPrevious(oldestInFlight: number): boolean {
+    if (this.previous.lastOwner >= oldestInFlight) return false;
+    this.previous = new UuidGeneration(this.current.sinceMs);
+    return true;
+  }
+
+  /**
+   * Start-up within the memory budget: the current generation holds the
+   * uuids received since `currentSinceMs`, the older one since
+   * `previousSinceMs` (each undefined: its period's start, as usual).
+   */
+  rememberOnlySince(currentSinceMs: number | undefined, previousSinceMs: number | undefined): void {
+    if (currentSinceMs !== undefined) this.current.sinceMs = Math.max(this.current.sinceMs, currentSinceMs);
+    if (previousSinceMs !== undefined) this.previous.sinceMs = Math.max(this.previous.sinceMs, Math.min(previousSinceMs, this.current.sinceMs));
   }
 
   /** Bytes of the current generation alone: what the next rotation keeps. */
@@ -469,11 +494,14 @@ export class UuidSet {
    * Adds the uuid as durable, received now or at `receivedAtMs` (start-up:
    * when the segment holding it was written); returns false when it was
    * already present, or was received beyond the horizon (then it is not added).
+   * `older`: into the older generation even when received in the current
+   * period (start-up, once the newest uuids fill half the memory budget).
    */
-  add(bytes: Uint8Array, offset = 0, receivedAtMs?: number): boolean {
+  add(bytes: Uint8Array, offset = 0, receivedAtMs?: number, older = false): boolean {
     const a = word(bytes, offset), b = word(bytes, offset + 4), c = word(bytes, offset + 8), d = word(bytes, offset + 12);
     const hash = hashOf(a, b, c, d);
-    const generation = receivedAtMs === undefined ? "current" : this.generationOf(receivedAtMs);
+    let generation = receivedAtMs === undefined ? "current" : this.generationOf(receivedAtMs);
+    if (older && generation === "current") generation = "previous";
     switch (generation) {
       case "current":
         return this.previous.ownerOf(hash, a, b, c, d) < 0 && this.current.claim(hash, a, b, c, d, 0) === -1;
@@ -510,11 +538,11 @@ export class UuidSet {
     this.previous.settle(hash, a, b, c, d);
   }
 
-  /** Removes a uuid added by a write that then failed (rare: disk errors); a period may have begun since its claim. */
-  delete(bytes: Uint8Array, offset = 0): void {
+  /** Removes a uuid that commit `owner` claimed and then failed to write (rare: disk errors); a generation may have begun since its claim. */
+  delete(bytes: Uint8Array, offset: number, owner: number): void {
     const a = word(bytes, offset), b = word(bytes, offset + 4), c = word(bytes, offset + 8), d = word(bytes, offset + 12);
     const hash = hashOf(a, b, c, d);
-    this.current.delete(hash, a, b, c, d);
-    this.previous.delete(hash, a, b, c, d);
+    this.current.delete(hash, a, b, c, d, owner);
+    this.previous.delete(hash, a, b, c, d, owner);
   }
 }

@@ -1,7 +1,9 @@
 import { unpackPropertyEntries } from "../../src/storage/property-transfer.js";
 import type { LoadSegmentResult } from "../../src/storage/segment-layout.js";
 import { sealSegment } from "../../src/storage/segment-writer.js";
-import type { ActiveSegment } from "../../src/storage/store.js";
+import { loadSegment } from "../../src/storage/segment-reader.js";
+import { mergeSegments } from "../../src/storage/segment-merge.js";
+import type { ActiveSegment, StoreTasks } from "../../src/storage/store.js";
 
 /** Seals on the calling thread exactly as the pool's worker does (src/workers/worker.ts runSeal); for StoreTasks in tests. */
 export async function sealInline(segment: ActiveSegment, directory: string): Promise<LoadSegmentResult> {
@@ -19,3 +21,10 @@ export async function sealInline(segment: ActiveSegment, directory: string): Pro
     fsync: false,
   });
 }
+
+/** A store's background tasks run on the calling thread: seals as above, loads and merges as the pool's worker runs them. */
+export const inlineTasks: StoreTasks = {
+  seal: async (segment, directory) => sealInline(segment, directory),
+  load: async (directory) => loadSegment(directory),
+  merge: async (directories, target, dayStartMs) => mergeSegments({ directories, target, dayStartMs, fsync: false }),
+};

@@ -119,7 +119,7 @@ describe("a store receiving more uuids than its budget holds", () => {
       // A table may double past the budget before the next claim rotates.
       expect(await metric(server, "eventide_uuid_bytes")).toBeLessThanOrEqual(budgetBytes * 1.25);
       expect(await metric(server, "eventide_uuid_window_seconds")).toBeLessThan(3_600);
-      expect(server.stdoutLines.join("\n") + server.stderr()).toContain("uuid set at its memory budget");
+      expect(server.stdoutLines.join("\n") + server.stderr()).toContain("uuid sets at half their memory budget");
 
       // The last batch is remembered: its retry stores nothing. The first was forgotten (60 000 uuids never fit a
       // mebibyte at 20 bytes a slot): its retry is stored again, the price of bounded memory.

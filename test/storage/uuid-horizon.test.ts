@@ -8,15 +8,12 @@ import { mkdtempSync, readdirSync, rmSync, utimesSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterEach, beforeEach, describe, expect, it } from "vitest";
-import { ChunkBuilder } from "../../src/storage/chunk-codec.js";
 import { limits } from "../../src/config/limits.js";
-import { loadSegment } from "../../src/storage/segment-reader.js";
-import { mergeSegments } from "../../src/storage/segment-merge.js";
-import { Store, type StoreTasks } from "../../src/storage/store.js";
+import { Store } from "../../src/storage/store.js";
 import { UuidSet } from "../../src/storage/uuid-set.js";
 import { Random } from "../helpers/random.js";
-import { sealInline } from "../helpers/seal-inline.js";
-import { countPresent, randomUuids } from "../helpers/uuids.js";
+import { inlineTasks } from "../helpers/seal-inline.js";
+import { countPresent, randomUuids, uuidChunk } from "../helpers/uuids.js";
 
 const dayMs = 86_400_000;
 const horizonDays = 7;
@@ -81,7 +78,7 @@ describe("the uuid set's horizon", () => {
     expect(set.claim(recent, 16, 9)).toBe(0);
     expect(set.size).toBe(40);
     // Deleting reaches either generation (a commit that failed after a period began).
-    set.delete(recent, 0);
+    set.delete(recent, 0, 0);
     expect(set.has(recent, 0)).toBe(false);
     expect(set.size).toBe(39);
   });
@@ -116,17 +113,7 @@ describe("the uuid set's horizon", () => {
 });
 
 const workspaceId = "feedc0de87654321";
-const inlineTasks: StoreTasks = {
-  seal: async (segment, directory) => sealInline(segment, directory),
-  load: async (directory) => loadSegment(directory),
-  merge: async (directories, target, dayStartMs) => mergeSegments({ directories, target, dayStartMs, fsync: false }),
-};
 
-function chunkOf(dayStartMs: number, uuids: string[]): ArrayBuffer {
-  const builder = new ChunkBuilder();
-  for (const [index, uuid] of uuids.entries()) builder.addRow(dayStartMs + index, "signup", `user-${index}`, Buffer.from(uuid.replaceAll("-", ""), "hex"));
-  return builder.finish();
-}
 
 let dataDir: string;
 beforeEach(() => {
@@ -145,8 +132,8 @@ describe("the store's uuids across a restart", () => {
     const recentBatch = Array.from({ length: 300 }, () => random.uuid());
     const first = Store.open(dataDir, false);
     first.start(inlineTasks);
-    await first.commit(workspaceId, chunkOf(oldDayMs, oldBatch));
-    await first.commit(workspaceId, chunkOf(recentDayMs, recentBatch));
+    await first.commit(workspaceId, uuidChunk(oldDayMs, oldBatch));
+    await first.commit(workspaceId, uuidChunk(recentDayMs, recentBatch));
     await first.close();
 
     // The old day's segment was written long ago (far beyond any horizon), as if its events had arrived then.
@@ -161,8 +148,8 @@ describe("the store's uuids across a restart", () => {
     await workspace.uuidsReady;
     expect(workspace.uuids.size).toBe(recentBatch.length);
     // A retry within the horizon stores nothing; one beyond it is stored again.
-    expect((await second.commit(workspaceId, chunkOf(recentDayMs, recentBatch))).storedCount).toBe(0);
-    expect((await second.commit(workspaceId, chunkOf(oldDayMs, oldBatch))).storedCount).toBe(oldBatch.length);
+    expect((await second.commit(workspaceId, uuidChunk(recentDayMs, recentBatch))).storedCount).toBe(0);
+    expect((await second.commit(workspaceId, uuidChunk(oldDayMs, oldBatch))).storedCount).toBe(oldBatch.length);
     await second.close();
   });
 });

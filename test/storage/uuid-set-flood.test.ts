@@ -45,7 +45,7 @@ describe("the uuid set under a hash flood", () => {
     let repeats = 0;
     for (let offset = 0; offset < uuids.length; offset += 16) if (set.claim(uuids, offset, 2) === 1) repeats++;
     expect(repeats).toBe(20_000);
-    for (let offset = 0; offset < uuids.length; offset += 32) set.delete(uuids, offset);
+    for (let offset = 0; offset < uuids.length; offset += 32) set.delete(uuids, offset, 1);
     let wrong = 0;
     for (let offset = 0; offset < uuids.length; offset += 16) if (set.has(uuids, offset) !== (offset % 32 !== 0)) wrong++;
     expect(wrong).toBe(0);

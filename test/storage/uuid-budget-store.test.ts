@@ -1,0 +1,139 @@
+/**
+ * The uuid budget in the store itself (in-process, a 1 MiB budget): many
+ * workspaces share it; a restart at the budget keeps the newest uuids
+ * through the commits that follow; a period that ends while a commit is in
+ * flight keeps that commit's claims; a merged day larger than the budget is
+ * reloaded only in part. Scenarios a review found against the first design.
+ */
+import { vi } from "vitest";
+
+vi.hoisted(() => {
+  process.env.EVENTIDE_UUID_MEMORY_BYTES_MAX = String(1024 * 1024);
+  process.env.EVENTIDE_LOG_LEVEL = "error";
+});
+
+import { mkdtempSync, rmSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { afterEach, beforeEach, describe, expect, it } from "vitest";
+import { limits } from "../../src/config/limits.js";
+import { Store } from "../../src/storage/store.js";
+import { Random } from "../helpers/random.js";
+import { inlineTasks } from "../helpers/seal-inline.js";
+import { uuidChunk } from "../helpers/uuids.js";
+
+const budget = 1024 * 1024;
+const dayMs = 86_400_000;
+const workspaceId = "feedc0de87654321";
+
+
+const fresh = (random: Random, count: number) => Array.from({ length: count }, () => random.uuid());
+
+let dataDir: string;
+beforeEach(() => {
+  dataDir = mkdtempSync(join(tmpdir(), "eventide-uuid-budget-"));
+});
+afterEach(() => {
+  vi.useRealTimers();
+  rmSync(dataDir, { recursive: true, force: true });
+});
+
+describe("the uuid budget in the store", () => {
+  it("is the one under test", () => {
+    expect(limits.uuidMemoryBytesMax).toBe(budget);
+  });
+
+  it("holds for many workspaces together, none of which would reach half of it alone", async () => {
+    const random = new Random(1);
+    const store = Store.open(dataDir, false);
+    store.start(inlineTasks);
+    try {
+      for (let index = 0; index < 8; index++) {
+        const id = `feedc0de0000000${index}`;
+        for (let commit = 0; commit < 40; commit++) await store.commit(id, uuidChunk(Date.UTC(2024, 0, 1), fresh(random, 250)));
+        // A table may double past the budget before the next claim looks.
+        expect(store.uuidTotals().bytes, `after workspace ${index}`).toBeLessThanOrEqual(budget * 1.25);
+      }
+    } finally {
+      await store.close();
+    }
+  });
+
+  it("keeps the newest uuids of a restart at the budget through the commits that follow", async () => {
+    const random = new Random(2);
+    const first = Store.open(dataDir, false);
+    first.start(inlineTasks);
+    const batches: string[][] = [];
+    for (let index = 0; index < 60; index++) {
+      batches.push(fresh(random, 1_000));
+      await first.commit(workspaceId, uuidChunk(Date.UTC(2024, 0, 1) + index * dayMs, batches[index]));
+    }
+    await first.close();
+
+    const second = Store.open(dataDir, false);
+    second.start(inlineTasks);
+    try {
+      await second.workspaces.get(workspaceId)!.uuidsReady;
+      const warmed = second.uuidTotals();
+      expect(warmed.bytes).toBeLessThanOrEqual(budget * 1.25);
+      // The older segments were left out: the window is what was written since (this test's seconds), not the horizon.
+      expect(warmed.windowSeconds!).toBeLessThan(3_600);
+      // Fresh uuids arrive, tables grow, generations turn: the last batch is still recognised, the first is not.
+      for (let commit = 0; commit < 4; commit++) await second.commit(workspaceId, uuidChunk(Date.UTC(2024, 3, 2), fresh(random, 200)));
+      expect((await second.commit(workspaceId, uuidChunk(Date.UTC(2024, 0, 1) + 59 * dayMs, batches[59]))).storedCount).toBe(0);
+      expect((await second.commit(workspaceId, uuidChunk(Date.UTC(2024, 0, 1), batches[0]))).storedCount).toBe(1_000);
+    } finally {
+      await second.close();
+    }
+  });
+
+  it("keeps the claims of a commit in flight when a period ends right after the sets turned early", async () => {
+    const random = new Random(3);
+    const horizonMs = limits.uuidHorizonDays * dayMs;
+    const periodEnd = (Math.floor(Date.UTC(2026, 5, 1) / horizonMs) + 1) * horizonMs;
+    vi.useFakeTimers({ toFake: ["Date"] });
+    vi.setSystemTime(periodEnd - 60_000);
+    const store = Store.open(dataDir, false);
+    store.start(inlineTasks);
+    const day = Date.UTC(2024, 0, 1);
+    try {
+      for (let attempt = 0; attempt < 200; attempt++) {
+        const x = fresh(random, 1);
+        const since = store.workspaces.get(workspaceId)?.uuids.rememberedSinceMs;
+        const original = store.commit(workspaceId, uuidChunk(day, x));
+        // May grow a table and turn the sets early: the original's claim then sits in the older generation.
+        const other = store.commit(workspaceId, uuidChunk(day, fresh(random, 500)));
+        if (since === undefined || store.workspaces.get(workspaceId)!.uuids.rememberedSinceMs === since) {
+          await Promise.all([original, other]);
+          continue;
+        }
+        vi.setSystemTime(periodEnd + 1_000);
+        const retry = store.commit(workspaceId, uuidChunk(day, x));
+        const [first, , second] = await Promise.all([original, other, retry]);
+        expect(first.storedCount + second.storedCount).toBe(1);
+        return;
+      }
+      expect.fail("the sets never turned early");
+    } finally {
+      await store.close();
+    }
+  });
+
+  it("reloads a day larger than the budget only in part", async () => {
+    const random = new Random(4);
+    const first = Store.open(dataDir, false);
+    first.start(inlineTasks);
+    // One day, one segment after the close: 80 000 uuids, more than three times what a mebibyte holds.
+    for (let commit = 0; commit < 80; commit++) await first.commit(workspaceId, uuidChunk(Date.UTC(2024, 0, 1), fresh(random, 1_000)));
+    await first.close();
+
+    const second = Store.open(dataDir, false);
+    second.start(inlineTasks);
+    try {
+      await second.workspaces.get(workspaceId)!.uuidsReady;
+      expect(second.uuidTotals().bytes).toBeLessThanOrEqual(budget * 1.5);
+    } finally {
+      await second.close();
+    }
+  });
+});
