@@ -219,7 +219,13 @@ export async function warmUuids(workspaces: Workspaces, budget = limits.uuidMemo
   }
   queue.sort((left, right) => right.writtenAtMs - left.writtenAtMs);
   const queued = new Set(queue.map(({ segment }) => segment));
-  const place = (): Placement => (currentUuidBytes(workspaces) < budget / 2 ? "as-received" : uuidBytes(workspaces) < budget ? "older" : "none");
+  // Each generation of all sets within half the budget, as the running server keeps them: the newest uuids of this
+  // period into the newest generations, then the older generations, and uuids of the period before only into those.
+  const place = (workspace: WorkspaceStore, receivedAtMs: number): Placement => {
+    const current = currentUuidBytes(workspaces);
+    if (workspace.uuids.inCurrentPeriod(receivedAtMs) && current < budget / 2) return "as-received";
+    return uuidBytes(workspaces) - current < budget / 2 ? "older" : "none";
+  };
   const failed = new Set<WorkspaceStore>();
   // Per workspace, the latest write time of a segment whose uuids went (in part) to the older generation, and of one
   // whose uuids were left out (in part or whole): rows received since are in later segments, all read.
@@ -236,7 +242,7 @@ export async function warmUuids(workspaces: Workspaces, budget = limits.uuidMemo
     }
     try {
       const placed = () => {
-        const placement = place();
+        const placement = place(workspace, writtenAt);
         if (placement === "older") olderUpTo.set(workspace, Math.max(olderUpTo.get(workspace) ?? -Infinity, writtenAt));
         return placement;
       };

@@ -205,13 +205,14 @@ export class Store {
     return { count, bytes };
   }
 
-  /** The uuid sets' bytes, and the shortest retry window among the sets holding uuids: seconds since the receipt time each remembers from. */
+  /** The uuid sets' bytes, and the shortest retry window among the sets that took uuids: seconds since the receipt time each remembers from. */
   uuidTotals(nowMs = Date.now()): { bytes: number; windowSeconds: number | undefined } {
     let bytes = 0;
     let sinceMs: number | undefined;
     for (const workspace of this.workspaces.values()) {
       bytes += workspace.uuids.byteLength;
-      if (workspace.uuids.size > 0) sinceMs = Math.max(sinceMs ?? -Infinity, workspace.uuids.rememberedSinceMs);
+      // A set that never took a uuid remembers from its period's start, no later than one that did: it changes nothing.
+      if (workspace.uuids.tookUuids) sinceMs = Math.max(sinceMs ?? -Infinity, workspace.uuids.rememberedSinceMs);
     }
     return { bytes, windowSeconds: sinceMs === undefined ? undefined : Math.max(0, (nowMs - sinceMs) / 1000) };
   }

@@ -38,18 +38,20 @@ export function currentUuidBytes(workspaces: WorkspaceList): number {
 /**
  * After a set grew: a new epoch once the current generations hold half the
  * budget; then, while the sets still exceed it (a generation that a commit
- * in flight holds was kept, or start-up left more), the largest older
- * generations are dropped. A set still filling after start-up is left
- * alone, and so is a generation a commit still in flight claimed into
+ * in flight holds was kept), the largest older generations are dropped.
+ * Nothing while start-up still fills a set; and a generation a commit still
+ * in flight claimed into is left alone
  * (`oldestInFlight`: the least such commit id, Infinity when none): memory
  * may then stay over the budget until that commit is durable.
  */
 export function keepUuidsWithinBudget(workspaces: WorkspaceList, oldestInFlight: number, nowMs: number, budget = limits.uuidMemoryBytesMax): void {
+  // While start-up still fills a set it keeps within the budget itself, and a turn now would count its uuids against
+  // the others' and drop theirs.
+  for (const workspace of workspaces.values()) if (workspace.uuidsPending) return;
   if (currentUuidBytes(workspaces) >= budget / 2) {
     let refused = 0;
     let rememberedSinceMs = -Infinity;
     for (const workspace of workspaces.values()) {
-      if (workspace.uuidsPending) continue;
       if (!workspace.uuids.rotate(nowMs, oldestInFlight)) refused++;
       rememberedSinceMs = Math.max(rememberedSinceMs, workspace.uuids.rememberedSinceMs);
     }
@@ -60,7 +62,7 @@ export function keepUuidsWithinBudget(workspaces: WorkspaceList, oldestInFlight:
   }
   let total = uuidBytes(workspaces);
   if (total <= budget) return;
-  const older = [...workspaces.values()].filter((workspace) => !workspace.uuidsPending && workspace.uuids.previousByteLength > 0);
+  const older = [...workspaces.values()].filter((workspace) => workspace.uuids.previousByteLength > 0);
   older.sort((left, right) => right.uuids.previousByteLength - left.uuids.previousByteLength);
   for (const workspace of older) {
     if (total <= budget) break;

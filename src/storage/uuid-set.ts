@@ -307,6 +307,8 @@ export class UuidSet {
   private previous: UuidGeneration;
   /** The current period: days since the epoch divided by the horizon, rounded down. */
   private period: number;
+  /** A period began while a commit in flight held the older generation: the newest has taken uuids of the new period since. */
+  private stepDeferred = false;
 
   /**
    * `horizonDays`: how long a uuid is remembered at least; `nowMs`: the clock at
@@ -337,18 +339,25 @@ export class UuidSet {
 
   /**
    * Moves the set's clock to `nowMs`: when a new period has begun, the older
-   * generation is dropped (its tables freed) and a fresh one begins, a period
-   * at a time. Not past a generation that a commit still in flight claimed
-   * into (`oldestInFlight`, as for rotate): the step waits for a later call.
-   * A clock that went back changes nothing.
+   * generation is dropped (its tables freed) and a fresh one begins; two
+   * periods or more on, both are. Never a generation that a commit still in
+   * flight claimed into (`oldestInFlight`, as for rotate): then the step
+   * waits for a later call, and the newest generation, which takes uuids
+   * meanwhile, is kept as the older one when it comes. A clock that went back
+   * changes nothing.
    */
   advance(nowMs: number, oldestInFlight = Infinity): void {
     const period = this.periodOf(nowMs);
-    while (this.period < period && this.previous.lastOwner < oldestInFlight) {
-      this.period++;
-      this.previous = this.current;
-      this.current = new UuidGeneration(this.periodStartMs(this.period));
+    if (period <= this.period) return;
+    if (this.previous.lastOwner >= oldestInFlight) {
+      this.stepDeferred = true;
+      return;
     }
+    const keepCurrent = period === this.period + 1 || this.stepDeferred || this.current.lastOwner >= oldestInFlight;
+    this.previous = keepCurrent ? this.current : new UuidGeneration(this.periodStartMs(period - 1));
+    this.current = new UuidGeneration(this.periodStartMs(period));
+    this.period = period;
+    this.stepDeferred = false;
   }
 
   /**
@@ -393,9 +402,17 @@ export class UuidSet {
     return this.previous.byteLength;
   }
 
+  /** Whether it ever took a uuid (its window then says something), even if all were forgotten since. */
+  tookUuids = false;
+
   /** The receipt time from which uuids are remembered: the older generation's start. */
   get rememberedSinceMs(): number {
     return this.previous.sinceMs;
+  }
+
+  /** Whether uuids received (or written to disk) at `timeMs` belong to the current period's generation. */
+  inCurrentPeriod(timeMs: number): boolean {
+    return this.generationOf(timeMs) === "current";
   }
 
   /** Whether uuids received (or written to disk) at `timeMs` are still within the horizon. */
@@ -502,6 +519,7 @@ export class UuidSet {
     const hash = hashOf(a, b, c, d);
     let generation = receivedAtMs === undefined ? "current" : this.generationOf(receivedAtMs);
     if (older && generation === "current") generation = "previous";
+    this.tookUuids = true;
     switch (generation) {
       case "current":
         return this.previous.ownerOf(hash, a, b, c, d) < 0 && this.current.claim(hash, a, b, c, d, 0) === -1;
@@ -523,6 +541,7 @@ export class UuidSet {
   /** claim, the uuid's hash already known (prefetchHomes). */
   claimHashed(bytes: Uint8Array, offset: number, owner: number, hash: number): number {
     const a = word(bytes, offset), b = word(bytes, offset + 4), c = word(bytes, offset + 8), d = word(bytes, offset + 12);
+    this.tookUuids = true;
     if (this.previous.count > 0) {
       const earlier = this.previous.ownerOf(hash, a, b, c, d);
       if (earlier >= 0) return earlier;

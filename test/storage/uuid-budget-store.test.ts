@@ -12,12 +12,13 @@ vi.hoisted(() => {
   process.env.EVENTIDE_LOG_LEVEL = "error";
 });
 
-import { mkdtempSync, rmSync } from "node:fs";
+import { mkdtempSync, rmSync, utimesSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterEach, beforeEach, describe, expect, it } from "vitest";
 import { limits } from "../../src/config/limits.js";
 import { Store } from "../../src/storage/store.js";
+import { UuidSet } from "../../src/storage/uuid-set.js";
 import { Random } from "../helpers/random.js";
 import { inlineTasks } from "../helpers/seal-inline.js";
 import { uuidChunk } from "../helpers/uuids.js";
@@ -28,6 +29,19 @@ const workspaceId = "feedc0de87654321";
 
 
 const fresh = (random: Random, count: number) => Array.from({ length: count }, () => random.uuid());
+const tick = () => new Promise((resolve) => setImmediate(resolve));
+
+/** Sets the write time (mtime) of every sealed segment of a workspace of a closed store: what start-up reads as receipt. */
+function setWrittenAt(store: Store, id: string, timeOf: (index: number) => number): number {
+  let index = 0;
+  for (const partition of store.workspaces.get(id)!.days.values()) {
+    for (const segment of partition.sealed) {
+      const at = timeOf(index++) / 1000;
+      utimesSync(segment.directory, at, at);
+    }
+  }
+  return index;
+}
 
 let dataDir: string;
 beforeEach(() => {
@@ -117,6 +131,80 @@ describe("the uuid budget in the store", () => {
     } finally {
       await store.close();
     }
+  });
+
+  it("keeps a ready workspace's uuids while another still reloads its own", async () => {
+    const random = new Random(11);
+    const big = "feedc0de00000001";
+    const small = "feedc0de00000002";
+    const first = Store.open(dataDir, false);
+    first.start(inlineTasks);
+    for (let index = 0; index < 200; index++) await first.commit(big, uuidChunk(Date.UTC(2024, 0, 1) + index * dayMs, fresh(random, 500)));
+    const smallBatch = fresh(random, 1_000);
+    await first.commit(small, uuidChunk(Date.UTC(2024, 0, 1), smallBatch));
+    await first.close();
+    // The big workspace's segments were written over the last hour, the small one's last: it is read first.
+    const now = Date.now();
+    setWrittenAt(first, big, (index) => now - 3_600_000 + index * 1_000);
+    setWrittenAt(first, small, () => now);
+
+    const second = Store.open(dataDir, false);
+    second.start(inlineTasks);
+    try {
+      const bigWorkspace = second.workspaces.get(big)!;
+      await second.workspaces.get(small)!.uuidsReady;
+      while (bigWorkspace.uuidsPending && second.uuidTotals().bytes < budget) await tick();
+      // Growing commits in the ready workspace while the other fills the budget: its own uuids are not the price.
+      for (let commit = 0; commit < 2; commit++) await second.commit(small, uuidChunk(Date.UTC(2024, 3, 2), fresh(random, 200)));
+      expect((await second.commit(small, uuidChunk(Date.UTC(2024, 0, 1), smallBatch))).storedCount).toBe(0);
+    } finally {
+      await second.close();
+    }
+  });
+
+  it("reloads the period before within the budget too, and keeps its newest uuids through the commits that follow", async () => {
+    const random = new Random(12);
+    const first = Store.open(dataDir, false);
+    first.start(inlineTasks);
+    const batches: string[][] = [];
+    for (let index = 0; index < 60; index++) {
+      batches.push(fresh(random, 1_000));
+      await first.commit(workspaceId, uuidChunk(Date.UTC(2024, 0, 1) + index * dayMs, batches[index]));
+    }
+    await first.close();
+    // Written in the hour before the current period began (a restart in its first hours).
+    const horizonMs = limits.uuidHorizonDays * dayMs;
+    const periodStart = Math.floor(Date.now() / horizonMs) * horizonMs;
+    expect(setWrittenAt(first, workspaceId, (index) => periodStart - 3_600_000 + index * 1_000)).toBe(60);
+
+    const second = Store.open(dataDir, false);
+    second.start(inlineTasks);
+    try {
+      await second.workspaces.get(workspaceId)!.uuidsReady;
+      expect(second.uuidTotals().bytes).toBeLessThanOrEqual(budget * 1.25);
+      for (let commit = 0; commit < 2; commit++) await second.commit(workspaceId, uuidChunk(Date.UTC(2024, 3, 2), fresh(random, 200)));
+      expect((await second.commit(workspaceId, uuidChunk(Date.UTC(2024, 0, 1) + 59 * dayMs, batches[59]))).storedCount).toBe(0);
+    } finally {
+      await second.close();
+    }
+  });
+
+  it("keeps the uuids a set took while a period's step waited for a commit in flight", () => {
+    const startMs = Date.UTC(2026, 0, 5, 10);
+    const set = new UuidSet(1, startMs);
+    const a = Buffer.from("11".repeat(16), "hex");
+    const b = Buffer.from("22".repeat(16), "hex");
+    expect(set.claim(a, 0, 1)).toBe(-1);
+    // An early turn puts commit 1's claim in the older generation; two days on (a suspended machine), the step waits for it.
+    expect(set.rotate(startMs, 1)).toBe(true);
+    const later = Math.floor(startMs / dayMs) * dayMs + 2 * dayMs + 10;
+    set.advance(later, 1);
+    expect(set.has(a)).toBe(true);
+    // Received now, into the newest generation: kept when the step comes.
+    expect(set.claim(b, 0, 2)).toBe(-1);
+    set.advance(later + 1_000, Infinity);
+    expect(set.has(b)).toBe(true);
+    expect(set.has(a)).toBe(false);
   });
 
   it("reloads a day larger than the budget only in part", async () => {
