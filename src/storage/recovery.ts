@@ -181,6 +181,11 @@ const uuidsPerPlacement = 16_384;
  * was written, in slices placed by `place`; false when the budget cut it short.
  */
 function loadSegmentUuids(workspace: WorkspaceStore, segment: SealedSegment, place: () => Placement): boolean {
+  // Full already: not even read.
+  if (place() === "none") {
+    segment.uuidsLoaded = true;
+    return false;
+  }
   const uuids = readSegmentUuids(segment.directory, segment.layout);
   const receivedAtMs = writtenAtMs(segment.directory);
   let whole = true;

@@ -39,30 +39,47 @@ export function currentUuidBytes(workspaces: WorkspaceList): number {
  * After a set grew: a new epoch once the current generations hold half the
  * budget; then, while the sets still exceed it (a generation that a commit
  * in flight holds was kept), the largest older generations are dropped.
- * Nothing while start-up still fills a set; and a generation a commit still
+ * Sets that start-up still fills are not turned, and their bytes leave the
+ * others at least half the budget (for a moment the two may hold one and a
+ * half times it); and a generation a commit still
  * in flight claimed into is left alone
  * (`oldestInFlight`: the least such commit id, Infinity when none): memory
  * may then stay over the budget until that commit is durable.
  */
 export function keepUuidsWithinBudget(workspaces: WorkspaceList, oldestInFlight: number, nowMs: number, budget = limits.uuidMemoryBytesMax): void {
-  // While start-up still fills a set it keeps within the budget itself, and a turn now would count its uuids against
-  // the others' and drop theirs.
-  for (const workspace of workspaces.values()) if (workspace.uuidsPending) return;
-  if (currentUuidBytes(workspaces) >= budget / 2) {
+  // Sets that start-up still fills are left out of the reckoning: start-up keeps them within the budget, giving way to
+  // the others' growth; counted here, their bytes would turn, then empty, the ready sets alone.
+  const ready = { values: () => [...workspaces.values()].filter((workspace) => !workspace.uuidsPending).values() };
+  // What start-up holds is left to the ready sets, down to half the budget: together at most one and a half times it.
+  const readyBudget = Math.max(budget / 2, budget - (uuidBytes(workspaces) - uuidBytes(ready)));
+  if (currentUuidBytes(ready) >= readyBudget / 2) {
     let refused = 0;
     let rememberedSinceMs = -Infinity;
-    for (const workspace of workspaces.values()) {
+    for (const workspace of ready.values()) {
       if (!workspace.uuids.rotate(nowMs, oldestInFlight)) refused++;
       rememberedSinceMs = Math.max(rememberedSinceMs, workspace.uuids.rememberedSinceMs);
     }
+    epochsUnlogged++;
+    // One line a minute at most: with many small workspaces, epochs may follow each other quickly.
+    if (nowMs - lastLoggedMs < 60_000) return dropOlder(ready, readyBudget, oldestInFlight);
+    lastLoggedMs = nowMs;
     log.warn(
-      { rememberedSince: new Date(rememberedSinceMs).toISOString(), setsKeptForCommitsInFlight: refused, budgetBytes: budget },
+      { rememberedSince: new Date(rememberedSinceMs).toISOString(), epochs: epochsUnlogged, setsKeptForCommitsInFlight: refused, budgetBytes: budget },
       "uuid sets at half their memory budget: each begins a new generation, and uuids received before the previous one began are forgotten (a retry of their events would be stored again); EVENTIDE_UUID_MEMORY_BYTES_MAX sets the budget",
     );
+    epochsUnlogged = 0;
   }
-  let total = uuidBytes(workspaces);
+  dropOlder(ready, readyBudget, oldestInFlight);
+}
+
+let lastLoggedMs = -Infinity;
+let epochsUnlogged = 0;
+
+/** While the sets exceed `budget`, drops the largest older generations (each refused one skipped). */
+function dropOlder(sets: WorkspaceList, budget: number, oldestInFlight: number): void {
+  let total = uuidBytes(sets);
   if (total <= budget) return;
-  const older = [...workspaces.values()].filter((workspace) => workspace.uuids.previousByteLength > 0);
+  const older = [...sets.values()].filter((workspace) => workspace.uuids.previousByteLength > 0);
   older.sort((left, right) => right.uuids.previousByteLength - left.uuids.previousByteLength);
   for (const workspace of older) {
     if (total <= budget) break;

@@ -43,6 +43,29 @@ function setWrittenAt(store: Store, id: string, timeOf: (index: number) => numbe
   return index;
 }
 
+const big = "feedc0de00000001";
+const small = "feedc0de00000002";
+
+/**
+ * A store of a big workspace (`days` of `perDay` uuids) and a small one
+ * (`smallBatch`), restarted: the big one's segments written over the last
+ * hour, the small one's last, so the small one is read first and ready while
+ * the big one still reloads.
+ */
+async function restartedWithBigAndSmall(random: Random, days: number, perDay: number, smallBatch: string[]): Promise<Store> {
+  const first = Store.open(dataDir, false);
+  first.start(inlineTasks);
+  for (let index = 0; index < days; index++) await first.commit(big, uuidChunk(Date.UTC(2024, 0, 1) + index * dayMs, fresh(random, perDay)));
+  await first.commit(small, uuidChunk(Date.UTC(2024, 0, 1), smallBatch));
+  await first.close();
+  const now = Date.now();
+  setWrittenAt(first, big, (index) => now - 3_600_000 + index * 1_000);
+  setWrittenAt(first, small, () => now);
+  const second = Store.open(dataDir, false);
+  second.start(inlineTasks);
+  return second;
+}
+
 let dataDir: string;
 beforeEach(() => {
   dataDir = mkdtempSync(join(tmpdir(), "eventide-uuid-budget-"));
@@ -135,21 +158,8 @@ describe("the uuid budget in the store", () => {
 
   it("keeps a ready workspace's uuids while another still reloads its own", async () => {
     const random = new Random(11);
-    const big = "feedc0de00000001";
-    const small = "feedc0de00000002";
-    const first = Store.open(dataDir, false);
-    first.start(inlineTasks);
-    for (let index = 0; index < 200; index++) await first.commit(big, uuidChunk(Date.UTC(2024, 0, 1) + index * dayMs, fresh(random, 500)));
     const smallBatch = fresh(random, 1_000);
-    await first.commit(small, uuidChunk(Date.UTC(2024, 0, 1), smallBatch));
-    await first.close();
-    // The big workspace's segments were written over the last hour, the small one's last: it is read first.
-    const now = Date.now();
-    setWrittenAt(first, big, (index) => now - 3_600_000 + index * 1_000);
-    setWrittenAt(first, small, () => now);
-
-    const second = Store.open(dataDir, false);
-    second.start(inlineTasks);
+    const second = await restartedWithBigAndSmall(random, 200, 500, smallBatch);
     try {
       const bigWorkspace = second.workspaces.get(big)!;
       await second.workspaces.get(small)!.uuidsReady;
@@ -157,6 +167,29 @@ describe("the uuid budget in the store", () => {
       // Growing commits in the ready workspace while the other fills the budget: its own uuids are not the price.
       for (let commit = 0; commit < 2; commit++) await second.commit(small, uuidChunk(Date.UTC(2024, 3, 2), fresh(random, 200)));
       expect((await second.commit(small, uuidChunk(Date.UTC(2024, 0, 1), smallBatch))).storedCount).toBe(0);
+    } finally {
+      await second.close();
+    }
+  });
+
+  it("bounds a ready workspace's fresh uuids while another still reloads its own", async () => {
+    const random = new Random(17);
+    // A thousand days of a hundred uuids: a warm-up of a thousand turns of the event loop.
+    const second = await restartedWithBigAndSmall(random, 1_000, 100, fresh(random, 100));
+    try {
+      const bigWorkspace = second.workspaces.get(big)!;
+      await second.workspaces.get(small)!.uuidsReady;
+      let worst = 0;
+      let commits = 0;
+      // Live traffic, eight requests at once, while the big workspace reads on.
+      while (bigWorkspace.uuidsPending && commits < 200) {
+        await Promise.all(Array.from({ length: 8 }, () => second.commit(small, uuidChunk(Date.UTC(2024, 3, 2), fresh(random, 1_000)))));
+        commits += 8;
+        worst = Math.max(worst, second.uuidTotals().bytes / budget);
+      }
+      expect(commits).toBeGreaterThan(40);
+      // Start-up's sets leave the ready ones half the budget at least: one and a half times it, give or take the growth of a round of commits.
+      expect(worst).toBeLessThanOrEqual(1.75);
     } finally {
       await second.close();
     }
