@@ -25,18 +25,15 @@ const periodScratch = new ScratchInt32();
 const valueScratch = new ScratchInt32();
 
 /**
- * A retention's cohorts, one of two forms. Per shard user (slot): the period
- * of its first event of the reference (-1: none), and that event's breakdown
- * value (a task-wide id, 0 not set; 0 without a period). Or, read from kept
- * sets without a breakdown, per period the set of users whose first event
- * lies in it (the caller's to dispose: disposeCohorts), every one holding
- * value 0. From firstEventsFromParts, the arrays are the thread's scratch,
- * valid until its next call.
+ * Each shard user's first event: the bucket of its part (-1: none), and its
+ * breakdown value (a task-wide id, 0 not set), or valueTexts.length for
+ * users without one. From firstEventsFromParts, the arrays are the thread's
+ * scratch, valid until its next call.
  */
-export type Cohorts = { valueTexts: string[]; periods: Int32Array; values: Int32Array; sets?: undefined } | { valueTexts: string[]; sets: Array<Bitmap | undefined> };
-
-export function disposeCohorts(cohorts: Cohorts): void {
-  if (cohorts.sets !== undefined) for (const users of cohorts.sets) users?.dispose();
+export interface FirstEvents {
+  valueTexts: string[];
+  periods: Int32Array;
+  values: Int32Array;
 }
 
 /** Where days are cut into parts (startsMs), each part in a bucket of its own or, merged, of the query's. */
@@ -57,34 +54,130 @@ const filterValuesMax = 256;
  * (trend-day-parts.ts) instead of every row: the event's users of each part
  * in time order (with a filter, the union of the sets of the values it
  * passes), less the users seen in earlier parts, are the users whose first
- * event lies in that part. Without a breakdown no row is read, and a
- * period's parts are one union. With one, only the new users' rows of the
- * part are read, for the breakdown value of their first one. A user's rows
- * in a sealed segment are adjacent and in time order, so a part's new users
- * are found by one walk through its rows. Undefined when an active segment
- * holds rows of the event, the filters are more than one (a set per value
- * answers one), its property has many texts, or the parts would not fit
- * the kept parts' budget.
+ * event lies in that part. Only those users' rows of that part are read, for
+ * the breakdown value of their first one; without a breakdown, no row is. A
+ * user's rows in a sealed segment are adjacent and in time order, so a
+ * part's new users are found by one walk through its rows. Undefined when an
+ * active segment holds rows of the event, the filters are more than one (a
+ * set per value answers one), its property has many texts, or the parts
+ * would not fit the kept parts' budget.
  */
-export function firstEventsFromParts(segments: readonly SegmentView[], reference: ReferencePlan, breakdownRead: PropertyRead, cut: PartCut, periodCount: number, userLo: number, userHi: number): Cohorts | undefined {
-  const eventId = reference.eventId;
-  if (eventId === undefined || reference.filters.length > 1) return undefined;
-  const filterKey = reference.filters[0]?.keyId;
-  const filterKeys = filterKey === undefined ? [] : [filterKey];
-  if (!keptPartsFit(segments, eventId, filterKeys, cut.startsMs)) return undefined;
-  const units = sealedUnits(segments, eventId, filterKey, filterValuesMax, cut.startsMs, cut.merged);
-  if (units === undefined) return undefined;
-  // A breakdown key never ingested holds "not set" on every row: no breakdown to read.
-  const breakdownKey = breakdownRead.kind === "key" ? breakdownRead.keyId : undefined;
+export function firstEventsFromParts(segments: readonly SegmentView[], reference: ReferencePlan, breakdownRead: PropertyRead, cut: PartCut, userLo: number, userHi: number): FirstEvents | undefined {
+  const parts = keptUnits(segments, reference, cut);
+  if (parts === undefined) return undefined;
+  const { eventId, units, filterOf } = parts;
   const valueTexts = [""];
   const globalId = valueInterner(valueTexts);
-  const readers = new Map<SegmentView, PropertyReader>();
-  const readerOf = (segment: SegmentView) => {
-    let reader = readers.get(segment);
-    if (reader === undefined) readers.set(segment, (reader = propertyReader(segment, breakdownRead, globalId)));
-    return reader;
-  };
-  const sets: Array<Bitmap | undefined> = new Array(periodCount).fill(undefined);
+  // Each segment's breakdown reader, every text first, so that "none" (valueTexts.length) is known before any user is placed.
+  const breakdown = breakdownRead.kind === "key" ? new Map<SegmentView, PropertyReader>() : undefined;
+  if (breakdown !== undefined) for (const { segment } of units) if (!breakdown.has(segment)) breakdown.set(segment, propertyReader(segment, breakdownRead, globalId));
+  const slots = userHi - userLo;
+  const periods = periodScratch.get(slots).subarray(0, slots).fill(-1);
+  const values = valueScratch.get(slots).subarray(0, slots).fill(valueTexts.length);
+  const seen = new RoaringBitmap32();
+  const sets: Bitmap[] = [];
+  const owned: Bitmap[] = [];
+  try {
+    for (let first = 0; first < units.length; ) {
+      // A day's parts of the same span in several segments are one part: a user first seen there may be in any of them.
+      let end = first + 1;
+      const startMs = units[first].segment.dayStartMs + units[first].lowMs;
+      while (end < units.length && units[end].segment.dayStartMs + units[end].lowMs === startMs) end++;
+      sets.length = 0;
+      for (let at = first; at < end; at++) unitSets(units[at], filterOf(units[at].segment), sets, owned);
+      const fresh = sets.length === 0 ? undefined : RoaringBitmap32.andNot(sets.length === 1 ? sets[0] : track(RoaringBitmap32.orMany(sets), owned), seen);
+      if (fresh !== undefined) {
+        fresh.removeRange(0, userLo);
+        fresh.removeRange(userHi, 4294967296);
+        seen.orInPlace(fresh);
+        const members = fresh.toUint32Array(memberScratch.get(fresh.size));
+        fresh.dispose();
+        const period = units[first].bucket;
+        if (breakdown === undefined) {
+          for (let index = 0; index < members.length; index++) {
+            periods[members[index] - userLo] = period;
+            values[members[index] - userLo] = 0;
+          }
+        } else {
+          // Per member, not per slot: a part's members are spread over the shard, and its slots' entries over megabytes.
+          const timesMs = memberTimes.get(members.length).fill(Infinity, 0, members.length);
+          const memberValues = memberValueScratch.get(members.length);
+          for (let at = first; at < end; at++) firstRows(units[at], eventId, filterOf(units[at].segment), breakdown.get(units[at].segment)!, members, userLo, userHi, timesMs, memberValues, valueTexts);
+          let unfound = 0;
+          for (let index = 0; index < members.length; index++) {
+            unfound += timesMs[index] === Infinity ? 1 : 0;
+            const slot = members[index] - userLo;
+            periods[slot] = period;
+            values[slot] = memberValues[index];
+          }
+          assert(unfound === 0, "a part's set and its rows hold the same users");
+        }
+      }
+      for (const bitmap of owned) bitmap.dispose();
+      owned.length = 0;
+      first = end;
+    }
+  } finally {
+    seen.dispose();
+    for (const bitmap of owned) bitmap.dispose();
+  }
+  firstEventsFromPartsCounts.answered++;
+  return { valueTexts, periods, values };
+}
+
+/**
+ * Without a breakdown, only a user's cohort period matters: per period, the
+ * users whose first event of `reference` lies in it, as sets (the caller's to
+ * dispose): the union of the period's parts' kept sets less the users of
+ * earlier periods. No row is read and no user visited one by one. Undefined
+ * where firstEventsFromParts is.
+ */
+export function cohortSetsFromParts(segments: readonly SegmentView[], reference: ReferencePlan, cut: PartCut, periodCount: number, userLo: number, userHi: number): Array<Bitmap | undefined> | undefined {
+  const parts = keptUnits(segments, reference, cut);
+  if (parts === undefined) return undefined;
+  const { units, filterOf } = parts;
+  const cohorts = new Array<Bitmap | undefined>(periodCount).fill(undefined);
+  const seen = new RoaringBitmap32();
+  const sets: Bitmap[] = [];
+  const owned: Bitmap[] = [];
+  try {
+    for (let first = 0; first < units.length; ) {
+      // Units are in time order, so a period's are one run.
+      const period = units[first].bucket;
+      let end = first + 1;
+      while (end < units.length && units[end].bucket === period) end++;
+      sets.length = 0;
+      for (let at = first; at < end; at++) unitSets(units[at], filterOf(units[at].segment), sets, owned);
+      if (sets.length > 0) {
+        const fresh = RoaringBitmap32.andNot(sets.length === 1 ? sets[0] : track(RoaringBitmap32.orMany(sets), owned), seen);
+        fresh.removeRange(0, userLo);
+        fresh.removeRange(userHi, 4294967296);
+        seen.orInPlace(fresh);
+        cohorts[period] = fresh;
+      }
+      for (const bitmap of owned) bitmap.dispose();
+      owned.length = 0;
+      first = end;
+    }
+  } catch (error) {
+    for (const users of cohorts) users?.dispose();
+    throw error;
+  } finally {
+    seen.dispose();
+    for (const bitmap of owned) bitmap.dispose();
+  }
+  firstEventsFromPartsCounts.answered++;
+  return cohorts;
+}
+
+/** The reference's sealed units over the cut and its filter per segment; undefined where the kept sets cannot answer (see firstEventsFromParts). */
+function keptUnits(segments: readonly SegmentView[], reference: ReferencePlan, cut: PartCut): { eventId: number; units: SealedUnit[]; filterOf: (segment: SegmentView) => SegmentReference | null } | undefined {
+  const eventId = reference.eventId;
+  if (eventId === undefined || reference.filters.length > 1) return undefined;
+  const keyId = reference.filters[0]?.keyId;
+  if (!keptPartsFit(segments, eventId, keyId === undefined ? [] : [keyId], cut.startsMs)) return undefined;
+  const units = sealedUnits(segments, eventId, keyId, filterValuesMax, cut.startsMs, cut.merged);
+  if (units === undefined) return undefined;
   // The filter as each segment compiles it: no table (every row passes), one table, or null (no row passes).
   const filters = new Map<SegmentView, SegmentReference | null>();
   const filterOf = (segment: SegmentView) => {
@@ -92,83 +185,7 @@ export function firstEventsFromParts(segments: readonly SegmentView[], reference
     if (compiled === undefined) filters.set(segment, (compiled = segmentReferences(segment, [reference]).get(eventId)?.[0] ?? null));
     return compiled;
   };
-  const slots = userHi - userLo;
-  const slotPeriods = breakdownKey === undefined ? undefined : periodScratch.get(slots).subarray(0, slots).fill(-1);
-  const slotValues = breakdownKey === undefined ? undefined : valueScratch.get(slots).subarray(0, slots).fill(0);
-  const seen = new RoaringBitmap32();
-  const partSets: Bitmap[] = [];
-  const owned: Bitmap[] = [];
-  try {
-    for (let first = 0; first < units.length; ) {
-      const period = units[first].bucket;
-      // Without a breakdown only a user's period matters: a period's users less those of earlier ones, its parts' sets in one union.
-      // With one, a day's parts of the same span in several segments are one part (a user first seen there may be in any of
-      // them), and a part's new users have their rows of that part read.
-      let end = first + 1;
-      const startMs = units[first].segment.dayStartMs + units[first].lowMs;
-      if (breakdownKey === undefined) while (end < units.length && units[end].bucket === period) end++;
-      else while (end < units.length && units[end].segment.dayStartMs + units[end].lowMs === startMs) end++;
-      partSets.length = 0;
-      for (let at = first; at < end; at++) unitSets(units[at], filterOf(units[at].segment), partSets, owned);
-      const fresh = partSets.length === 0 ? undefined : RoaringBitmap32.andNot(partSets.length === 1 ? partSets[0] : track(RoaringBitmap32.orMany(partSets), owned), seen);
-      if (fresh !== undefined) {
-        fresh.removeRange(0, userLo);
-        fresh.removeRange(userHi, 4294967296);
-        seen.orInPlace(fresh);
-        // Units are in time order, so a period's are one run: one set each.
-        if (slotPeriods === undefined) {
-          assert(sets[period] === undefined, "a period's units are one run");
-          sets[period] = fresh;
-        }
-        else {
-          firstValuesFromRows(units, first, end, eventId, filterOf, readerOf, fresh, userLo, userHi, valueTexts, slotPeriods, slotValues!);
-          fresh.dispose();
-        }
-      }
-      for (const bitmap of owned) bitmap.dispose();
-      owned.length = 0;
-      first = end;
-    }
-  } catch (error) {
-    disposeCohorts({ valueTexts, sets });
-    throw error;
-  } finally {
-    seen.dispose();
-    for (const bitmap of owned) bitmap.dispose();
-  }
-  firstEventsFromPartsCounts.answered++;
-  return slotPeriods === undefined ? { valueTexts, sets } : { valueTexts, periods: slotPeriods, values: slotValues! };
-}
-
-/** Each of `members`' period and the breakdown value of its first row of units [first, end) that passes the filter, at its slot. */
-function firstValuesFromRows(
-  units: readonly SealedUnit[],
-  first: number,
-  end: number,
-  eventId: number,
-  filterOf: (segment: SegmentView) => SegmentReference | null,
-  readerOf: (segment: SegmentView) => PropertyReader,
-  members: Bitmap,
-  userLo: number,
-  userHi: number,
-  valueTexts: readonly string[],
-  periods: Int32Array,
-  values: Int32Array,
-): void {
-  const list = members.toUint32Array(memberScratch.get(members.size));
-  // Per member, not per slot: a part's members are spread over the shard, and its slots' entries over megabytes.
-  const timesMs = memberTimes.get(list.length).fill(Infinity, 0, list.length);
-  const memberValues = memberValueScratch.get(list.length);
-  for (let at = first; at < end; at++) firstRows(units[at], eventId, filterOf(units[at].segment), readerOf(units[at].segment), list, userLo, userHi, timesMs, memberValues, valueTexts);
-  const period = units[first].bucket;
-  let unfound = 0;
-  for (let index = 0; index < list.length; index++) {
-    unfound += timesMs[index] === Infinity ? 1 : 0;
-    const slot = list[index] - userLo;
-    periods[slot] = period;
-    values[slot] = memberValues[index];
-  }
-  assert(unfound === 0, "a part's set and its rows hold the same users");
+  return { eventId, units, filterOf };
 }
 
 function track(bitmap: Bitmap, owned: Bitmap[]): Bitmap {

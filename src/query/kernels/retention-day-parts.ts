@@ -24,7 +24,7 @@ import { compareValues, type GatherPlan } from "./event-rows.js";
 import type { RetentionCohortsAnswer, RetentionCohortsPlan } from "./retention-cohorts.js";
 import { rankSeries } from "./series.js";
 import { cohortsAnswer, weekStartsOf } from "./retention-columns.js";
-import { disposeCohorts, firstEventsFromParts, type Cohorts, type PartCut } from "./first-events.js";
+import { cohortSetsFromParts, firstEventsFromParts, type FirstEvents, type PartCut } from "./first-events.js";
 import { ScratchFloat64, ScratchInt32, ScratchUint32 } from "./scratch.js";
 import { keptPartsFit, sealedBucketUsers } from "./trend-day-parts.js";
 import type { SegmentView } from "../segment-view.js";
@@ -32,7 +32,6 @@ import type { SegmentView } from "../segment-view.js";
 const { RoaringBitmap32 } = roaring;
 type Bitmap = InstanceType<typeof RoaringBitmap32>;
 // A shard's arrays are megabytes: allocated per task, they brought a full collection every few queries.
-const cellScratch = new ScratchInt32();
 const cellUserScratch = new ScratchUint32();
 const rowPeriodScratch = new ScratchInt32();
 const rowTimeScratch = new ScratchFloat64();
@@ -50,32 +49,46 @@ export function retentionDayParts(segments: readonly SegmentView[], gather: Gath
   const cut = partCut(plan, segments, gather.references[1].eventId);
   const returning = sealedBucketUsers(segments, gather.references[1].eventId, cut.startsMs, userLo, userHi, cut.merged);
   if (returning === undefined) return undefined;
-  const periodCount = plan.startsMs.length - 1;
-  let cohorts: Cohorts | undefined;
-  const cells: Array<Bitmap | undefined> = [];
   try {
-    cohorts = firstEventsFromParts(segments, gather.references[0], gather.breakdown, cut, periodCount, userLo, userHi) ?? cohortsFromRows(segments, gather, plan, userLo, userHi);
+    const periodCount = plan.startsMs.length - 1;
+    if (gather.breakdown.kind === "none") {
+      const sets = cohortSetsFromParts(segments, gather.references[0], cut, periodCount, userLo, userHi);
+      if (sets !== undefined) return weeksOfSets(sets, returning, periodCount);
+    }
+    const cohorts = firstEventsFromParts(segments, gather.references[0], gather.breakdown, cut, userLo, userHi) ?? cohortsFromRows(segments, gather, plan, userLo, userHi);
     if (cohorts === undefined) return undefined;
-    const { valueTexts } = cohorts;
+    const { valueTexts, periods: cohortPeriods, values: cohortValues } = cohorts;
+    const slots = userHi - userLo;
+    const noCohort = valueTexts.length;
 
     let ranked: ReturnType<typeof rankSeries> | undefined;
     if (plan.breakdownLimit !== undefined) {
-      const weights = new Float64Array(valueTexts.length + 1);
-      if (cohorts.sets !== undefined) for (const users of cohorts.sets) weights[0] += users?.size ?? 0;
-      else for (let slot = 0; slot < cohorts.periods.length; slot++) if (cohorts.periods[slot] >= 0) weights[cohorts.values[slot]]++;
-      const present = new Uint8Array(valueTexts.length);
-      for (let value = 0; value < valueTexts.length; value++) present[value] = weights[value] > 0 ? 1 : 0;
-      ranked = rankSeries(weights.subarray(0, valueTexts.length), present, valueTexts, plan.breakdownLimit);
+      const weights = new Float64Array(noCohort + 1);
+      for (let slot = 0; slot < slots; slot++) weights[cohortValues[slot]]++;
+      const present = new Uint8Array(noCohort);
+      for (let value = 0; value < noCohort; value++) present[value] = weights[value] > 0 ? 1 : 0;
+      ranked = rankSeries(weights.subarray(0, noCohort), present, valueTexts, plan.breakdownLimit);
     }
     // Group 0 is everyone: with a breakdown, the sum of the other groups (each cohort user is in exactly one).
     const groupCount = ranked === undefined ? 1 : ranked.groupCount;
     const firstGroup = ranked === undefined ? 0 : 1;
+    const groupOfValue = new Int32Array(noCohort + 1);
+    if (ranked !== undefined) groupOfValue.set(ranked.groupOfValue);
 
-    // Cohort users by cell (period × groupCount + group).
-    if (cohorts.sets !== undefined) {
-      const group = ranked === undefined ? 0 : ranked.groupOfValue[0];
-      for (let period = 0; period < periodCount; period++) cells[period * groupCount + group] = cohorts.sets[period];
-    } else cellsOfSlots(cohorts.periods, cohorts.values, valueTexts.length, ranked?.groupOfValue, groupCount, periodCount, userLo, cells);
+    // Cohort users by cell ((1 + period) × groupCount + group; the cells of "period -1" hold the users without a
+    // cohort), ascending within a cell: a counting sort over the slots in order. A user's value is read no more,
+    // so its cell takes its place.
+    const cells = cohortValues;
+    const cellStarts = new Int32Array((periodCount + 1) * groupCount + 1);
+    for (let slot = 0; slot < slots; slot++) {
+      const cell = (cohortPeriods[slot] + 1) * groupCount + groupOfValue[cohortValues[slot]];
+      cells[slot] = cell;
+      cellStarts[cell + 1]++;
+    }
+    for (let cell = 0; cell < cellStarts.length - 1; cell++) cellStarts[cell + 1] += cellStarts[cell];
+    const next = cellStarts.slice(0, cellStarts.length - 1);
+    const users = cellUserScratch.get(slots);
+    for (let slot = 0; slot < slots; slot++) users[next[cells[slot]]++] = userLo + slot;
 
     // Each group's weeks, flat.
     const weekStarts = weekStartsOf(periodCount);
@@ -83,48 +96,39 @@ export function retentionDayParts(segments: readonly SegmentView[], gather: Gath
     const weeks = new Float64Array(groupCount * groupCells);
     for (let period = 0; period < periodCount; period++) {
       for (let group = firstGroup; group < groupCount; group++) {
-        const cohort = cells[period * groupCount + group];
-        if (cohort === undefined) continue;
+        const cell = (period + 1) * groupCount + group;
+        const size = cellStarts[cell + 1] - cellStarts[cell];
+        if (size === 0) continue;
         const at = group * groupCells + weekStarts[period];
-        weeks[at] = cohort.size;
+        weeks[at] = size;
+        const cohort = new RoaringBitmap32(users.subarray(cellStarts[cell], cellStarts[cell + 1]));
         for (let later = period + 1; later < periodCount; later++) weeks[at + later - period] = cohort.andCardinality(returning[later].users);
+        cohort.dispose();
       }
     }
     if (ranked !== undefined) for (let group = 1; group < groupCount; group++) for (let at = 0; at < groupCells; at++) weeks[at] += weeks[group * groupCells + at];
 
     return cohortsAnswer(weeks, weekStarts, ranked, valueTexts);
   } finally {
-    if (cohorts?.sets !== undefined) disposeCohorts(cohorts);
-    else for (const cohort of cells) cohort?.dispose();
     for (const period of returning) if (period.owned) period.users.dispose();
   }
 }
 
-/**
- * Each (period, group) cell's users from each slot's period (-1: none) and
- * value, into `cells` (period × groupCount + group): ascending within a
- * cell, by a counting sort over the slots in order. Slots without a cohort
- * count in the cells of "period -1", so the passes run without a branch per
- * slot.
- */
-function cellsOfSlots(periods: Int32Array, values: Int32Array, valueCount: number, groupOfValue: Int32Array | undefined, groupCount: number, periodCount: number, userLo: number, cells: Array<Bitmap | undefined>): void {
-  const slots = periods.length;
-  const groups = new Int32Array(valueCount);
-  if (groupOfValue !== undefined) groups.set(groupOfValue);
-  const cellOfSlot = cellScratch.get(slots);
-  const cellStarts = new Int32Array((periodCount + 1) * groupCount + 1);
-  for (let slot = 0; slot < slots; slot++) {
-    const cell = (periods[slot] + 1) * groupCount + groups[values[slot]];
-    cellOfSlot[slot] = cell;
-    cellStarts[cell + 1]++;
+/** Without a breakdown, from per-period cohort sets (disposed here): each counted against each later period's users. */
+function weeksOfSets(cohorts: Array<Bitmap | undefined>, returning: ReadonlyArray<{ users: Bitmap }>, periodCount: number): RetentionCohortsAnswer {
+  const weekStarts = weekStartsOf(periodCount);
+  const weeks = new Float64Array(weekStarts[periodCount]);
+  try {
+    for (let period = 0; period < periodCount; period++) {
+      const cohort = cohorts[period];
+      if (cohort === undefined || cohort.isEmpty) continue;
+      weeks[weekStarts[period]] = cohort.size;
+      for (let later = period + 1; later < periodCount; later++) weeks[weekStarts[period] + later - period] = cohort.andCardinality(returning[later].users);
+    }
+  } finally {
+    for (const cohort of cohorts) cohort?.dispose();
   }
-  for (let cell = 0; cell < cellStarts.length - 1; cell++) cellStarts[cell + 1] += cellStarts[cell];
-  const next = cellStarts.slice(0, cellStarts.length - 1);
-  const users = cellUserScratch.get(slots);
-  for (let slot = 0; slot < slots; slot++) users[next[cellOfSlot[slot]]++] = userLo + slot;
-  for (let cell = groupCount; cell < cellStarts.length - 1; cell++) {
-    if (cellStarts[cell + 1] > cellStarts[cell]) cells[cell - groupCount] = new RoaringBitmap32(users.subarray(cellStarts[cell], cellStarts[cell + 1]));
-  }
+  return cohortsAnswer(weeks, weekStarts, undefined, [""]);
 }
 
 /** Where days are cut into parts: at every local midnight when the plan lists them and their parts fit the kept parts' budget, each part in its period. */
@@ -140,14 +144,16 @@ function partCut(plan: RetentionCohortsPlan, segments: readonly SegmentView[], r
 }
 
 /** Cohorts from the cohort event's rows, read by the column scan (any mix of sealed and active segments). */
-function cohortsFromRows(segments: readonly SegmentView[], gather: GatherPlan, plan: RetentionCohortsPlan, userLo: number, userHi: number): Cohorts | undefined {
+function cohortsFromRows(segments: readonly SegmentView[], gather: GatherPlan, plan: RetentionCohortsPlan, userLo: number, userHi: number): FirstEvents | undefined {
   const scan = planColumnScan(segments, { ...gather, references: [gather.references[0]] }, plan.startsMs, userLo, userHi);
   if (scan === undefined) return undefined;
   const { valueTexts } = scan;
   const slots = userHi - userLo;
   const cohortPeriods = rowPeriodScratch.get(slots).subarray(0, slots).fill(-1);
   const cohortTimesMs = rowTimeScratch.get(slots);
-  const cohortValues = rowValueScratch.get(slots).subarray(0, slots).fill(0);
+  // Users without a cohort keep value `noCohort`, which the passes below count apart: they run without a branch per user.
+  const noCohort = valueTexts.length;
+  const cohortValues = rowValueScratch.get(slots).subarray(0, slots).fill(noCohort);
   // Every visited row is a cohort row (the scan reads the cohort reference alone), each user's in period order.
   runColumnScan(scan, ({ count, slots, values, buckets, timesMs }) => {
     for (let index = 0; index < count; index++) {
