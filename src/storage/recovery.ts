@@ -237,7 +237,8 @@ export async function warmUuids(workspaces: Workspaces, budget = limits.uuidMemo
   const olderUpTo = new Map<WorkspaceStore, number>();
   const forgottenUpTo = new Map<WorkspaceStore, number>();
   let forgotten = 0;
-  const load = (workspace: WorkspaceStore, segment: SealedSegment, writtenAt: number) => {
+  // `writtenAt`: the segment's write time when known (a merged one read in place of its victim takes the victim's).
+  const load = (workspace: WorkspaceStore, segment: SealedSegment, writtenAt?: number) => {
     if (failed.has(workspace) || segment.uuidsLoaded) return;
     if (segment.retired) {
       // A merge replaced it during the warm-up: its rows are in the merged segment, read in its place, at its time.
@@ -246,14 +247,16 @@ export async function warmUuids(workspaces: Workspaces, budget = limits.uuidMemo
       return;
     }
     try {
+      // Read here: a segment may be gone (a merge retired it, the store was closed), and that is answered below.
+      const at = writtenAt ?? writtenAtMs(segment.directory);
       const placed = () => {
-        const placement = place(workspace, writtenAt);
-        if (placement === "older") olderUpTo.set(workspace, Math.max(olderUpTo.get(workspace) ?? -Infinity, writtenAt));
+        const placement = place(workspace, at);
+        if (placement === "older") olderUpTo.set(workspace, Math.max(olderUpTo.get(workspace) ?? -Infinity, at));
         return placement;
       };
       if (loadSegmentUuids(workspace, segment, placed)) return;
       forgotten++;
-      forgottenUpTo.set(workspace, Math.max(forgottenUpTo.get(workspace) ?? -Infinity, writtenAt));
+      forgottenUpTo.set(workspace, Math.max(forgottenUpTo.get(workspace) ?? -Infinity, at));
     } catch (error) {
       // A merge retired it meanwhile: its rows are in the merged segment, read as above.
       if (segment.retired) return load(workspace, segment, writtenAt);
@@ -267,7 +270,7 @@ export async function warmUuids(workspaces: Workspaces, budget = limits.uuidMemo
   const finish = (workspace: WorkspaceStore) => {
     // Merged segments born during the warm-up whose victims were not all read.
     for (const partition of workspace.days.values()) {
-      for (const segment of partition.sealed) if (!segment.uuidsLoaded && segment.layout.uuids) load(workspace, segment, writtenAtMs(segment.directory));
+      for (const segment of partition.sealed) if (!segment.uuidsLoaded && segment.layout.uuids) load(workspace, segment);
     }
     workspace.uuids.rememberOnlySince(olderUpTo.get(workspace) ?? forgottenUpTo.get(workspace), forgottenUpTo.get(workspace));
     workspace.uuidsPending = false;
@@ -282,6 +285,9 @@ export async function warmUuids(workspaces: Workspaces, budget = limits.uuidMemo
       remaining.set(workspace, left);
       if (left === 0) finish(workspace);
     }
+  } catch (error) {
+    // Nothing here may end the process: a workspace left unread only recognises fewer retries.
+    log.error(`reading stored uuids failed: ${(error as Error).message}`);
   } finally {
     if (forgotten > 0) {
       log.warn(
