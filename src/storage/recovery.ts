@@ -181,25 +181,21 @@ const uuidsPerPlacement = 16_384;
  * was written, in slices placed by `place`; false when the budget cut it short.
  */
 function loadSegmentUuids(workspace: WorkspaceStore, segment: SealedSegment, place: () => Placement): boolean {
-  // Full already: not even read.
-  if (place() === "none") {
+  let placement = place();
+  if (placement === "none") {
+    // Full already: not even read.
     segment.uuidsLoaded = true;
     return false;
   }
   const uuids = readSegmentUuids(segment.directory, segment.layout);
   const receivedAtMs = writtenAtMs(segment.directory);
-  let whole = true;
   for (let offset = 0; offset < uuids.length; ) {
-    const placement = place();
-    if (placement === "none") {
-      whole = false;
-      break;
-    }
     const end = Math.min(uuids.length, offset + uuidsPerPlacement * 16);
     for (; offset < end; offset += 16) workspace.uuids.add(uuids, offset, receivedAtMs, placement === "older");
+    if (offset < uuids.length && (placement = place()) === "none") break;
   }
   segment.uuidsLoaded = true;
-  return whole;
+  return placement !== "none";
 }
 
 /**

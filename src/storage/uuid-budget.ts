@@ -18,7 +18,7 @@ import { limits } from "../config/limits.js";
 import { log } from "../log.js";
 import type { WorkspaceStore } from "./workspace-store.js";
 
-/** The workspaces (a Workspaces, or its map by id). */
+/** The workspaces (a Workspaces, its map by id, or an array of them). */
 type WorkspaceList = { values(): IterableIterator<WorkspaceStore> };
 
 /** Bytes of every workspace's uuid set. */
@@ -41,21 +41,20 @@ export function currentUuidBytes(workspaces: WorkspaceList): number {
  * in flight holds was kept), the largest older generations are dropped.
  * Sets that start-up still fills are not turned, and their bytes leave the
  * others at least half the budget (for a moment the two may hold one and a
- * half times it); and a generation a commit still
- * in flight claimed into is left alone
- * (`oldestInFlight`: the least such commit id, Infinity when none): memory
- * may then stay over the budget until that commit is durable.
+ * half times it); and a generation a commit still in flight claimed into is
+ * left alone (`oldestInFlight`: the least such commit id, Infinity when
+ * none): memory may then stay over the budget until that commit is durable.
  */
 export function keepUuidsWithinBudget(workspaces: WorkspaceList, oldestInFlight: number, nowMs: number, budget = limits.uuidMemoryBytesMax): void {
   // Sets that start-up still fills are left out of the reckoning: start-up keeps them within the budget, giving way to
   // the others' growth; counted here, their bytes would turn, then empty, the ready sets alone.
-  const ready = { values: () => [...workspaces.values()].filter((workspace) => !workspace.uuidsPending).values() };
+  const ready = [...workspaces.values()].filter((workspace) => !workspace.uuidsPending);
   // What start-up holds is left to the ready sets, down to half the budget: together at most one and a half times it.
   const readyBudget = Math.max(budget / 2, budget - (uuidBytes(workspaces) - uuidBytes(ready)));
   if (currentUuidBytes(ready) >= readyBudget / 2) {
     let refused = 0;
     let rememberedSinceMs = -Infinity;
-    for (const workspace of ready.values()) {
+    for (const workspace of ready) {
       if (!workspace.uuids.rotate(nowMs, oldestInFlight)) refused++;
       rememberedSinceMs = Math.max(rememberedSinceMs, workspace.uuids.rememberedSinceMs);
     }
@@ -76,10 +75,10 @@ let lastLoggedMs = -Infinity;
 let epochsUnlogged = 0;
 
 /** While the sets exceed `budget`, drops the largest older generations (each refused one skipped). */
-function dropOlder(sets: WorkspaceList, budget: number, oldestInFlight: number): void {
+function dropOlder(sets: readonly WorkspaceStore[], budget: number, oldestInFlight: number): void {
   let total = uuidBytes(sets);
   if (total <= budget) return;
-  const older = [...sets.values()].filter((workspace) => workspace.uuids.previousByteLength > 0);
+  const older = sets.filter((workspace) => workspace.uuids.previousByteLength > 0);
   older.sort((left, right) => right.uuids.previousByteLength - left.uuids.previousByteLength);
   for (const workspace of older) {
     if (total <= budget) break;

@@ -43,6 +43,19 @@ function setWrittenAt(store: Store, id: string, timeOf: (index: number) => numbe
   return index;
 }
 
+/** A store of `days` days from 2024-01-01, a batch of `perDay` fresh uuids each, closed: the store and the batches. */
+async function writtenAndClosed(random: Random, days: number, perDay: number): Promise<{ first: Store; batches: string[][] }> {
+  const first = Store.open(dataDir, false);
+  first.start(inlineTasks);
+  const batches: string[][] = [];
+  for (let index = 0; index < days; index++) {
+    batches.push(fresh(random, perDay));
+    await first.commit(workspaceId, uuidChunk(Date.UTC(2024, 0, 1) + index * dayMs, batches[index]));
+  }
+  await first.close();
+  return { first, batches };
+}
+
 const big = "feedc0de00000001";
 const small = "feedc0de00000002";
 
@@ -98,14 +111,7 @@ describe("the uuid budget in the store", () => {
 
   it("keeps the newest uuids of a restart at the budget through the commits that follow", async () => {
     const random = new Random(2);
-    const first = Store.open(dataDir, false);
-    first.start(inlineTasks);
-    const batches: string[][] = [];
-    for (let index = 0; index < 60; index++) {
-      batches.push(fresh(random, 1_000));
-      await first.commit(workspaceId, uuidChunk(Date.UTC(2024, 0, 1) + index * dayMs, batches[index]));
-    }
-    await first.close();
+    const { first, batches } = await writtenAndClosed(random, 60, 1_000);
 
     const second = Store.open(dataDir, false);
     second.start(inlineTasks);
@@ -198,14 +204,7 @@ describe("the uuid budget in the store", () => {
 
   it("reloads the period before within the budget too, and keeps its newest uuids through the commits that follow", async () => {
     const random = new Random(12);
-    const first = Store.open(dataDir, false);
-    first.start(inlineTasks);
-    const batches: string[][] = [];
-    for (let index = 0; index < 60; index++) {
-      batches.push(fresh(random, 1_000));
-      await first.commit(workspaceId, uuidChunk(Date.UTC(2024, 0, 1) + index * dayMs, batches[index]));
-    }
-    await first.close();
+    const { first, batches } = await writtenAndClosed(random, 60, 1_000);
     // Written in the hour before the current period began (a restart in its first hours).
     const horizonMs = limits.uuidHorizonDays * dayMs;
     const periodStart = Math.floor(Date.now() / horizonMs) * horizonMs;
@@ -243,10 +242,7 @@ describe("the uuid budget in the store", () => {
 
   it("ends a reload quietly when the store is closed and its files removed under it", async () => {
     const random = new Random(5);
-    const first = Store.open(dataDir, false);
-    first.start(inlineTasks);
-    for (let index = 0; index < 40; index++) await first.commit(workspaceId, uuidChunk(Date.UTC(2024, 0, 1) + index * dayMs, fresh(random, 100)));
-    await first.close();
+    await writtenAndClosed(random, 40, 100);
     const second = Store.open(dataDir, false);
     second.start(inlineTasks);
     const workspace = second.workspaces.get(workspaceId)!;

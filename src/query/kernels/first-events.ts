@@ -75,21 +75,14 @@ export function firstEventsFromParts(segments: readonly SegmentView[], reference
   const periods = periodScratch.get(slots).subarray(0, slots).fill(-1);
   const values = valueScratch.get(slots).subarray(0, slots).fill(valueTexts.length);
   const seen = new RoaringBitmap32();
-  const sets: Bitmap[] = [];
-  const owned: Bitmap[] = [];
   try {
     for (let first = 0; first < units.length; ) {
       // A day's parts of the same span in several segments are one part: a user first seen there may be in any of them.
       let end = first + 1;
       const startMs = units[first].segment.dayStartMs + units[first].lowMs;
       while (end < units.length && units[end].segment.dayStartMs + units[end].lowMs === startMs) end++;
-      sets.length = 0;
-      for (let at = first; at < end; at++) unitSets(units[at], filterOf(units[at].segment), sets, owned);
-      const fresh = sets.length === 0 ? undefined : RoaringBitmap32.andNot(sets.length === 1 ? sets[0] : track(RoaringBitmap32.orMany(sets), owned), seen);
+      const fresh = newUsersOf(units, first, end, filterOf, seen, userLo, userHi);
       if (fresh !== undefined) {
-        fresh.removeRange(0, userLo);
-        fresh.removeRange(userHi, 4294967296);
-        seen.orInPlace(fresh);
         const members = fresh.toUint32Array(memberScratch.get(fresh.size));
         fresh.dispose();
         const period = units[first].bucket;
@@ -113,13 +106,10 @@ export function firstEventsFromParts(segments: readonly SegmentView[], reference
           assert(unfound === 0, "a part's set and its rows hold the same users");
         }
       }
-      for (const bitmap of owned) bitmap.dispose();
-      owned.length = 0;
       first = end;
     }
   } finally {
     seen.dispose();
-    for (const bitmap of owned) bitmap.dispose();
   }
   firstEventsFromPartsCounts.answered++;
   return { valueTexts, periods, values };
@@ -138,25 +128,13 @@ export function cohortSetsFromParts(segments: readonly SegmentView[], reference:
   const { units, filterOf } = parts;
   const cohorts = new Array<Bitmap | undefined>(periodCount).fill(undefined);
   const seen = new RoaringBitmap32();
-  const sets: Bitmap[] = [];
-  const owned: Bitmap[] = [];
   try {
     for (let first = 0; first < units.length; ) {
       // Units are in time order, so a period's are one run.
       const period = units[first].bucket;
       let end = first + 1;
       while (end < units.length && units[end].bucket === period) end++;
-      sets.length = 0;
-      for (let at = first; at < end; at++) unitSets(units[at], filterOf(units[at].segment), sets, owned);
-      if (sets.length > 0) {
-        const fresh = RoaringBitmap32.andNot(sets.length === 1 ? sets[0] : track(RoaringBitmap32.orMany(sets), owned), seen);
-        fresh.removeRange(0, userLo);
-        fresh.removeRange(userHi, 4294967296);
-        seen.orInPlace(fresh);
-        cohorts[period] = fresh;
-      }
-      for (const bitmap of owned) bitmap.dispose();
-      owned.length = 0;
+      cohorts[period] = newUsersOf(units, first, end, filterOf, seen, userLo, userHi);
       first = end;
     }
   } catch (error) {
@@ -164,10 +142,38 @@ export function cohortSetsFromParts(segments: readonly SegmentView[], reference:
     throw error;
   } finally {
     seen.dispose();
-    for (const bitmap of owned) bitmap.dispose();
   }
   firstEventsFromPartsCounts.answered++;
   return cohorts;
+}
+
+/**
+ * The users of units [first, end) with a row that passes the filter, less
+ * `seen`, within the shard [userLo, userHi): a new set, also added to `seen`;
+ * undefined when no unit has such users.
+ */
+function newUsersOf(
+  units: readonly SealedUnit[],
+  first: number,
+  end: number,
+  filterOf: (segment: SegmentView) => SegmentReference | null,
+  seen: Bitmap,
+  userLo: number,
+  userHi: number,
+): Bitmap | undefined {
+  const sets: Bitmap[] = [];
+  const owned: Bitmap[] = [];
+  try {
+    for (let at = first; at < end; at++) unitSets(units[at], filterOf(units[at].segment), sets, owned);
+    if (sets.length === 0) return undefined;
+    const fresh = RoaringBitmap32.andNot(sets.length === 1 ? sets[0] : track(RoaringBitmap32.orMany(sets), owned), seen);
+    fresh.removeRange(0, userLo);
+    fresh.removeRange(userHi, 4294967296);
+    seen.orInPlace(fresh);
+    return fresh;
+  } finally {
+    for (const bitmap of owned) bitmap.dispose();
+  }
 }
 
 /** The reference's sealed units over the cut and its filter per segment; undefined where the kept sets cannot answer (see firstEventsFromParts). */
