@@ -65,6 +65,15 @@ export const limits = Object.freeze({
   funnelStepsMax: integerFromEnvironment("EVENTIDE_FUNNEL_STEPS_MAX", 20),
   trendBucketsMax: integerFromEnvironment("EVENTIDE_TREND_BUCKETS_MAX", 10_000),
   retentionPeriodsMax: integerFromEnvironment("EVENTIDE_RETENTION_PERIODS_MAX", 1000),
+  /**
+   * Points one trend answer may hold: buckets × series (a breakdown's series are its
+   * breakdownLimit, "other" and the total). Buckets and breakdownLimit are each bounded,
+   * their product was not: 10 000 hourly buckets × 1 000 values built a 410 MB answer,
+   * ~5 s of the main thread. A trend without breakdown is never over it.
+   */
+  trendPointsMax: integerFromEnvironment("EVENTIDE_TREND_POINTS_MAX", 100_000),
+  /** Counts one retention answer may hold: each series' cohorts × their periods (a triangle), as trendPointsMax; 1 000 periods without breakdown are 500 500. */
+  retentionCellsMax: integerFromEnvironment("EVENTIDE_RETENTION_CELLS_MAX", 2_000_000),
   batchErrorsReportedMax: 100,
   /** Maps and arrays nested in a msgpack body: its decoder recurses, and a worker's stack holds ~5× this. */
   msgpackNestingDepthMax: integerFromEnvironment("EVENTIDE_MSGPACK_NESTING_DEPTH_MAX", 1000),

@@ -373,6 +373,15 @@ export function parseTrendRequest(body: unknown): ParseResult<TrendRequest> {
   const bucketCount = trendBucketCount(value.dateFrom, value.dateTo, value.groupBy);
   const slack = value.timezone === utcZone || value.groupBy !== "hour" ? 0 : bucketCount / 1000 + 4;
   if (bucketCount > limits.trendBucketsMax + slack) return tooManyBuckets(bucketCount, value.groupBy);
+  const seriesCount = breakdown === undefined ? 1 : breakdown.limit + 2;
+  const points = Math.ceil(bucketCount + slack) * seriesCount;
+  if (points > limits.trendPointsMax) {
+    const field = breakdown === undefined ? "dateTo" : "breakdownLimit";
+    return {
+      ok: false,
+      message: `${field}: the answer could hold ${points} points (${Math.ceil(bucketCount + slack)} ${value.groupBy} buckets × ${seriesCount} series), more than the limit of ${limits.trendPointsMax}; ask for a lower breakdownLimit, a coarser groupBy or a shorter range`,
+    };
+  }
   return {
     ok: true,
     value: {
@@ -442,6 +451,15 @@ export function parseRetentionRequest(body: unknown): ParseResult<RetentionReque
   }
   const breakdown = breakdownOf(value.breakdown, value.breakdownLimit);
   if (isFailure(breakdown)) return breakdown;
+  const seriesCount = breakdown === undefined ? 1 : breakdown.limit + 2;
+  const cells = ((periodCount * (periodCount + 1)) / 2) * seriesCount;
+  if (cells > limits.retentionCellsMax) {
+    const field = breakdown === undefined ? "dateTo" : "breakdownLimit";
+    return {
+      ok: false,
+      message: `${field}: the answer could hold ${cells} counts (${periodCount} periods, ${seriesCount} series), more than the limit of ${limits.retentionCellsMax}; ask for a lower breakdownLimit, a larger windowDays or a shorter range`,
+    };
+  }
   return {
     ok: true,
     value: {

@@ -70,20 +70,21 @@ export class WorkerPool {
   }
 
   /**
-   * Runs a task with a limit on its running time (the wait in the queue is not
-   * counted: see TimedTask), alone on a worker: Piscina's balancer gives
+   * Runs a task with a limit on its running time (the wait in the queue is
+   * counted only with `countQueued`: see TimedTask), alone on a worker: Piscina's balancer gives
    * a task that carries an abort signal an idle worker and queues nothing
    * behind it, so aborting it — which terminates its worker, and Piscina starts
    * another — takes no other task down. Long tasks want that anyway: a batch
    * queued behind a seal would wait out the whole seal.
    */
-  private async runLimited<T>(task: Task, timeoutMs: number, what: string, transferList?: ArrayBuffer[], controller = new AbortController()): Promise<T> {
+  private async runLimited<T>(task: Task, timeoutMs: number, what: string, transferList?: ArrayBuffer[], controller = new AbortController(), countQueued = false): Promise<T> {
     const timed: TimedTask = { kind: "timed", task, startedAtMs: new Float64Array(new SharedArrayBuffer(8)) };
-    // Armed for the whole limit, then again for what is left of it once the task has started.
+    const submittedAtMs = Date.now();
+    // Armed for the whole limit, then again for what is left of it once the task has started (or, countQueued, since it was posted).
     let timer: NodeJS.Timeout;
     const check = () => {
-      const startedAtMs = timed.startedAtMs[0];
-      const remainingMs = startedAtMs === 0 ? timeoutMs : startedAtMs + timeoutMs - Date.now();
+      const fromMs = countQueued ? submittedAtMs : timed.startedAtMs[0];
+      const remainingMs = fromMs === 0 ? timeoutMs : fromMs + timeoutMs - Date.now();
       if (remainingMs <= 0) return controller.abort();
       timer = setTimeout(check, remainingMs);
       timer.unref();
@@ -178,17 +179,18 @@ export class WorkerPool {
   }
 
   /**
-   * Rejects with PoolTaskTimeoutError past EVENTIDE_QUERY_TASK_TIMEOUT_MS (time queued included, each post of the task timed alone).
+   * Rejects with PoolTaskTimeoutError past EVENTIDE_QUERY_TASK_TIMEOUT_MS from its post (time queued
+   * included: behind other long queries a client would otherwise wait for all of them), each post timed alone.
    * Sealed segments posted before go by key (segment-posting.ts); a worker that lacks one gets the task again whole.
    */
   async query(task: QueryTask & { segments: SegmentDescriptor[] }): Promise<QueryTaskResult> {
     const compact: QueryTask = { ...task, segments: this.segmentPostings.compact(task.segments) };
-    const first = await this.runLimited<QueryTaskResult | SegmentsMissingResult>(compact, limits.queryTaskTimeoutMs, "a query task");
+    const first = await this.runLimited<QueryTaskResult | SegmentsMissingResult>(compact, limits.queryTaskTimeoutMs, "a query task", undefined, undefined, true);
     if (first.kind === "query") {
       this.segmentPostings.notePosted(compact.segments);
       return first;
     }
-    const whole = await this.runLimited<QueryTaskResult | SegmentsMissingResult>(task, limits.queryTaskTimeoutMs, "a query task");
+    const whole = await this.runLimited<QueryTaskResult | SegmentsMissingResult>(task, limits.queryTaskTimeoutMs, "a query task", undefined, undefined, true);
     assert(whole.kind === "query", "a task posted with every segment whole lacks none");
     this.segmentPostings.notePosted(task.segments);
     // The worker that lacked them may not be the one that took them now: the next task posts them whole again.

@@ -224,6 +224,24 @@ describe("trend", () => {
     });
   });
 
+  describe("points (buckets × series, at most 100 000)", () => {
+    // A breakdown's series are breakdownLimit values, "other" and the total: hourly over 30 days is 720 buckets.
+    const hourly = { event: "signup", dateFrom: "2024-01-01", dateTo: "2024-01-30", groupBy: "hour", breakdown: "plan" };
+
+    it("answers 720 hourly buckets × 138 series (99 360 points), and refuses 139 series, naming breakdownLimit", async () => {
+      const body = expectOk(await query("trend", { ...hourly, breakdownLimit: 136 }));
+      expect(body.data).toHaveLength(720);
+      expect(body.breakdown).toEqual([{ value: "pro", data: expect.any(Array) }]);
+      const refused = await query("trend", { ...hourly, breakdownLimit: 137 });
+      expectError(refused, 400, "invalid_request", "breakdownLimit");
+      expect(refused.body.error.message).toContain("100000");
+    });
+
+    it("never refuses a trend without breakdown: 10 000 buckets are 10 000 points", async () => {
+      expect(expectOk(await query("trend", { event: "signup", dateFrom: "2000-01-01", dateTo: addDays("2000-01-01", 9_999) })).data).toHaveLength(10_000);
+    });
+  });
+
   it("answers zeros for an event never ingested, in every bucket", async () => {
     const body = expectOk(await query("trend", { ...valid.trend, event: "never-ingested" }));
     expect(body).toEqual({
@@ -348,6 +366,18 @@ describe("retention", () => {
     const dateFrom = "2000-01-01";
     expect(expectOk(await query("retention", { ...valid.retention, dateFrom, dateTo: addDays(dateFrom, 6_999), windowDays: 7 })).cohorts).toHaveLength(1000);
     expectError(await query("retention", { ...valid.retention, dateFrom, dateTo: addDays(dateFrom, 7_000), windowDays: 7 }), 400, "invalid_request", /dateFrom|dateTo|windowDays/);
+  });
+
+  it("counts the cells of an answer (each series' triangle of counts): at most 2 000 000, 1 000 periods without breakdown pass", async () => {
+    // 1 000 one-day periods hold 500 500 counts a series; with a breakdown the series are breakdownLimit + 2.
+    const dateFrom = "2023-06-01";
+    const body = { ...valid.retention, dateFrom, dateTo: addDays(dateFrom, 999), windowDays: 1, breakdown: "plan" };
+    const answer = expectOk(await query("retention", { ...body, breakdownLimit: 1 }));
+    expect(answer.cohorts).toHaveLength(1000);
+    expect(answer.breakdown.map((series: { value: unknown }) => series.value)).toEqual(["pro"]);
+    const refused = await query("retention", { ...body, breakdownLimit: 2 });
+    expectError(refused, 400, "invalid_request", "breakdownLimit");
+    expect(refused.body.error.message).toContain("2000000");
   });
 
   it("answers empty cohorts for a cohort event never ingested", async () => {

@@ -19,7 +19,7 @@ import {
   trendLayout,
   type GroupBy,
 } from "../../src/query/buckets.js";
-import { CompiledFilterCache, compileFilter, filterOps, filterPassesNotSet, type FilterPlan } from "../../src/query/filters.js";
+import { CompiledFilterCache, compileFilter, filterOps, filterPassesNotSet, substringFinder, type FilterPlan } from "../../src/query/filters.js";
 
 describe("calendar dates", () => {
   it.each(["2024-02-29", "2000-02-29", "1970-01-01", "9999-12-31", "0001-01-01", "2023-12-31"])("accepts %s", (date) => {
@@ -126,6 +126,26 @@ describe("filters", () => {
     expect(passing("contains", "pro")).toEqual(["pro", "pro plan"]);
     expect(passing("contains", "")).toHaveLength(texts.length - 1);
     expect(passing("not_contains", "1")).toEqual(["<not set>", "pro", "free", "2.5", "-3", "true", "pro plan"]);
+  });
+
+  it("finds long patterns as String.prototype.includes does, in time linear in the text", () => {
+    // Few letters, and surrogate halves, so that borders, near misses and repeats are common.
+    let seed = 7;
+    const random = () => ((seed = (Math.imul(seed, 1_103_515_245) + 12_345) >>> 0) / 2 ** 32);
+    const units = ["a", "b", "\ud83d", "\ude00"];
+    const textOf = (length: number) => Array.from({ length }, () => units[Math.floor(random() * (random() < 0.9 ? 2 : 4))]).join("");
+    for (let round = 0; round < 3_000; round++) {
+      const pattern = textOf(33 + Math.floor(random() * 40));
+      // Texts holding the pattern, a prefix of it, or neither.
+      const cut = Math.floor(random() * pattern.length);
+      const text = textOf(Math.floor(random() * 40)) + (random() < 0.3 ? pattern : pattern.slice(0, cut) + textOf(3)) + textOf(Math.floor(random() * 40));
+      expect(substringFinder(pattern)(text), JSON.stringify({ pattern, text })).toBe(text.includes(pattern));
+    }
+    // The shape that held a worker: a long periodic pattern over long periodic texts (V8's search took ~20 ms a text).
+    const periodic = "aab" + "ab".repeat(3_000);
+    const texts = ["", ...Array.from({ length: 300 }, (_, index) => "ab".repeat(30_000) + String(index))];
+    expect(compileFilter(texts, "contains", periodic).passingCount).toBe(0);
+    expect(compileFilter(texts, "not_contains", periodic).passingCount).toBe(texts.length);
   });
 
   it("compares numbers only when both sides are number texts", () => {

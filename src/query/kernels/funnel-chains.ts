@@ -389,9 +389,17 @@ function groupTimeMs(user: UserEvents, group: number): number {
 
 /**
  * Coverage masks (bit x: every event of exclusion x in the group is used) of
- * the ways steps [first, first + count) can take distinct events of a group.
- * `wanted` lists the exclusions whose coverage matters; with none, the first
- * way found is enough.
+ * the ways steps [first, first + count) can take distinct events of a group:
+ * the greatest ones (a state with more exclusions covered allows all that one
+ * with fewer does, so the others add nothing). `wanted` lists the exclusions
+ * whose coverage matters.
+ *
+ * Matchings, not placements: trying every placement of the steps over a
+ * group's events took count! / … tries, and 26 events at one timestamp held
+ * a worker past its time limit. A way covering the exclusions of C exists
+ * exactly when some matching takes every step and some matching takes every
+ * event of C's exclusions (Mendelsohn–Dulmage: then one matching does both),
+ * and each is an augmenting-path search over the group's kinds of events.
  */
 function groupWays(user: UserEvents, group: number, first: number, count: number, stepCount: number, exclusionCount: number, wanted: number): ReadonlySet<number> {
   const start = user.groupStarts[group];
@@ -405,33 +413,112 @@ function groupWays(user: UserEvents, group: number, first: number, count: number
     return coverageWays(coverage);
   }
   if (count > size) return noWays;
-  const ways = new Set<number>();
-  const used = new Uint8Array(size);
-  const place = (offset: number): boolean => {
-    if (offset === count) {
-      let coverage = 0;
-      for (let exclusion = 0; exclusion < exclusionCount; exclusion++) {
-        if ((wanted & (1 << exclusion)) === 0) continue;
-        const bit = 1 << (stepCount + exclusion);
-        let covered = true;
-        for (let index = 0; index < size && covered; index++) if (used[index] === 0 && (user.masks[user.rows[start + index]] & bit) !== 0) covered = false;
-        if (covered) coverage |= 1 << exclusion;
+  const stepBits = count === 0 ? 0 : ((1 << count) - 1) << first;
+  let wantedBits = 0;
+  for (let exclusion = 0; exclusion < exclusionCount; exclusion++) if ((wanted & (1 << exclusion)) !== 0) wantedBits |= 1 << (stepCount + exclusion);
+  const kinds = groupKinds(user, group, stepBits | wantedBits);
+  if (!matchesEverySlot(kinds, first, count, stepBits, 0)) return noWays;
+  if (wanted === 0) return coverageWays(0);
+  // Covering C's exclusions is possible for every C within a covered set, so only sets not within one found are tried, largest first.
+  const found: number[] = [];
+  for (let size = popCount(wanted); size >= 0; size--) {
+    for (let covered = wanted; ; covered = (covered - 1) & wanted) {
+      if (popCount(covered) === size && !found.some((other) => (covered & other) === covered)) {
+        let coveredBits = 0;
+        for (let exclusion = 0; exclusion < exclusionCount; exclusion++) if ((covered & (1 << exclusion)) !== 0) coveredBits |= 1 << (stepCount + exclusion);
+        if (matchesEverySlot(kinds, first, count, stepBits, coveredBits)) found.push(covered);
       }
-      ways.add(coverage);
-      return wanted === 0 || coverage === wanted;
+      if (covered === 0) break;
     }
-    const bit = 1 << (first + offset);
-    for (let index = 0; index < size; index++) {
-      if (used[index] === 1 || (user.masks[user.rows[start + index]] & bit) === 0) continue;
-      used[index] = 1;
-      const done = place(offset + 1);
-      used[index] = 0;
-      if (done) return true;
+  }
+  return found.length === 1 ? coverageWays(found[0]) : new Set(found);
+}
+
+function popCount(bits: number): number {
+  let count = 0;
+  for (let rest = bits; rest !== 0; rest &= rest - 1) count++;
+  return count;
+}
+
+/** A group's events by kind (their mask within `bits`; events with none left out): each kind's mask and how many events have it. */
+interface GroupKinds {
+  masks: number[];
+  counts: number[];
+}
+
+function groupKinds(user: UserEvents, group: number, bits: number): GroupKinds {
+  const byMask = new Map<number, number>();
+  for (let index = user.groupStarts[group]; index < user.groupStarts[group + 1]; index++) {
+    const mask = user.masks[user.rows[index]] & bits;
+    if (mask !== 0) byMask.set(mask, (byMask.get(mask) ?? 0) + 1);
+  }
+  return { masks: [...byMask.keys()], counts: [...byMask.values()] };
+}
+
+/**
+ * With `requiredBits` 0: whether steps [first, first + count) can each take a
+ * distinct event. Else whether every event with a bit of `requiredBits` can
+ * take a distinct step of those. Kuhn's augmenting paths, events of one kind
+ * being interchangeable: at most count paths over count × kinds edges.
+ */
+function matchesEverySlot(kinds: GroupKinds, first: number, count: number, stepBits: number, requiredBits: number): boolean {
+  const kindCount = kinds.masks.length;
+  // Each step's kind (-1: none), and how many events of each kind are taken.
+  const kindOfStep = new Int32Array(count).fill(-1);
+  const taken = new Int32Array(kindCount);
+  const visited = new Uint8Array(kindCount);
+  const visitedSteps = new Uint8Array(count);
+  // A step finds an event: an untaken one of a kind it matches, or one whose step can move to another kind.
+  const placeStep = (step: number): boolean => {
+    const bit = 1 << (first + step);
+    for (let kind = 0; kind < kindCount; kind++) {
+      if ((kinds.masks[kind] & bit) === 0 || visited[kind] === 1) continue;
+      visited[kind] = 1;
+      if (taken[kind] < kinds.counts[kind]) {
+        taken[kind]++;
+        kindOfStep[step] = kind;
+        return true;
+      }
+      for (let other = 0; other < count; other++) {
+        if (kindOfStep[other] !== kind || !placeStep(other)) continue;
+        // `other` moved to another kind: its event of this one is `step`'s now (taken[kind] unchanged).
+        kindOfStep[step] = kind;
+        return true;
+      }
     }
     return false;
   };
-  place(0);
-  return ways;
+  if (requiredBits === 0) {
+    for (let step = 0; step < count; step++) {
+      visited.fill(0);
+      if (!placeStep(step)) return false;
+    }
+    return true;
+  }
+  // An event finds a step: a free one it matches, or one whose event can move to another step.
+  const eventOfStep = new Int32Array(count).fill(-1);
+  let required = 0;
+  for (let kind = 0; kind < kindCount; kind++) if ((kinds.masks[kind] & requiredBits) !== 0) required += kinds.counts[kind];
+  if (required > count) return false;
+  const kindOfEvent: number[] = [];
+  for (let kind = 0; kind < kindCount; kind++) if ((kinds.masks[kind] & requiredBits) !== 0) for (let copy = 0; copy < kinds.counts[kind]; copy++) kindOfEvent.push(kind);
+  const placeEvent = (event: number): boolean => {
+    const mask = kinds.masks[kindOfEvent[event]] & stepBits;
+    for (let step = 0; step < count; step++) {
+      if ((mask & (1 << (first + step))) === 0 || visitedSteps[step] === 1) continue;
+      visitedSteps[step] = 1;
+      if (eventOfStep[step] < 0 || placeEvent(eventOfStep[step])) {
+        eventOfStep[step] = event;
+        return true;
+      }
+    }
+    return false;
+  };
+  for (let event = 0; event < kindOfEvent.length; event++) {
+    visitedSteps.fill(0);
+    if (!placeEvent(event)) return false;
+  }
+  return true;
 }
 
 const noWays: ReadonlySet<number> = new Set();
