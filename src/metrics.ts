@@ -64,6 +64,12 @@ export const eventsRefused = new client.Counter({
   registers: [registry],
 });
 
+export const damagedSegmentReads = new client.Counter({
+  name: "eventide_damaged_segment_reads_total",
+  help: "Sealed segments that failed to load for a query, a merge or a deletion (a bad checksum, an unreadable file): the store keeps serving other days; stop it and run `eventide repair`",
+  registers: [registry],
+});
+
 export const walGroupSeconds = new client.Histogram({
   name: "eventide_wal_fsync_duration_seconds",
   help: "Time to make one group commit of the write-ahead log durable (write and fdatasync)",

@@ -149,7 +149,10 @@ export async function serve(): Promise<void> {
     if (stopping) return;
     stopping = true;
     const deadline = setTimeout(() => {
-      log.error({ timeoutMs: limits.shutdownTimeoutMs }, "shutdown exceeded its time limit, exiting");
+      log.error({ timeoutMs: limits.shutdownTimeoutMs, storeTasks: pool.storeTasksInFlight }, "shutdown exceeded its time limit, exiting");
+      // A worker blocked in a read from a hung disk cannot be stopped, and process.exit waits for every thread to stop:
+      // then the process kills itself, as a crash would end it (the store recovers from one; the log line above is written).
+      if (pool.storeTasksInFlight > 0) process.kill(process.pid, "SIGKILL");
       process.exit(1);
     }, limits.shutdownTimeoutMs);
     deadline.unref();

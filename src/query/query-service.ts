@@ -11,6 +11,7 @@ import type { ServiceReply } from "../errors.js";
 import { UserDeletionError, type Store, type WorkspaceStore } from "../storage/store.js";
 import type { SegmentDescriptor } from "../storage/segment-descriptor.js";
 import { PoolTaskTimeoutError, type WorkerPool } from "../workers/pool.js";
+import { DamagedSegmentError } from "../storage/segment-cache.js";
 import { dayMs, retentionLayout, retentionPeriodLabels, trendBucketLabels, trendLayout, zonedDayStarts, zonedRange, zonedRetentionBoundaries, zonedTrendBoundaries } from "./buckets.js";
 import type { FilterPlan } from "./filters.js";
 import type { GatherPlan, PropertyRead, ReferencePlan } from "./kernels/event-rows.js";
@@ -135,6 +136,10 @@ export class QueryService {
     try {
       return await this.runQuery(kind, workspaceId, bytes);
     } catch (error) {
+      if (error instanceof DamagedSegmentError) {
+        const message = `${error.message}. Its day is damaged on disk (ranges without it still answer): the operator stops the server and runs \`eventide repair\``;
+        return { ok: false, error: { code: "unavailable", message } };
+      }
       if (!(error instanceof PoolTaskTimeoutError)) throw error;
       const message = `the query ran past its time limit of ${limits.queryTaskTimeoutMs} ms and was stopped; narrow it (fewer filters, a shorter range) or retry later`;
       return { ok: false, error: { code: "overloaded", message } };

@@ -16,6 +16,9 @@ import { dayLabel, SealedSegment } from "./segments.js";
 import type { DayPartition, Workspaces, WorkspaceStore } from "./workspace-store.js";
 import { log } from "../log.js";
 
+/** How long a day whose merge failed waits before it is tried again. */
+const failedMergeRetryMs = 10 * 60_000;
+
 /** Whether a merge pass is needed: none asked, or one asked while a pass runs (it runs again after). */
 type MergeRequest = "none" | "again-after-this-pass";
 
@@ -94,10 +97,24 @@ export class MergeScheduler {
         let rows = 0;
         for (const victim of victims) rows += victim.layout.rowCount;
         if (rows > limits.mergeRowsMax) continue;
-        await this.replace(workspace, partition, dayStartMs, victims, rows);
+        const victimKeys = victims.map((victim) => victim.key).join(" ");
+        if (!force && (this.failedMerges.get(victimKeys) ?? 0) > Date.now()) continue;
+        try {
+          await this.replace(workspace, partition, dayStartMs, victims, rows);
+          this.failedMerges.delete(victimKeys);
+        } catch (error) {
+          // One day's failure (a damaged segment among its victims, a full disk) must not stop every later day's merges,
+          // pass after pass; the same victims wait a while before they are tried again (a full disk may clear).
+          this.failedMerges.set(victimKeys, Date.now() + failedMergeRetryMs);
+          log.error({ err: error, day: dayLabel(dayStartMs), workspaceId: workspace.id }, "merging a day's segments failed (they stay as they are; other days go on)");
+          if (this.isClosing()) return;
+        }
       }
     }
   }
+
+  /** Victim sets whose merge failed, by their keys: when they may be tried again. */
+  private readonly failedMerges = new Map<string, number>();
 
   /**
    * Runs `work` while no merge pass runs, and starts none until it ends: a user

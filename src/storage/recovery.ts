@@ -66,6 +66,13 @@ export function recoverStore(dataDir: string, fsync: boolean, applier: Applier):
     if (state.kind === "corrupt") {
       throw new StoreCorruptionError(path, state.offset, `${state.damagedBytes} damaged bytes, followed by ${state.recordsAfter} intact records that prove them durable (acknowledged data, not a torn write)`);
     }
+    if (state.kind === "cut") {
+      throw new StoreCorruptionError(
+        path,
+        state.offset,
+        `${state.missingBytes} bytes missing: the record here was written when ${state.offset + state.missingBytes} bytes of the file were durable (the file was cut, then appended to; acknowledged data, not a torn write)`,
+      );
+    }
     // Without fsync a power loss may tear any file the page cache held: only a synced log proves its rotated files whole.
     if (fsync && damagedPastRotation(state, sequence, sequences)) {
       throw new StoreCorruptionError(
@@ -122,15 +129,29 @@ function recoverDay(dataDir: string, fsync: boolean, workspace: WorkspaceStore, 
   for (const segmentName of readdirSync(dayDirectory(dataDir, workspaceId, day)).sort()) {
     const directory = segmentDirectory(dataDir, workspaceId, day, segmentName);
     const match = /^seg-(\d+)-([0-9a-z]+)$/.exec(segmentName);
-    // tmp_ directories and segments of a checkpoint that never completed are not part of the store.
-    // A segment without _meta.json was never published (its files are written
-    // before its directory is renamed into place): the remains of a deletion.
-    if (match === null || Number(match[1]) > checkpointSequence || !segmentExists(directory)) {
+    // tmp_ directories are segments being written or deleted (files.ts renames before it deletes).
+    if (match === null && segmentName.startsWith("tmp_")) {
       rmSync(directory, { recursive: true, force: true });
       removed = true;
       continue;
     }
-    layouts.set(segmentName, checkedSegment(directory));
+    // Anything else the store never writes: a damaged name, or an entry put there by hand. Deleting it could delete sealed rows.
+    if (match === null) throw new StoreCorruptionError(directory, undefined, "not a segment: a day directory holds only seg-<sequence>-<id> and tmp_ entries (a damaged name?)");
+    if (Number(match[1]) > checkpointSequence) {
+      // A checkpoint that never completed: its rows are still in the log, unless the name is a damaged one (its _meta.json says).
+      const published = publishedName(directory);
+      if (published !== undefined && published !== segmentName) {
+        throw new StoreCorruptionError(directory, undefined, `published as ${published}: a damaged name, whose sequence is past the checkpoint`);
+      }
+      removeDirectory(directory);
+      removed = true;
+      continue;
+    }
+    // Segments are published whole by a rename and deleted by a rename first: one without _meta.json is damage.
+    if (!segmentExists(directory)) throw new StoreCorruptionError(directory, undefined, "a sealed segment without its _meta.json (a damaged directory)");
+    const layout = checkedSegment(directory);
+    if (layout.name !== undefined && layout.name !== segmentName) throw new StoreCorruptionError(directory, undefined, `published as ${layout.name}: a damaged name`);
+    layouts.set(segmentName, layout);
   }
   // A merge publishes its segment before deleting the ones it replaces; finish that deletion.
   for (const layout of [...layouts.values()]) {
@@ -166,7 +187,22 @@ function checkedSegment(directory: string, layout?: SegmentLayout): SegmentLayou
     return layout;
   } catch (error) {
     if (error instanceof SegmentCorruptError) throw new StoreCorruptionError(directory, undefined, `damaged sealed segment (${error.message})`);
+    // A file that cannot be read (EIO, a directory in its place, gone): damage too, named, with the way out.
+    if (isFileSystemError(error)) throw new StoreCorruptionError(directory, undefined, `unreadable sealed segment (${(error as Error).message})`);
     throw error;
+  }
+}
+
+function isFileSystemError(error: unknown): boolean {
+  return error instanceof Error && typeof (error as NodeJS.ErrnoException).code === "string" && (error as NodeJS.ErrnoException).syscall !== undefined;
+}
+
+/** The name a segment's _meta.json says it was published under; undefined when it says none or cannot be read. */
+function publishedName(directory: string): string | undefined {
+  try {
+    return readSegmentLayout(directory).name;
+  } catch {
+    return undefined;
   }
 }
 

@@ -109,6 +109,54 @@ function idsUsed(directory: string): Record<DictionaryName, number> {
   return { events: layout.eventCount, users: userEnd, keys: keyEnd };
 }
 
+const segmentNamePattern = /^seg-(\d+)-([0-9a-z]+)$/;
+
+function isFileSystemError(error: unknown): boolean {
+  return error instanceof Error && typeof (error as NodeJS.ErrnoException).code === "string" && (error as NodeJS.ErrnoException).syscall !== undefined;
+}
+
+/**
+ * What start-up refuses in a day directory: an entry that is neither a
+ * segment nor a tmp_ leftover, a segment without its _meta.json, or one whose
+ * _meta.json names another directory (a flipped bit in its name). A segment
+ * whose recorded name is free is renamed back to it (its files check out:
+ * nothing is lost); anything else is moved aside.
+ */
+function repairDayEntries(dataDir: string, workspaceId: string, quarantine: Quarantine, act: (entry: object) => void): void {
+  const workspace = workspaceDirectory(dataDir, workspaceId);
+  for (const day of readdirSync(workspace)) {
+    if (!/^\d{4}-\d{2}-\d{2}$/.test(day)) continue;
+    const dayPath = join(workspace, day);
+    for (const name of readdirSync(dayPath).sort()) {
+      const path = join(dayPath, name);
+      if (name.startsWith("tmp_")) continue; // start-up removes these
+      const isSegmentName = segmentNamePattern.test(name);
+      const lost = { rowsLost: "unknown", note: "a checkpoint sealed these rows, so the WAL no longer holds them: they are lost" };
+      if (!existsSync(join(path, "_meta.json"))) {
+        act({ action: "entry-moved-aside", entry: path, movedTo: quarantine.move(path), damage: isSegmentName ? "a segment without _meta.json" : "not a segment", ...lost });
+        continue;
+      }
+      let published: string | undefined;
+      try {
+        published = readSegmentLayout(path).name;
+      } catch (error) {
+        // A segment's damaged _meta.json: the segment check below moves it aside.
+        if (isSegmentName) continue;
+        act({ action: "entry-moved-aside", entry: path, movedTo: quarantine.move(path), damage: `not a segment (${(error as Error).message})`, ...lost });
+        continue;
+      }
+      if (isSegmentName && (published === undefined || published === name)) continue;
+      if (published !== undefined && segmentNamePattern.test(published) && !existsSync(join(dayPath, published))) {
+        renameSync(path, join(dayPath, published));
+        fsyncDirectory(dayPath);
+        act({ action: "segment-renamed", segment: path, renamedTo: join(dayPath, published), damage: `its name: its _meta.json says it was published as ${published}` });
+        continue;
+      }
+      act({ action: "entry-moved-aside", entry: path, movedTo: quarantine.move(path), damage: published === undefined ? "not a segment" : `published as ${published}`, ...lost });
+    }
+  }
+}
+
 /** Repairs the store at `dataDir` (server stopped); `log` receives one object per step. */
 export function repairStore(dataDir: string, log: (entry: object) => void): RepairReport {
   // A newer version's files are not damage: moved aside, they would be lost to that version too.
@@ -144,7 +192,9 @@ export function repairStore(dataDir: string, log: (entry: object) => void): Repa
     }
   }
 
-  // 2. Sealed segments: any bad file or layout moves the segment aside.
+  // 2. Day directories: entries start-up does not take (a damaged name, a segment without _meta.json) are moved aside,
+  // or renamed back when their _meta.json names where they were published; then any bad file or layout moves a segment aside.
+  for (const workspaceId of workspaceIds) repairDayEntries(dataDir, workspaceId, quarantine, act);
   for (const workspaceId of workspaceIds) {
     for (const segment of segmentsOf(dataDir, workspaceId)) {
       if (segment.sequence > checkpoint.walSequence) continue; // unpublished: start-up removes it
@@ -154,9 +204,10 @@ export function repairStore(dataDir: string, log: (entry: object) => void): Repa
         rowCount = layout.rowCount;
         verifySegment(segment.directory, layout);
       } catch (error) {
-        if (!(error instanceof SegmentCorruptError)) throw error;
+        // A file that cannot be read at all (EIO, a directory in its place) is damage as much as a bad checksum.
+        if (!(error instanceof SegmentCorruptError) && !isFileSystemError(error)) throw error;
         const movedTo = quarantine.move(segment.directory);
-        act({ action: "segment-moved-aside", segment: segment.directory, movedTo, damage: error.message, rowsLost: rowCount ?? "unknown", note: "a checkpoint sealed these rows, so the WAL no longer holds them: they are lost" });
+        act({ action: "segment-moved-aside", segment: segment.directory, movedTo, damage: (error as Error).message, rowsLost: rowCount ?? "unknown", note: "a checkpoint sealed these rows, so the WAL no longer holds them: they are lost" });
       }
     }
   }

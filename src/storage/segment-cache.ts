@@ -6,9 +6,27 @@
  * are dropped from memory (they reload on demand).
  */
 import { mainThreadSegmentCacheBytesMax } from "../config/limits.js";
-import type { LoadSegmentResult } from "./segment-layout.js";
+import { log } from "../log.js";
+import { damagedSegmentReads } from "../metrics.js";
+import { segmentDamageMarker, type LoadSegmentResult } from "./segment-layout.js";
 import type { SealedSegment } from "./segments.js";
 import type { Workspaces } from "./workspace-store.js";
+
+/** A sealed segment whose files failed to load: named by its key (workspace/day/name), never by its path, for the client. */
+export class DamagedSegmentError extends Error {
+  constructor(
+    readonly segmentKey: string,
+    readonly detail: string,
+  ) {
+    super(`sealed segment ${segmentKey} cannot be read: ${detail}`);
+    this.name = "DamagedSegmentError";
+  }
+}
+
+/** A load's failure that is the segment's (its files), not the pool's (a worker stopped, the process closing). */
+function isDamage(error: Error): boolean {
+  return error.message.startsWith(segmentDamageMarker);
+}
 
 export class SegmentCache {
   private cachedBytes = 0;
@@ -38,9 +56,12 @@ export class SegmentCache {
         this.admit(segment, result.layout.memoryBytes);
         return result.memory;
       },
-      (error) => {
+      (error: Error) => {
         segment.loading = undefined;
-        throw error;
+        if (!isDamage(error)) throw error;
+        damagedSegmentReads.inc();
+        log.error({ segment: segment.directory, err: error }, "a sealed segment cannot be read: it is damaged or its disk failed; queries over its day answer 503 until `eventide repair` moves it aside (server stopped)");
+        throw new DamagedSegmentError(segment.key, error.message.slice(segmentDamageMarker.length).replaceAll(segment.directory, segment.key));
       },
     );
     return segment.loading;

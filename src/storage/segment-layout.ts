@@ -165,6 +165,11 @@ export interface SegmentLayout {
   valueCounts?: ValueCountsLayout;
   /** Segments of the same day this one replaces (a merge); start-up deletes them if they remain. */
   replaces?: string[];
+  /**
+   * The directory name it was published under (absent in segments written before it was kept):
+   * start-up tells a damaged name from the leftover of a checkpoint that never completed by it.
+   */
+  name?: string;
   /** Not loaded for queries: read at start-up to rebuild the uuid set. */
   uuidRows: ColumnSpan | undefined;
   uuids: ColumnSpan | undefined;
@@ -184,6 +189,9 @@ export function align8(value: number): number {
 }
 
 export class SegmentCorruptError extends Error {}
+
+/** How a segment load's failure begins once it crossed from a worker (an error crosses threads as its message): its files' fault, not the pool's. */
+export const segmentDamageMarker = "damaged segment: ";
 
 /** The key `_meta.json` ends with: the CRC32 of the text before it, closed by "}". */
 const layoutChecksumKey = ',"crc32":';

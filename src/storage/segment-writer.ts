@@ -9,7 +9,7 @@
  */
 import { strict as assert } from "node:assert";
 import { mkdirSync, rmSync } from "node:fs";
-import { dirname, join } from "node:path";
+import { basename, dirname, join } from "node:path";
 import { crc32 } from "node:zlib";
 import roaring from "roaring";
 import { injectFault } from "./fault-injection.js";
@@ -412,6 +412,7 @@ export function sealSegment(input: SealInput): LoadSegmentResult {
     uuids: uuidsSpan,
     memoryBytes: memory.byteLength,
     ...(input.replaces ? { replaces: input.replaces } : {}),
+    name: basename(input.directory),
   };
 
   // Publish: every file into tmp_<name>, fsync each, then one rename makes the segment exist.

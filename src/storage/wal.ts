@@ -215,7 +215,9 @@ export type WalFileState =
   | { kind: "intact" }
   /** `wholeRecord`: the bad bytes start with a whole record (header checksum right, extent inside the file) whose payload is damaged. */
   | { kind: "torn-tail"; offset: number; wholeRecord: boolean }
-  | { kind: "corrupt"; offset: number; damagedBytes: number; recordsAfter: number };
+  | { kind: "corrupt"; offset: number; damagedBytes: number; recordsAfter: number }
+  /** A record says more of the file was durable before it was written than lies before it: durable bytes were cut out (the file was truncated, and appended to after). */
+  | { kind: "cut"; offset: number; missingBytes: number; recordsAfter: number };
 
 export interface WalFileScan {
   /** Valid records before the first bad byte. */
@@ -263,6 +265,12 @@ export function scanWalFile(path: string): WalFileScan {
     state = proven
       ? { kind: "corrupt", offset: firstBad, damagedBytes: damaged.reduce((sum, run) => sum + run.end - run.start, 0), recordsAfter: after.length }
       : { kind: "torn-tail", offset: firstBad, wholeRecord: wholeRecordAt(bytes, firstBad) };
+  }
+  // Each record stamps the bytes durable when its group started, which were all before it: one past its start proves bytes missing.
+  const cutAt = allRecords.findIndex((record) => record.syncedBytes > record.start);
+  if (cutAt >= 0 && state.kind !== "corrupt" && (state.kind === "intact" || allRecords[cutAt].start < state.offset)) {
+    const record = allRecords[cutAt];
+    state = { kind: "cut", offset: record.start, missingBytes: record.syncedBytes - record.start, recordsAfter: allRecords.length - cutAt };
   }
   return { records, allRecords, damaged, state, validBytes: firstBad, fileBytes: bytes.length };
 }

@@ -57,6 +57,11 @@ export class WorkerPool {
     return Math.max(1, this.threadCount - this.storeTasks.size);
   }
 
+  /** Seals, merges and loads running, queued, or abandoned at a time limit: tasks whose threads may be blocked in the disk. */
+  get storeTasksInFlight(): number {
+    return this.storeTasks.size + this.storeTasksAbandoned;
+  }
+
   get queueSize(): number {
     return this.piscina.queueSize;
   }
@@ -115,8 +120,13 @@ export class WorkerPool {
       return await this.runLimited<T>(task, timeoutMs, `a ${task.kind} task`, transferList, controller);
     } finally {
       this.storeTasks.delete(controller);
+      // Its worker was told to stop, but a thread blocked in a read of a hung disk stops only when the read returns.
+      if (controller.signal.aborted) this.storeTasksAbandoned++;
     }
   }
+
+  /** Store tasks stopped at their time limit or the shutdown deadline, whose threads may still be blocked in the disk. */
+  private storeTasksAbandoned = 0;
 
   /**
    * Shutdown: every seal, merge and load still running at `deadlineMs` is

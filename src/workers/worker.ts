@@ -11,6 +11,7 @@ import { checkBatchApiKey, validateBodies, type BodyInput, type IngestBodyResult
 import { runQueryTask } from "../query/query-worker.js";
 import { setSealedViewBytesMax } from "../query/segment-views.js";
 import { loadSegment } from "../storage/segment-reader.js";
+import { segmentDamageMarker } from "../storage/segment-layout.js";
 import { sealSegment } from "../storage/segment-writer.js";
 import { mergeSegments } from "../storage/segment-merge.js";
 import { unpackPropertyEntries } from "../storage/property-transfer.js";
@@ -112,7 +113,12 @@ export default function run(task: Task): TaskResult {
     case "merge":
       return mergeSegments(task);
     case "load-segment":
-      return loadSegment(task.directory);
+      try {
+        return loadSegment(task.directory);
+      } catch (error) {
+        // Any failure here is the segment's files' (a bad checksum, EIO): marked so, since an error crosses threads as its message.
+        throw new Error(`${segmentDamageMarker}${(error as Error).message}`);
+      }
     case "query":
       return runQueryTask(task);
     case "parse-query":

@@ -11,43 +11,25 @@
  * blocks used to be dropped, and a new name took id 0: a trend answered 2
  * where 1 was true).
  */
-import { existsSync, readdirSync, readFileSync, statSync, writeFileSync } from "node:fs";
+import { existsSync, readdirSync, readFileSync, statSync, truncateSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
-import { afterAll, describe, expect, it } from "vitest";
+import { describe, expect, it } from "vitest";
 import { walFilePath } from "../../src/storage/paths.js";
 import { encodeRecord, readWalFile } from "../../src/storage/wal.js";
 import { dayMs, isoDay, isoTime, sumCounts, trend } from "../helpers/events.js";
 import { runRepair } from "../helpers/repair.js";
-import { type ServerHandle, ingestAll, makeDataDir, removeDataDir, startServer } from "../helpers/server.js";
+import { type ServerHandle, ingestAll } from "../helpers/server.js";
+import { storeRestarts } from "../helpers/stopped-store.js";
 
 /** Rows stay in the WAL: no idle or timed checkpoint seals them before the kill. */
 const walOnly = { EVENTIDE_CHECKPOINT_IDLE_MS: "600000", EVENTIDE_CHECKPOINT_INTERVAL_MS: "600000" };
 const timeMs = Date.UTC(2024, 6, 1, 12);
 const range = { dateFrom: isoDay(timeMs - dayMs), dateTo: isoDay(timeMs + dayMs), groupBy: "day" as const };
 
-const directories: string[] = [];
-const servers: ServerHandle[] = [];
-
-afterAll(async () => {
-  for (const server of servers) await server.kill();
-  for (const directory of directories) removeDataDir(directory);
-});
-
-async function start(dataDir: string, previous?: ServerHandle): Promise<ServerHandle> {
-  const credentials = previous ? { apiKey: previous.apiKey, token: previous.token, workspaceId: previous.workspaceId } : undefined;
-  const server = await startServer({ dataDir, credentials, workers: 1, env: walOnly });
-  servers.push(server);
-  return server;
-}
+const { newDataDir, start, refusal } = storeRestarts("eventide-corruption-", walOnly);
 
 async function count(server: ServerHandle, event: string): Promise<number> {
   return sumCounts(await trend(server, { event, ...range }));
-}
-
-function newDataDir(): string {
-  const dataDir = makeDataDir("eventide-corruption-");
-  directories.push(dataDir);
-  return dataDir;
 }
 
 function walFile(dataDir: string): string {
@@ -75,10 +57,7 @@ describe("a byte flipped in the second of five acknowledged WAL records", () => 
     writeFileSync(path, bytes);
     const sizeBefore = bytes.length;
 
-    const refused = await start(dataDir).then(
-      () => undefined,
-      (error: Error) => error.message,
-    );
+    const refused = await refusal(dataDir);
     expect(refused, "the server must refuse to start").toBeDefined();
     expect(refused).toContain(`corruption in ${path} at byte ${second.start}`);
     expect(refused).toContain("eventide repair");
@@ -122,10 +101,7 @@ describe("a byte flipped in the last record of a WAL file that a later file foll
     bytes[bytes.length - 12] ^= 0x04; // inside the last record's payload
     writeFileSync(path, bytes);
 
-    const refused = await start(dataDir).then(
-      () => undefined,
-      (error: Error) => error.message,
-    );
+    const refused = await refusal(dataDir);
     expect(refused, "the server must refuse to start").toBeDefined();
     expect(refused).toContain(`corruption in ${path} at byte ${lastStart}`);
     expect(refused).toContain("eventide repair");
@@ -136,6 +112,35 @@ describe("a byte flipped in the last record of a WAL file that a later file foll
     expect(repair.output?.actions?.find((action) => action.action === "wal-rewritten")).toMatchObject({ file: path, recordsKept: 2, recordsKeptAfterDamage: 0 });
     server = await start(dataDir, server);
     expect(await count(server, "signup")).toBe(2);
+    expect(await server.stop()).toBe(0);
+  });
+});
+
+describe("a live WAL file cut back under the running server", () => {
+  it("refuses the next start (a later record proves the cut bytes were durable); repair keeps every record left and says so", async () => {
+    const dataDir = newDataDir();
+    let server = await start(dataDir);
+    for (let index = 0; index < 2; index++) await ingestAll(server, [{ event: "before", distinctId: `user-${index}`, timestamp: isoTime(timeMs + index) }]);
+    const path = walFile(dataDir);
+    const { records } = readWalFile(path);
+    expect(records).toHaveLength(2);
+    // The file loses its second record; the writer appends at the new end (O_APPEND), so the next record lands there.
+    const firstBytes = encodeRecord(records[0].workspaceId, records[0].payload).length;
+    truncateSync(path, firstBytes);
+    await ingestAll(server, [{ event: "after", distinctId: "user-2", timestamp: isoTime(timeMs + 2) }]);
+    await server.kill();
+
+    const refused = await refusal(dataDir, server);
+    expect(refused, "the server must refuse to start rather than serve without an acknowledged event").toBeDefined();
+    expect(refused).toContain(`corruption in ${path} at byte ${firstBytes}`);
+    expect(refused).toContain("bytes missing");
+
+    const repair = await runRepair(dataDir);
+    expect(repair.code, repair.stderr).toBe(0);
+    expect(repair.output?.actions).toContainEqual(expect.objectContaining({ action: "wal-rewritten", file: path, recordsKept: 2 }));
+    server = await start(dataDir, server);
+    expect(await count(server, "before")).toBe(1);
+    expect(await count(server, "after")).toBe(1);
     expect(await server.stop()).toBe(0);
   });
 });
@@ -155,10 +160,7 @@ describe("a byte flipped in the first block of _events.dict", () => {
     bytes[16 + 4 + 2] ^= 0x01; // a letter of "first name"
     writeFileSync(path, bytes);
 
-    const refused = await start(dataDir, server).then(
-      () => undefined,
-      (error: Error) => error.message,
-    );
+    const refused = await refusal(dataDir, server);
     expect(refused, "the server must refuse to start").toBeDefined();
     expect(refused).toContain(`corruption in ${path} at byte 0`);
     expect(statSync(path).size).toBe(bytes.length);

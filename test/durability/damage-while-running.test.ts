@@ -1,0 +1,88 @@
+/**
+ * A sealed segment damaged under a running server (a flipped bit in a column
+ * file it has not read since start-up): a query over its day answered a bare
+ * 500 internal_error and nothing else told the operator. Now the query answers
+ * 503 unavailable naming the segment (by its key, not its path) and the way
+ * out, ranges without that day still answer, /metrics counts the damaged read,
+ * and the next start refuses, as for any damage.
+ */
+import { execFileSync } from "node:child_process";
+import { readdirSync, readFileSync, renameSync, writeFileSync } from "node:fs";
+import { join } from "node:path";
+import { describe, expect, it } from "vitest";
+import { dayMs, isoDay, isoTime } from "../helpers/events.js";
+import { expectError, expectOk, send, sendJson } from "../helpers/http.js";
+import { type ServerHandle, ingestAll } from "../helpers/server.js";
+import { storeRestarts } from "../helpers/stopped-store.js";
+
+const firstDayMs = Date.UTC(2024, 6, 1, 12);
+const { newDataDir, start, refusal } = storeRestarts("eventide-damage-running-");
+
+function trendOf(server: ServerHandle, dateFrom: string, dateTo: string) {
+  return sendJson(`${server.queryUrl}/api/v1/query/trend`, { event: "view", dateFrom, dateTo }, { token: server.token });
+}
+
+async function damagedReads(server: ServerHandle): Promise<number> {
+  const text = (await send(`${server.queryUrl}/metrics`, { method: "GET" })).text;
+  return Number(/^eventide_damaged_segment_reads_total (\d+)/m.exec(text)?.[1]);
+}
+
+describe("a sealed segment damaged while the server runs", () => {
+  it("answers 503 unavailable for its day, naming it and repair; other days answer; /metrics counts it; the next start refuses", async () => {
+    const dataDir = newDataDir();
+    let server = await start(dataDir);
+    await ingestAll(server, [0, 1, 2].map((day) => ({ event: "view", distinctId: `u${day}`, timestamp: isoTime(firstDayMs + day * dayMs) })));
+    expect(await server.stop()).toBe(0);
+    server = await start(dataDir, server);
+    expect(await damagedReads(server)).toBe(0);
+
+    // Nothing has read the second day's columns since the start checked them.
+    const day = isoDay(firstDayMs + dayMs);
+    const dayPath = join(dataDir, "ws", server.workspaceId, day);
+    const [segment] = readdirSync(dayPath);
+    const file = join(dayPath, segment, "time.u32");
+    const bytes = readFileSync(file);
+    bytes[0] ^= 0x10;
+    writeFileSync(file, bytes);
+
+    const answer = await trendOf(server, isoDay(firstDayMs), isoDay(firstDayMs + 2 * dayMs));
+    expectError(answer, 503, "unavailable", "eventide repair");
+    expect(answer.body.error.message).toContain(`${server.workspaceId}/${day}/${segment}`);
+    expect(answer.body.error.message, "a client is not told the server's paths").not.toContain(dataDir);
+    expect(answer.headers["retry-after"]).toBeDefined();
+    expect(expectOk(await trendOf(server, isoDay(firstDayMs), isoDay(firstDayMs))).data).toEqual([{ date: isoDay(firstDayMs), count: 1 }]);
+    expect(await damagedReads(server)).toBeGreaterThanOrEqual(1);
+    await server.kill();
+
+    const refused = await refusal(dataDir, server);
+    expect(refused).toContain(`corruption in ${join(dayPath, segment)}`);
+  });
+
+  it("exits within 10 s of SIGTERM while a worker is blocked reading a hung file, and loses nothing", async () => {
+    // A FIFO in a column file's place blocks its reader as a hung disk does: no read returns, no thread can be stopped.
+    const dataDir = newDataDir();
+    let server = await start(dataDir);
+    await ingestAll(server, [0, 1].map((day) => ({ event: "view", distinctId: `u${day}`, timestamp: isoTime(firstDayMs + day * dayMs) })));
+    expect(await server.stop()).toBe(0);
+    server = await start(dataDir, server);
+    const dayPath = join(dataDir, "ws", server.workspaceId, isoDay(firstDayMs + dayMs));
+    const [segment] = readdirSync(dayPath);
+    const file = join(dayPath, segment, "user.u32");
+    renameSync(file, `${file}.kept`);
+    execFileSync("mkfifo", [file]);
+
+    const hung = trendOf(server, isoDay(firstDayMs + dayMs), isoDay(firstDayMs + dayMs)).catch(() => undefined);
+    await new Promise((resolve) => setTimeout(resolve, 500));
+    const stoppedAtMs = performance.now();
+    await server.stop();
+    const tookMs = performance.now() - stoppedAtMs;
+    void hung;
+    expect(tookMs, server.exitReport()).toBeLessThan(10_000);
+    expect(server.stderr()).toContain("shutdown exceeded its time limit");
+
+    renameSync(`${file}.kept`, file);
+    const restarted = await start(dataDir, server);
+    expect(expectOk(await trendOf(restarted, isoDay(firstDayMs), isoDay(firstDayMs + dayMs))).data.map((bucket: { count: number }) => bucket.count)).toEqual([1, 1]);
+    expect(await restarted.stop()).toBe(0);
+  }, 60_000);
+});
