@@ -2,15 +2,17 @@
  * `eventide backup DIR`: a consistent copy of the data directory that a server
  * starts from, taken while the server runs (snapshot.ts says why it is
  * consistent). Restore: stop the server, move the data directory aside, move
- * DIR into its place, start the server; it replays the copied WAL.
+ * DIR into its place, start the server; it replays the copied WAL. The copy is
+ * checked as start-up would check it before it is kept (verify-copy.ts).
  */
 import { existsSync, readdirSync, renameSync, rmdirSync, rmSync } from "node:fs";
-import { basename, dirname, join, resolve } from "node:path";
+import { basename, dirname, join, relative, resolve } from "node:path";
 import { randomBytes } from "node:crypto";
 
 import type { CliContext } from "../cli.js";
 import { CliCommandError } from "../cli/command-errors.js";
 import { copySnapshot, linkSnapshot, removeSnapshot, type SnapshotSummary } from "./snapshot.js";
+import { firstDamage } from "./verify-copy.js";
 
 export async function backupCommand(targetArgument: string, { io, dataDir }: CliContext): Promise<SnapshotSummary & { backup: string; dataDir: string }> {
   const target = resolve(io.workingDirectory, targetArgument);
@@ -25,6 +27,13 @@ export async function backupCommand(targetArgument: string, { io, dataDir }: Cli
     const linked = linkSnapshot(dataDir);
     snapshot = linked.directory;
     copySnapshot(snapshot, temporary);
+    const damage = firstDamage(temporary);
+    if (damage !== undefined) {
+      const original = join(dataDir, relative(temporary, damage.path));
+      throw new CliCommandError(
+        `the data directory holds damage (${original}: ${damage.detail.replaceAll(temporary, dataDir)}), so no backup was kept: a backup of it would fail at the restore. Stop the server, run \`eventide repair\`, start it and back up again`,
+      );
+    }
     const summary = linked.summary;
     // An empty target directory (checked above) gives way to the copy.
     if (existsSync(target)) rmdirSync(target);

@@ -4,7 +4,7 @@
  * stores nothing; a backup taken under concurrent ingest holds every event
  * acknowledged before it began, and a server starts from it.
  */
-import { readdirSync, readFileSync } from "node:fs";
+import { existsSync, readdirSync, readFileSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { afterEach, beforeEach, describe, expect, it } from "vitest";
 
@@ -144,5 +144,27 @@ describe("eventide backup", () => {
     for (const index of before) expect(await eventCount(restored, `batch-${index}`), `batch-${index}`).toBe(500);
     // Nothing torn: a batch is one WAL record, so the copy holds it whole or not at all.
     for (let index = 0; index < batch; index++) expect([0, 500]).toContain(await eventCount(restored, `batch-${index}`));
+  });
+
+  it("keeps no backup of a store holding damage, names the file in the data directory and the way out", async () => {
+    const source = await startServer({ dataDir: join(root, "source") });
+    servers.push(source);
+    await ingestAll(source, [{ event: "kept", distinctId: "u1", timestamp: "2024-03-01T12:00:00Z" }]);
+    expect(await source.stop()).toBe(0);
+    // A bit flipped in a sealed column file since the last start read it.
+    const day = join(source.dataDir, "ws", source.workspaceId, "2024-03-01");
+    const [segment] = readdirSync(day);
+    const file = join(day, segment, "user.u32");
+    const bytes = readFileSync(file);
+    bytes[0] ^= 0x01;
+    writeFileSync(file, bytes);
+
+    const backupDir = join(root, "backup");
+    const answer = await runEventide(["backup", backupDir, "--data-dir", source.dataDir]);
+    expect(answer.code, answer.stdout).toBe(1);
+    expect(answer.stdout + answer.stderr).toContain(file);
+    expect(answer.stdout + answer.stderr).toContain("eventide repair");
+    expect(existsSync(backupDir) ? readdirSync(backupDir) : [], "no backup is kept").toEqual([]);
+    expect(readdirSync(root).filter((name) => name.includes(".tmp-")), "nor its temporary copy").toEqual([]);
   });
 });

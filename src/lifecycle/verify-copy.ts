@@ -1,0 +1,64 @@
+/**
+ * Checks a copied store as start-up would, without changing it: every sealed
+ * segment's files against their checksums, every WAL file for damage that a
+ * torn write cannot explain, every dictionary against the lengths the copied
+ * checkpoint made durable, and the checkpoint itself. A backup used to copy
+ * damaged files and report success; the damage then showed at the restore,
+ * when the original may be gone. A torn tail (the newest bytes of a running
+ * server's log or dictionary) is not damage: start-up cuts it.
+ */
+import { existsSync, readdirSync, readFileSync } from "node:fs";
+import { join } from "node:path";
+import { readCheckpointFile } from "../storage/checkpoint-file.js";
+import { StoreCorruptionError } from "../storage/corruption.js";
+import { scanDictionaryBlocks } from "../storage/dictionary.js";
+import { dictionaryPath, isWorkspaceId, walDirectory, workspaceDirectory, workspacesDirectory, type DictionaryName } from "../storage/paths.js";
+import { readSegmentLayout, verifySegment } from "../storage/segment-reader.js";
+import { scanWalFile } from "../storage/wal.js";
+
+/** The first damage found in the store at `directory`: its path and what is wrong; undefined when it checks out. */
+export function firstDamage(directory: string): { path: string; detail: string } | undefined {
+  let dictionaryBytes: Map<string, [number, number, number]>;
+  try {
+    dictionaryBytes = readCheckpointFile(directory).dictionaryBytes;
+  } catch (error) {
+    return damageOf(error, join(directory, "_checkpoint.json"));
+  }
+  if (existsSync(walDirectory(directory))) {
+    for (const name of readdirSync(walDirectory(directory)).sort()) {
+      if (!name.endsWith(".wal")) continue;
+      const path = join(walDirectory(directory), name);
+      const { state } = scanWalFile(path);
+      if (state.kind === "corrupt" || state.kind === "cut") return { path, detail: `${state.kind === "cut" ? "durable bytes missing" : "damaged durable bytes"} at byte ${state.offset}` };
+    }
+  }
+  const workspaces = existsSync(workspacesDirectory(directory)) ? readdirSync(workspacesDirectory(directory)).filter(isWorkspaceId) : [];
+  for (const workspaceId of workspaces) {
+    const durable = dictionaryBytes.get(workspaceId) ?? [0, 0, 0];
+    for (const [index, name] of (["events", "users", "keys"] as DictionaryName[]).entries()) {
+      const path = dictionaryPath(directory, workspaceId, name);
+      const bytes = existsSync(path) ? readFileSync(path) : Buffer.alloc(0);
+      const { damage } = scanDictionaryBlocks(bytes);
+      if (bytes.length < durable[index]) return { path, detail: `${bytes.length} bytes, though the checkpoint made ${durable[index]} durable` };
+      if (damage !== undefined && (damage.nextBlock !== undefined || damage.offset < durable[index])) return { path, detail: `a damaged block at byte ${damage.offset}` };
+    }
+    const workspace = workspaceDirectory(directory, workspaceId);
+    for (const day of readdirSync(workspace).filter((name) => /^\d{4}-\d{2}-\d{2}$/.test(name))) {
+      for (const segment of readdirSync(join(workspace, day))) {
+        if (segment.startsWith("tmp_")) continue;
+        const path = join(workspace, day, segment);
+        try {
+          verifySegment(path, readSegmentLayout(path));
+        } catch (error) {
+          return damageOf(error, path);
+        }
+      }
+    }
+  }
+  return undefined;
+}
+
+function damageOf(error: unknown, path: string): { path: string; detail: string } {
+  if (error instanceof StoreCorruptionError) return { path: error.path, detail: error.detail };
+  return { path, detail: (error as Error).message };
+}
