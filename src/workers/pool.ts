@@ -9,6 +9,7 @@ import { limits, workerSegmentCacheBytesMax } from "../config/limits.js";
 import { bodySliceFields, type Task, type TimedTask, type WorkerSettings, type BarrierTask, type BarrierTaskResult, type IngestTask, type IngestTaskResult, type LoadSegmentTask, type MergeTask, type SealTask } from "./protocol.js";
 import type { ParseQueryTask, ParseQueryTaskResult, QueryTask, QueryTaskResult, SegmentsMissingResult } from "../query/query-protocol.js";
 import { SegmentPostings } from "../query/segment-posting.js";
+import { ingestTaskResult } from "./ingest-task.js";
 import type { SegmentDescriptor } from "../storage/segment-descriptor.js";
 import type { LoadSegmentResult } from "../storage/segment-layout.js";
 
@@ -16,6 +17,9 @@ export class PoolSaturatedError extends Error {}
 
 /** A task ran past its time limit: its worker was terminated and replaced. */
 export class PoolTaskTimeoutError extends Error {}
+
+/** Queries holding every worker this long make ingest run on the main thread (see WorkerPool.ingest). */
+const queriesHoldWorkersMs = 100;
 
 export class WorkerPool {
   private readonly piscina: Piscina;
@@ -163,6 +167,12 @@ export class WorkerPool {
 
   async ingest(task: IngestTask): Promise<IngestTaskResult> {
     if (this.saturated) throw new PoolSaturatedError("worker queue is full");
+    // Every worker held by a query for a while (queries run alone on a worker): ingest waited out the
+    // slowest of them (a batch waited 60 s behind four long queries), so the main thread reads the bodies itself.
+    if (this.queriesHoldEveryWorker()) {
+      this.ingestTasksHere++;
+      return ingestTaskResult(task).result;
+    }
     // The bodies' own bytes: a body slab is larger than the body it holds.
     let bytes = 0;
     for (let at = 1; at < task.slices.length; at += bodySliceFields) bytes += task.slices[at];
@@ -194,6 +204,30 @@ export class WorkerPool {
    * Sealed segments posted before go by key (segment-posting.ts); a worker that lacks one gets the task again whole.
    */
   async query(task: QueryTask & { segments: SegmentDescriptor[] }): Promise<QueryTaskResult> {
+    const posted = { atMs: Date.now() };
+    this.queriesInFlight.add(posted);
+    try {
+      return await this.queryTask(task);
+    } finally {
+      this.queriesInFlight.delete(posted);
+    }
+  }
+
+  /** Query tasks posted and not answered, with when they were posted (in order: a Set iterates in insertion order). */
+  private readonly queriesInFlight = new Set<{ atMs: number }>();
+  /** Ingest tasks the main thread ran while queries held every worker. */
+  ingestTasksHere = 0;
+
+  /** Whether queries have held every worker for longer than a query of a dashboard takes. */
+  private queriesHoldEveryWorker(): boolean {
+    if (this.queriesInFlight.size < this.threadCount) return false;
+    let held = 0;
+    const sinceMs = Date.now() - queriesHoldWorkersMs;
+    for (const posted of this.queriesInFlight) if (posted.atMs <= sinceMs) held++;
+    return held >= this.threadCount;
+  }
+
+  private async queryTask(task: QueryTask & { segments: SegmentDescriptor[] }): Promise<QueryTaskResult> {
     const compact: QueryTask = { ...task, segments: this.segmentPostings.compact(task.segments) };
     const first = await this.runLimited<QueryTaskResult | SegmentsMissingResult>(compact, limits.queryTaskTimeoutMs, "a query task", undefined, undefined, true);
     if (first.kind === "query") {

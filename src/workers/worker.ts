@@ -7,8 +7,8 @@ import { readlinkSync } from "node:fs";
 import { getPriority, setPriority } from "node:os";
 import { Piscina } from "piscina";
 import { limits } from "../config/limits.js";
-import { checkBatchApiKey, validateBodies, type BodyInput, type IngestBodyResult, type KeyedChunk } from "../ingest/event-validation.js";
 import { runQueryTask } from "../query/query-worker.js";
+import { ingestTaskResult } from "./ingest-task.js";
 import { setSealedViewBytesMax } from "../query/segment-views.js";
 import { loadSegment } from "../storage/segment-reader.js";
 import { segmentDamageMarker } from "../storage/segment-layout.js";
@@ -16,7 +16,7 @@ import { sealSegment } from "../storage/segment-writer.js";
 import { mergeSegments } from "../storage/segment-merge.js";
 import { unpackPropertyEntries } from "../storage/property-transfer.js";
 import { parseQueryBody } from "../query/schemas.js";
-import { bodyGzipFlag, bodyMsgpackFlag, bodySliceFields, type WorkerSettings, type BarrierTask, type IngestTask, type SealTask, type StoredSingleEvent, type Task, type TaskResult } from "./protocol.js";
+import type { WorkerSettings, BarrierTask, IngestTask, SealTask, Task, TaskResult } from "./protocol.js";
 import { assertNever } from "../errors.js";
 import { log } from "../log.js";
 
@@ -45,35 +45,9 @@ lowerThreadPriority(limits.workerNiceSteps);
 setSealedViewBytesMax((Piscina.workerData as WorkerSettings).segmentCacheBytesMax);
 
 function runIngest(task: IngestTask): TaskResult {
-  const bytes = new Uint8Array(task.bodies);
-  const slices = task.slices;
-  const bodies: BodyInput[] = [];
-  for (let at = 0; at < slices.length; at += bodySliceFields) {
-    const flags = slices[at + 2];
-    bodies.push({ bytes: bytes.subarray(slices[at], slices[at] + slices[at + 1]), gzip: (flags & bodyGzipFlag) !== 0, receivedAtMs: slices[at + 3], format: (flags & bodyMsgpackFlag) !== 0 ? "msgpack" : "json" });
-  }
-  if (task.keyCheck !== undefined) {
-    const checked = checkBatchApiKey(bodies[0].bytes, bodies[0].gzip, task.keyCheck.kind === "unknown" ? task.keyCheck.apiKey : undefined, bodies[0].format);
-    if (checked.kind === "judged") return { kind: "ingest", results: [checked.result], chunks: [] };
-    const { plain } = checked;
-    // An inflated body is moved back whole; copied when it shares its buffer (a body slab goes back to the main thread's pool).
-    const plainBody = plain.buffer instanceof ArrayBuffer && plain.byteOffset === 0 && plain.byteLength === plain.buffer.byteLength ? plain.buffer : new Uint8Array(plain).buffer;
-    const result: TaskResult = { kind: "ingest", results: [], chunks: [], keyRead: { apiKey: checked.apiKey, plainBody } };
-    return Piscina.move({ [Piscina.transferableSymbol]: [plainBody], [Piscina.valueSymbol]: result } as never) as unknown as TaskResult;
-  }
-  const { results, chunks } = validateBodies(bodies, task.shape);
-  const compact = task.shape === "single" ? results.map((result) => storedSingleEvent(result, chunks) ?? result) : results;
-  // Chunks are transferred, not cloned: the main thread writes them to the WAL as they are.
-  const result: TaskResult = { kind: "ingest", results: compact, chunks };
-  const transferList = chunks.map((keyed) => keyed.chunk);
-  // Piscina's transferable wrapper: the value is posted with its chunks moved, not cloned.
+  const { result, transferList } = ingestTaskResult(task);
+  // Piscina's transferable wrapper: the value is posted with its chunks (or the inflated body) moved, not cloned.
   return Piscina.move({ [Piscina.transferableSymbol]: transferList, [Piscina.valueSymbol]: result } as never) as unknown as TaskResult;
-}
-
-/** The chunk index when `result` says exactly what a StoredSingleEvent says; undefined otherwise. */
-function storedSingleEvent(result: IngestBodyResult, chunks: readonly KeyedChunk[]): StoredSingleEvent | undefined {
-  if (result.kind !== "parsed" || result.error !== undefined || result.errors.length > 0 || result.acceptedCount !== 1 || result.chunkIndex < 0) return undefined;
-  return result.apiKey === chunks[result.chunkIndex].apiKey ? result.chunkIndex : undefined;
 }
 
 function runSeal(task: SealTask) {

@@ -92,6 +92,28 @@ describe("query cost", () => {
   });
 });
 
+describe("ingest while queries hold every worker", () => {
+  it("is answered while a long query still runs: the main thread reads the batch itself", async () => {
+    const server = await start({ workers: 1, env: { EVENTIDE_QUERY_FILTERS_MAX: "5000" } });
+    await ingestDistinctUrls(server);
+    const finished: string[] = [];
+    const query = trend(server, { filters: costlyFilters }).then((answer) => {
+      finished.push("query");
+      return answer;
+    });
+    // Past the 100 ms after which a query is taken to hold its worker.
+    await sleep(300);
+    const batch = ingestBatch(server, server.apiKey, [{ event: "late", distinctId: "u", timestamp: `${day}T13:00:00Z` }]).then((answer) => {
+      finished.push("batch");
+      return answer;
+    });
+    expectOk(await batch);
+    expectOk(await query);
+    expect(finished, "the batch waited for the query").toEqual(["batch", "query"]);
+    expect(expectOk(await trend(server, { event: "late" })).data).toEqual([{ date: day, count: 1 }]);
+  });
+});
+
 describe("query limits", () => {
   let server: ServerHandle;
 
