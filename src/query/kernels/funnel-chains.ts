@@ -462,39 +462,9 @@ function groupKinds(user: UserEvents, group: number, bits: number): GroupKinds {
  * being interchangeable: at most count paths over count × kinds edges.
  */
 function matchesEverySlot(kinds: GroupKinds, first: number, count: number, stepBits: number, requiredBits: number): boolean {
+  if (requiredBits === 0) return stepsMatch(Array.from({ length: count }, (_, step) => first + step), kinds.masks, kinds.counts);
   const kindCount = kinds.masks.length;
-  // Each step's kind (-1: none), and how many events of each kind are taken.
-  const kindOfStep = new Int32Array(count).fill(-1);
-  const taken = new Int32Array(kindCount);
-  const visited = new Uint8Array(kindCount);
   const visitedSteps = new Uint8Array(count);
-  // A step finds an event: an untaken one of a kind it matches, or one whose step can move to another kind.
-  const placeStep = (step: number): boolean => {
-    const bit = 1 << (first + step);
-    for (let kind = 0; kind < kindCount; kind++) {
-      if ((kinds.masks[kind] & bit) === 0 || visited[kind] === 1) continue;
-      visited[kind] = 1;
-      if (taken[kind] < kinds.counts[kind]) {
-        taken[kind]++;
-        kindOfStep[step] = kind;
-        return true;
-      }
-      for (let other = 0; other < count; other++) {
-        if (kindOfStep[other] !== kind || !placeStep(other)) continue;
-        // `other` moved to another kind: its event of this one is `step`'s now (taken[kind] unchanged).
-        kindOfStep[step] = kind;
-        return true;
-      }
-    }
-    return false;
-  };
-  if (requiredBits === 0) {
-    for (let step = 0; step < count; step++) {
-      visited.fill(0);
-      if (!placeStep(step)) return false;
-    }
-    return true;
-  }
   // An event finds a step: a free one it matches, or one whose event can move to another step.
   const eventOfStep = new Int32Array(count).fill(-1);
   let required = 0;
@@ -713,43 +683,6 @@ function chainDepthFrom(user: UserEvents, plan: FunnelChainsPlan, entryGroup: nu
 // ---------------------------------------------------------------------------
 // Unordered
 
-/** Kuhn's augmenting paths: can steps [0, stepCount) other than `fixedStep` take distinct events of `events` other than `fixedEvent`? */
-function matchable(masks: Uint32Array, events: readonly number[], stepCount: number, fixedStep: number, fixedEvent: number): boolean {
-  const owner = new Map<number, number>();
-  const tryStep = (step: number, seen: Set<number>): boolean => {
-    const bit = 1 << step;
-    for (const row of events) {
-      if (row === fixedEvent || (masks[row] & bit) === 0 || seen.has(row)) continue;
-      seen.add(row);
-      const holder = owner.get(row);
-      if (holder === undefined || tryStep(holder, seen)) {
-        owner.set(row, step);
-        return true;
-      }
-    }
-    return false;
-  };
-  for (let step = 0; step < stepCount; step++) {
-    if (step === fixedStep) continue;
-    if (!tryStep(step, new Set())) return false;
-  }
-  return true;
-}
-
-/** Steps 0…k-1 matched to distinct events of groups [entryGroup, lastGroup], one of them in the entry group. */
-function unorderedFeasible(user: UserEvents, entryGroup: number, lastGroup: number, stepCount: number): boolean {
-  const events = Array.from(user.rows.subarray(user.groupStarts[entryGroup], user.groupStarts[lastGroup + 1]));
-  const entryEnd = user.groupStarts[entryGroup + 1] - user.groupStarts[entryGroup];
-  for (let index = 0; index < entryEnd; index++) {
-    const row = events[index];
-    for (let step = 0; step < stepCount; step++) {
-      if ((user.masks[row] & (1 << step)) === 0) continue;
-      if (matchable(user.masks, events, stepCount, step, row)) return true;
-    }
-  }
-  return false;
-}
-
 /** disjointUnorderedDepth's per step: events in the window, and the position of the earliest at or after the entry. */
 const stepsInWindow = new ScratchInt32();
 const earliestOfStep = new ScratchInt32();
@@ -807,31 +740,153 @@ function disjointUnorderedDepth(user: UserEvents, plan: FunnelChainsPlan, times:
 function unorderedDepth(user: UserEvents, plan: FunnelChainsPlan, times: Float64Array): number {
   const disjoint = disjointUnorderedDepth(user, plan, times);
   if (disjoint !== undefined) return disjoint;
+  // The window's events by kind (their mask), counted as the window slides: a matching over kinds, not over events,
+  // whose answers repeat from window to window (a busy user's windows hold the same kinds, each at least k times).
   const groupCount = user.groupStarts.length - 1;
+  const window = new Map<number, number>();
+  const addGroup = (group: number, delta: number) => {
+    for (let index = user.groupStarts[group]; index < user.groupStarts[group + 1]; index++) {
+      const mask = user.masks[user.rows[index]];
+      if (mask !== 0) window.set(mask, (window.get(mask) ?? 0) + delta);
+    }
+  };
+  const answers = new Map<string, boolean>();
   let best = 0;
+  let lastGroup = -1;
   for (let entryGroup = 0; entryGroup < groupCount; entryGroup++) {
     const entryMs = groupTimeMs(user, entryGroup);
-    if (entryMs < plan.entryFromMs) continue;
     if (entryMs >= plan.entryToMsExclusive) break;
-    let lastGroup = entryGroup;
-    while (lastGroup + 1 < groupCount && groupTimeMs(user, lastGroup + 1) - entryMs <= plan.windowMs) lastGroup++;
+    if (entryGroup > 0) addGroup(entryGroup - 1, -1);
+    while (lastGroup + 1 < groupCount && groupTimeMs(user, lastGroup + 1) - entryMs <= plan.windowMs) addGroup(++lastGroup, 1);
+    if (entryMs < plan.entryFromMs) continue;
+    const entryKinds = groupMasks(user, entryGroup);
     for (let steps = 1; steps <= plan.stepCount; steps++) {
       // Not monotone: a deeper set may hold no smaller one whose earliest is here.
-      if (!unorderedFeasible(user, entryGroup, lastGroup, steps)) continue;
+      if (!unorderedFeasible(window, entryKinds, steps, answers)) continue;
       if (steps > best) best = steps;
       if (!plan.timeToConvert) continue;
-      // The shortest span: the first group from which the set fits.
+      // The shortest span: the first group by which the set fits. Only a span shorter than the best so far matters,
+      // and it is searched from the entry outwards (doubling, then halving), so its cost follows the span, not the window.
+      const fitsBy = (group: number) => unorderedFeasible(kindCounts(user, entryGroup, group), entryKinds, steps, answers);
+      const shorterBy = lastGroupBefore(user, entryMs + times[steps - 1], entryGroup, lastGroup);
+      if (shorterBy < entryGroup || !fitsBy(shorterBy)) continue;
       let low = entryGroup;
-      let high = lastGroup;
+      let high = entryGroup;
+      while (high < shorterBy && !fitsBy(high)) {
+        low = high + 1;
+        high = Math.min(shorterBy, entryGroup + 2 * (high - entryGroup) + 1);
+      }
       while (low < high) {
         const middle = (low + high) >>> 1;
-        if (unorderedFeasible(user, entryGroup, middle, steps)) high = middle;
+        if (fitsBy(middle)) high = middle;
         else low = middle + 1;
       }
-      const spanMs = groupTimeMs(user, low) - entryMs;
-      if (spanMs < times[steps - 1]) times[steps - 1] = spanMs;
+      times[steps - 1] = groupTimeMs(user, low) - entryMs;
     }
   }
   if (!plan.timeToConvert) times.fill(Infinity);
   return best;
+}
+
+/** The last group in [first, last] whose time is before `beforeMs`; first - 1 when none. */
+function lastGroupBefore(user: UserEvents, beforeMs: number, first: number, last: number): number {
+  let low = first - 1;
+  let high = last;
+  while (low < high) {
+    const middle = (low + high + 1) >> 1;
+    if (groupTimeMs(user, middle) < beforeMs) low = middle;
+    else high = middle - 1;
+  }
+  return low;
+}
+
+/** The distinct non-zero masks of a group's events. */
+function groupMasks(user: UserEvents, group: number): number[] {
+  const masks = new Set<number>();
+  for (let index = user.groupStarts[group]; index < user.groupStarts[group + 1]; index++) if (user.masks[user.rows[index]] !== 0) masks.add(user.masks[user.rows[index]]);
+  return [...masks];
+}
+
+/** Events of groups [first, last] by mask. */
+function kindCounts(user: UserEvents, first: number, last: number): Map<number, number> {
+  const counts = new Map<number, number>();
+  for (let index = user.groupStarts[first]; index < user.groupStarts[last + 1]; index++) {
+    const mask = user.masks[user.rows[index]];
+    if (mask !== 0) counts.set(mask, (counts.get(mask) ?? 0) + 1);
+  }
+  return counts;
+}
+
+/**
+ * Whether steps 0…k-1 can take distinct events of the window (its events by
+ * mask), one of them an event of the entry group (of a mask in `entryKinds`).
+ * Masks are cut to the k steps and counts to k (more never matter), and the
+ * answer is kept under that shape in `answers`.
+ */
+function unorderedFeasible(window: ReadonlyMap<number, number>, entryKinds: readonly number[], k: number, answers: Map<string, boolean>): boolean {
+  const bits = k >= 32 ? 0xffffffff : (1 << k) - 1;
+  const counts = new Map<number, number>();
+  for (const [mask, count] of window) {
+    const cut = mask & bits;
+    if (cut !== 0 && count > 0) counts.set(cut, Math.min(k, (counts.get(cut) ?? 0) + count));
+  }
+  const entry = [...new Set(entryKinds.map((mask) => mask & bits).filter((mask) => mask !== 0))].sort((a, b) => a - b);
+  const kinds = [...counts.keys()].sort((a, b) => a - b);
+  const key = `${k}|${entry.join(",")}|${kinds.map((mask) => `${mask}:${counts.get(mask)}`).join(",")}`;
+  const known = answers.get(key);
+  if (known !== undefined) return known;
+  let feasible = false;
+  const masks = kinds;
+  const capacity = kinds.map((mask) => counts.get(mask)!);
+  const others = Array.from({ length: k }, (_, step) => step);
+  for (const entryMask of entry) {
+    const kind = masks.indexOf(entryMask);
+    for (let fixed = 0; fixed < k && !feasible; fixed++) {
+      if ((entryMask & (1 << fixed)) === 0) continue;
+      // One event of the entry's kind takes step `fixed`; the other steps match the rest.
+      capacity[kind]--;
+      feasible = stepsMatch(others.filter((step) => step !== fixed), masks, capacity);
+      capacity[kind]++;
+    }
+    if (feasible) break;
+  }
+  answers.set(key, feasible);
+  return feasible;
+}
+
+/**
+ * Kuhn's augmenting paths over kinds of events: can each of `steps` (step
+ * numbers) take a distinct event, `capacity[i]` of them of mask `masks[i]`?
+ * Events of one kind are interchangeable, so a path visits kinds, not events:
+ * at most steps.length paths over steps × kinds edges.
+ */
+function stepsMatch(steps: readonly number[], masks: readonly number[], capacity: readonly number[]): boolean {
+  const taken = new Int32Array(masks.length);
+  const kindOfStep = new Int32Array(steps.length).fill(-1);
+  const visited = new Uint8Array(masks.length);
+  // A step finds an event: an untaken one of a kind it matches, or one whose step can move to another kind.
+  const place = (slot: number): boolean => {
+    const bit = 1 << steps[slot];
+    for (let kind = 0; kind < masks.length; kind++) {
+      if ((masks[kind] & bit) === 0 || visited[kind] === 1) continue;
+      visited[kind] = 1;
+      if (taken[kind] < capacity[kind]) {
+        taken[kind]++;
+        kindOfStep[slot] = kind;
+        return true;
+      }
+      for (let other = 0; other < steps.length; other++) {
+        if (kindOfStep[other] !== kind || !place(other)) continue;
+        // `other` moved to another kind: its event of this one is this step's now (taken[kind] unchanged).
+        kindOfStep[slot] = kind;
+        return true;
+      }
+    }
+    return false;
+  };
+  for (let slot = 0; slot < steps.length; slot++) {
+    visited.fill(0);
+    if (!place(slot)) return false;
+  }
+  return true;
 }
