@@ -6,8 +6,8 @@
  * events; and a user whose one group would take count! placements to search
  * whole is answered as worked out by hand.
  */
-import { describe, expect, it } from "vitest";
-import { funnelChains, type FunnelChainsPlan } from "../../src/query/kernels/funnel-chains.js";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { funnelChains, setPlacementSizeMax, type FunnelChainsPlan } from "../../src/query/kernels/funnel-chains.js";
 import type { EventRows } from "../../src/query/kernels/event-rows.js";
 import { funnelRowsBody } from "../../src/query/query-service.js";
 import type { FunnelRequest } from "../../src/query/schemas.js";
@@ -28,6 +28,7 @@ const references: Reference[] = [
   { event: "b", filters: [{ property: "p", op: "eq", value: "2" }] },
 ];
 const dayStartMs = Date.UTC(2024, 4, 1);
+let placementBefore = 0;
 
 /** The engine's input: rows with the reference bits the query planner would give them (steps, then exclusions). */
 function rowsOf(events: readonly StoredEvent[], steps: readonly Reference[], exclusions: readonly Reference[]): EventRows {
@@ -70,7 +71,17 @@ function answer(events: readonly StoredEvent[], body: Body) {
   return JSON.parse(funnelRowsBody({ steps: body.steps } as unknown as FunnelRequest, funnelChains(rows, plan)));
 }
 
-describe("funnels over events that share timestamps answer as the naive reference", () => {
+describe.each([
+  ["small groups by placement, larger ones by matching", undefined],
+  ["every group by matching", 0],
+])("funnels over events that share timestamps answer as the naive reference (%s)", (_, placementMax) => {
+  beforeAll(() => {
+    if (placementMax !== undefined) placementBefore = setPlacementSizeMax(placementMax);
+  });
+  afterAll(() => {
+    if (placementMax !== undefined) setPlacementSizeMax(placementBefore);
+  });
+
   it.each(Array.from({ length: 30 }, (_, seed) => seed + 1))("seed %i", (seed) => {
     const random = seededRandom(seed * 7919);
     const events: StoredEvent[] = [];

@@ -413,6 +413,7 @@ function groupWays(user: UserEvents, group: number, first: number, count: number
     return coverageWays(coverage);
   }
   if (count > size) return noWays;
+  if (size <= placementSizeMax) return groupWaysByPlacement(user, group, first, count, stepCount, exclusionCount, wanted);
   const stepBits = count === 0 ? 0 : ((1 << count) - 1) << first;
   let wantedBits = 0;
   for (let exclusion = 0; exclusion < exclusionCount; exclusion++) if ((wanted & (1 << exclusion)) !== 0) wantedBits |= 1 << (stepCount + exclusion);
@@ -432,6 +433,53 @@ function groupWays(user: UserEvents, group: number, first: number, count: number
     }
   }
   return found.length === 1 ? coverageWays(found[0]) : new Set(found);
+}
+
+/** Groups of at most this many events are searched by placement (at most 720 tries), larger ones by matching. */
+let placementSizeMax = 6;
+
+/** Sets placementSizeMax (tests: 0 searches every group by matching), and returns the one before. */
+export function setPlacementSizeMax(size: number): number {
+  const before = placementSizeMax;
+  placementSizeMax = size;
+  return before;
+}
+
+/**
+ * groupWays for a small group: every placement of the steps over its events is
+ * tried (at most placementSizeMax! of them), which costs less there than
+ * building the matchings.
+ */
+function groupWaysByPlacement(user: UserEvents, group: number, first: number, count: number, stepCount: number, exclusionCount: number, wanted: number): ReadonlySet<number> {
+  const start = user.groupStarts[group];
+  const size = user.groupStarts[group + 1] - start;
+  const ways = new Set<number>();
+  const used = new Uint8Array(size);
+  const place = (offset: number): boolean => {
+    if (offset === count) {
+      let coverage = 0;
+      for (let exclusion = 0; exclusion < exclusionCount; exclusion++) {
+        if ((wanted & (1 << exclusion)) === 0) continue;
+        const bit = 1 << (stepCount + exclusion);
+        let covered = true;
+        for (let index = 0; index < size && covered; index++) if (used[index] === 0 && (user.masks[user.rows[start + index]] & bit) !== 0) covered = false;
+        if (covered) coverage |= 1 << exclusion;
+      }
+      ways.add(coverage);
+      return wanted === 0 || coverage === wanted;
+    }
+    const bit = 1 << (first + offset);
+    for (let index = 0; index < size; index++) {
+      if (used[index] === 1 || (user.masks[user.rows[start + index]] & bit) === 0) continue;
+      used[index] = 1;
+      const done = place(offset + 1);
+      used[index] = 0;
+      if (done) return true;
+    }
+    return false;
+  };
+  place(0);
+  return ways;
 }
 
 function popCount(bits: number): number {
