@@ -115,13 +115,18 @@ export function validateBodies(bodies: readonly BodyInput[], shape: IngestShape)
  * per byte a body can choose) has no result here and goes to a worker.
  */
 export function scanSingleBodies(bodies: readonly BodyInput[]): { results: Array<IngestBodyResult | undefined>; chunks: KeyedChunk[] } {
-  const chunks = new TaskChunks("single");
+  return scanBodies(bodies, "single");
+}
+
+/** scanSingleBodies for bodies of either shape (plain ones: the caller leaves gzipped bodies to a worker). */
+export function scanBodies(bodies: readonly BodyInput[], shape: IngestShape): { results: Array<IngestBodyResult | undefined>; chunks: KeyedChunk[] } {
+  const chunks = new TaskChunks(shape);
   const results = bodies.map((body): IngestBodyResult | undefined => {
     try {
       const msgpack = body.format === "msgpack";
-      const plain = plainBody(body.bytes, false, "single", msgpack);
+      const plain = plainBody(body.bytes, false, shape, msgpack);
       if (!(plain instanceof Uint8Array)) return { kind: "rejected", error: plain };
-      const scanned = scanPlainBody(plain, "single", body.receivedAtMs, msgpack);
+      const scanned = scanPlainBody(plain, shape, body.receivedAtMs, msgpack);
       return scanned === undefined ? undefined : scannedResult(scanned, chunks.builderFor);
     } catch (error) {
       return failedUnexpectedly(error);

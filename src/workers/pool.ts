@@ -9,7 +9,7 @@ import { limits, workerSegmentCacheBytesMax } from "../config/limits.js";
 import { bodySliceFields, type Task, type TimedTask, type WorkerSettings, type BarrierTask, type BarrierTaskResult, type IngestTask, type IngestTaskResult, type LoadSegmentTask, type MergeTask, type SealTask } from "./protocol.js";
 import type { ParseQueryTask, ParseQueryTaskResult, QueryTask, QueryTaskResult, SegmentsMissingResult } from "../query/query-protocol.js";
 import { SegmentPostings } from "../query/segment-posting.js";
-import { ingestTaskResult } from "./ingest-task.js";
+import { scannedIngestTaskResult } from "./ingest-task.js";
 import type { SegmentDescriptor } from "../storage/segment-descriptor.js";
 import type { LoadSegmentResult } from "../storage/segment-layout.js";
 
@@ -167,11 +167,14 @@ export class WorkerPool {
 
   async ingest(task: IngestTask): Promise<IngestTaskResult> {
     if (this.saturated) throw new PoolSaturatedError("worker queue is full");
-    // Every worker held by a query for a while (queries run alone on a worker): ingest waited out the
-    // slowest of them (a batch waited 60 s behind four long queries), so the main thread reads the bodies itself.
+    // Every worker held by a query for a while (queries run alone on a worker): ingest waited out the slowest
+    // of them (a batch waited 60 s behind four long queries), so the main thread reads what its byte scanners take.
     if (this.queriesHoldEveryWorker()) {
-      this.ingestTasksHere++;
-      return ingestTaskResult(task).result;
+      const scanned = scannedIngestTaskResult(task);
+      if (scanned !== undefined) {
+        this.ingestTasksHere++;
+        return scanned;
+      }
     }
     // The bodies' own bytes: a body slab is larger than the body it holds.
     let bytes = 0;

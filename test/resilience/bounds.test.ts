@@ -9,6 +9,7 @@ import { execFileSync } from "node:child_process";
 import { closeSync, constants as fsConstants, mkdirSync, openSync, readdirSync, readFileSync, renameSync, rmdirSync, rmSync, statSync, writeFileSync, writeSync } from "node:fs";
 import { connect, type Socket } from "node:net";
 import { join } from "node:path";
+import { gzipSync } from "node:zlib";
 import { setTimeout as sleep } from "node:timers/promises";
 import { beforeAll, describe, expect, it } from "vitest";
 import { serverLockPath, registryPath } from "../../src/storage/paths.js";
@@ -93,7 +94,7 @@ describe("query cost", () => {
 });
 
 describe("ingest while queries hold every worker", () => {
-  it("is answered while a long query still runs: the main thread reads the batch itself", async () => {
+  it("is answered while a long query still runs: the main thread reads a plain batch itself, a gzipped one waits", async () => {
     const server = await start({ workers: 1, env: { EVENTIDE_QUERY_FILTERS_MAX: "5000" } });
     await ingestDistinctUrls(server);
     const finished: string[] = [];
@@ -103,14 +104,25 @@ describe("ingest while queries hold every worker", () => {
     });
     // Past the 100 ms after which a query is taken to hold its worker.
     await sleep(300);
+    // A gzipped body is not read there (inflating is the client's choice of cost): it waits for the worker.
+    const gzipped = send(`${server.ingestUrl}/ingest/batch`, {
+      method: "POST",
+      headers: { "content-type": "application/json", "content-encoding": "gzip" },
+      body: gzipSync(JSON.stringify({ apiKey: server.apiKey, events: [{ event: "late", distinctId: "v", timestamp: `${day}T13:00:00Z` }] })),
+    }).then((answer) => {
+      finished.push("gzipped");
+      return answer;
+    });
+    await sleep(100);
     const batch = ingestBatch(server, server.apiKey, [{ event: "late", distinctId: "u", timestamp: `${day}T13:00:00Z` }]).then((answer) => {
       finished.push("batch");
       return answer;
     });
     expectOk(await batch);
     expectOk(await query);
-    expect(finished, "the batch waited for the query").toEqual(["batch", "query"]);
-    expect(expectOk(await trend(server, { event: "late" })).data).toEqual([{ date: day, count: 1 }]);
+    expectOk(await gzipped);
+    expect(finished, "the plain batch waited for the query, or the gzipped one did not").toEqual(["batch", "query", "gzipped"]);
+    expect(expectOk(await trend(server, { event: "late" })).data).toEqual([{ date: day, count: 2 }]);
   });
 });
 
