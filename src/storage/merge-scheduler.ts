@@ -83,6 +83,7 @@ export class MergeScheduler {
   private async runMerges(force = false): Promise<void> {
     this.abandoned.remove();
     this.deferred = false;
+    for (const [victimKeys, retryAtMs] of this.failedMerges) if (retryAtMs <= Date.now()) this.failedMerges.delete(victimKeys);
     for (const workspace of [...this.workspaces.values()]) {
       for (const [dayStartMs, partition] of [...workspace.days]) {
         // A merge must not fold in segments of a checkpoint a power loss could still undo (see Checkpoints.run).

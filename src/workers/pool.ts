@@ -171,10 +171,7 @@ export class WorkerPool {
     // of them (a batch waited 60 s behind four long queries), so the main thread reads what its byte scanners take.
     if (this.queriesHoldEveryWorker()) {
       const scanned = scannedIngestTaskResult(task);
-      if (scanned !== undefined) {
-        this.ingestTasksHere++;
-        return scanned;
-      }
+      if (scanned !== undefined) return scanned;
     }
     // The bodies' own bytes: a body slab is larger than the body it holds.
     let bytes = 0;
@@ -218,9 +215,6 @@ export class WorkerPool {
 
   /** Query tasks posted and not answered, with when they were posted (in order: a Set iterates in insertion order). */
   private readonly queriesInFlight = new Set<{ atMs: number }>();
-  /** Ingest tasks the main thread ran while queries held every worker. */
-  ingestTasksHere = 0;
-
   /** Whether queries have held every worker for longer than a query of a dashboard takes. */
   private queriesHoldEveryWorker(): boolean {
     if (this.queriesInFlight.size < this.threadCount) return false;
