@@ -12,6 +12,7 @@
  *   {"wal.fsync": {"errno": "EIO"}}                   every wal.fsync fails until the entry is removed
  *   {"wal.write": {"errno": "ENOSPC", "count": 3}}    the next 3 wal.write calls fail, then it clears itself
  *   {"segment.write": {"errno": "HANG"}}               the operation never returns (pool workers only: a hung disk)
+ *   {"segment.write": {"errno": "EIO", "pathIncludes": "/2024-03-01/"}}   only on paths holding that text (one day's)
  *   {}                                                nothing armed
  *
  * The file is re-read when its identity (inode, size, mtime) changes, checked
@@ -64,6 +65,8 @@ interface ArmedFault {
   errno: string;
   /** Injections left in this thread; undefined: until the file no longer arms it. */
   remaining: number | undefined;
+  /** Only operations on paths holding this text (one day's segments, say); undefined: every path. */
+  pathIncludes: string | undefined;
 }
 
 const faultsFile = process.env.EVENTIDE_FAULTS_FILE || undefined;
@@ -89,9 +92,9 @@ function refreshFaults(): void {
   const next = new Map<string, ArmedFault>();
   if (identity !== "absent") {
     try {
-      const parsed = JSON.parse(readFileSync(faultsFile!, "utf8")) as Record<string, { errno?: string; count?: number }>;
+      const parsed = JSON.parse(readFileSync(faultsFile!, "utf8")) as Record<string, { errno?: string; count?: number; pathIncludes?: string }>;
       for (const [operation, fault] of Object.entries(parsed)) {
-        next.set(operation, { errno: fault.errno ?? "EIO", remaining: fault.count });
+        next.set(operation, { errno: fault.errno ?? "EIO", remaining: fault.count, pathIncludes: fault.pathIncludes });
       }
     } catch (error) {
       // A half-written file (the test did not rename it into place) arms nothing; the next change is read again.
@@ -107,7 +110,7 @@ export function injectedFault(operation: FaultOperation, path: string): NodeJS.E
   if (!faultInjectionEnabled) return undefined;
   refreshFaults();
   const fault = armed.get(operation);
-  if (fault === undefined) return undefined;
+  if (fault === undefined || (fault.pathIncludes !== undefined && !path.includes(fault.pathIncludes))) return undefined;
   if (fault.remaining !== undefined) {
     if (fault.remaining <= 0) return undefined;
     fault.remaining--;

@@ -7,12 +7,12 @@
  * and the next start refuses, as for any damage.
  */
 import { execFileSync } from "node:child_process";
-import { readdirSync, readFileSync, renameSync, writeFileSync } from "node:fs";
+import { readdirSync, readFileSync, renameSync, rmSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { describe, expect, it } from "vitest";
 import { dayMs, isoDay, isoTime } from "../helpers/events.js";
-import { expectError, expectOk, send, sendJson } from "../helpers/http.js";
-import { type ServerHandle, ingestAll } from "../helpers/server.js";
+import { elapsedUntil, expectError, expectOk, send, sendJson } from "../helpers/http.js";
+import { type ServerHandle, ingestAll, startServer } from "../helpers/server.js";
 import { storeRestarts } from "../helpers/stopped-store.js";
 
 const firstDayMs = Date.UTC(2024, 6, 1, 12);
@@ -85,4 +85,31 @@ describe("a sealed segment damaged while the server runs", () => {
     expect(expectOk(await trendOf(restarted, isoDay(firstDayMs), isoDay(firstDayMs + dayMs))).data.map((bucket: { count: number }) => bucket.count)).toEqual([1, 1]);
     expect(await restarted.stop()).toBe(0);
   }, 60_000);
+
+  it("a day whose merge fails leaves its segments as they are, and the other days are merged", async () => {
+    // Two days of two segments each (two runs, each sealed by its stop); then a start whose merges of the first day fail.
+    const dataDir = newDataDir();
+    let server = await start(dataDir);
+    for (let run = 0; run < 2; run++) {
+      if (run > 0) server = await start(dataDir, server);
+      await ingestAll(server, [0, 1].map((day) => ({ event: "view", distinctId: `u${run}-${day}`, timestamp: isoTime(firstDayMs + day * dayMs) })));
+      expect(await server.stop()).toBe(0);
+    }
+    const dayPaths = [0, 1].map((day) => join(dataDir, "ws", server.workspaceId, isoDay(firstDayMs + day * dayMs)));
+    for (const dayPath of dayPaths) expect(readdirSync(dayPath)).toHaveLength(2);
+    const faultsFile = join(dataDir, "..", `${dataDir.split("/").pop()}-faults.json`);
+    writeFileSync(faultsFile, JSON.stringify({ "segment.write": { errno: "EIO", pathIncludes: `/${isoDay(firstDayMs)}/` } }));
+    const credentials = { apiKey: server.apiKey, token: server.token, workspaceId: server.workspaceId };
+    const merging = await startServer({ dataDir, credentials, workers: 1, env: { EVENTIDE_FAULTS_FILE: faultsFile } });
+    try {
+      // Start-up asks for a merge pass: the first day fails first, and the second must still be merged.
+      await elapsedUntil(async () => readdirSync(dayPaths[1]).filter((name) => name.startsWith("seg-")).length === 1, 30_000);
+      expect(readdirSync(dayPaths[0]).filter((name) => name.startsWith("seg-")), "the failed day keeps its segments").toHaveLength(2);
+      expect(merging.stderr()).toContain("merging a day's segments failed");
+      expect(expectOk(await trendOf(merging, isoDay(firstDayMs), isoDay(firstDayMs + dayMs))).data.map((bucket: { count: number }) => bucket.count)).toEqual([2, 2]);
+    } finally {
+      await merging.kill();
+      rmSync(faultsFile, { force: true });
+    }
+  });
 });
