@@ -121,6 +121,11 @@ export class QueryService {
       return { ok: true, body: JSON.stringify({ ok: true, deletedEvents }) };
     } catch (error) {
       if (error instanceof UserDeletionError) return { ok: false, error: { code: "unavailable", message: error.message } };
+      if (error instanceof DamagedSegmentError) {
+        // Days are rewritten one at a time: those before the damaged one are done, and a retry after the repair finishes the rest.
+        const message = `${error.message}. The user's events are deleted from the days before it; the operator stops the server, runs \`eventide repair\`, and the request is sent again (its deletedEvents counts what that request deletes)`;
+        return { ok: false, error: { code: "unavailable", message } };
+      }
       throw error;
     } finally {
       // Also after a failure: segments may have been rewritten before it.

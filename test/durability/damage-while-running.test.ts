@@ -52,6 +52,10 @@ describe("a sealed segment damaged while the server runs", () => {
     expect(answer.headers["retry-after"]).toBeDefined();
     expect(expectOk(await trendOf(server, isoDay(firstDayMs), isoDay(firstDayMs))).data).toEqual([{ date: isoDay(firstDayMs), count: 1 }]);
     expect(await damagedReads(server)).toBeGreaterThanOrEqual(1);
+    // A user deletion that meets the damaged day says so, and how to finish it, where it answered a bare 500.
+    const deletion = await sendJson(`${server.queryUrl}/api/v1/users/delete`, { distinctId: "u1" }, { token: server.token });
+    expectError(deletion, 503, "unavailable", "eventide repair");
+    expect(deletion.body.error.message).toContain(`${server.workspaceId}/${day}/${segment}`);
     await server.kill();
 
     const refused = await refusal(dataDir, server);
