@@ -93,6 +93,23 @@ describe("query cost", () => {
   });
 });
 
+describe("a query waiting for a worker", () => {
+  it("counts its wait against its time limit: 503 once the limit passes, though it never started", async () => {
+    // The only worker is held by a seal that never returns (a hung disk, injected): a query posted behind it waits.
+    const faultsDirectory = makeDataDir("eventide-hung-seal-");
+    const faultsFile = join(faultsDirectory, "faults.json");
+    writeFileSync(faultsFile, JSON.stringify({ "segment.write": { errno: "HANG" } }));
+    try {
+      const server = await start({ workers: 1, env: { EVENTIDE_FAULTS_FILE: faultsFile, EVENTIDE_CHECKPOINT_IDLE_MS: "100", EVENTIDE_QUERY_TASK_TIMEOUT_MS: "1000" } });
+      expectOk(await ingestBatch(server, server.apiKey, [{ event: "view", distinctId: "u", timestamp: `${day}T12:00:00Z` }]));
+      await elapsedUntil(async () => server.stderr().includes("injected HANG into segment.write"), 30_000);
+      expectError(await trend(server, {}), 503, "overloaded", "time limit");
+    } finally {
+      rmSync(faultsDirectory, { recursive: true, force: true });
+    }
+  });
+});
+
 describe("ingest while queries hold every worker", () => {
   it("is answered while a long query still runs: the main thread reads a plain batch itself, a gzipped one waits", async () => {
     const server = await start({ workers: 1, env: { EVENTIDE_QUERY_FILTERS_MAX: "5000" } });
