@@ -18,7 +18,7 @@ import { join } from "node:path";
 import { decodeChunk } from "../storage/chunk-codec.js";
 import { Dictionary } from "../storage/dictionary.js";
 import { checkpointSequenceOf } from "./snapshot.js";
-import { dictionaryPath, segmentDirectory, walDirectory, workspaceDirectory } from "../storage/paths.js";
+import { dictionaryPath, segmentDirectory, segmentNamePattern, walDirectory, workspaceDirectory } from "../storage/paths.js";
 import { loadSegment, PropertyDirectory, readSegmentFile, readSegmentLayout } from "../storage/segment-reader.js";
 import { readWalFile } from "../storage/wal.js";
 
@@ -91,7 +91,7 @@ function daysIn(snapshotDir: string, workspaceId: string, fromMs: number, toMs: 
 /** A day's segments as recovery would adopt them: published, and not replaced by a merge. */
 function segmentsOfDay(snapshotDir: string, workspaceId: string, day: string, checkpointSequence: number): string[] {
   const names = readdirSync(join(workspaceDirectory(snapshotDir, workspaceId), day)).filter((name) => {
-    const match = /^seg-(\d+)-[0-9a-z]+$/.exec(name);
+    const match = segmentNamePattern.exec(name);
     return match !== null && Number(match[1]) <= checkpointSequence;
   });
   const replaced = new Set<string>();

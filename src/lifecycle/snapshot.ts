@@ -29,7 +29,7 @@ import { randomBytes } from "node:crypto";
 import { join } from "node:path";
 
 import { errorCode } from "../storage/lock-file.js";
-import { checkpointPath, isWorkspaceId, registryPath, walDirectory, workspacesDirectory } from "../storage/paths.js";
+import { checkpointPath, isWorkspaceId, registryPath, segmentNamePattern, walDirectory, workspacesDirectory } from "../storage/paths.js";
 
 export interface SnapshotSummary {
   checkpointSequence: number;
@@ -47,7 +47,6 @@ const snapshotPrefix = "tmp_snapshot_";
 class SnapshotChanged extends Error {}
 
 const dayPattern = /^\d{4}-\d{2}-\d{2}$/;
-const segmentPattern = /^seg-(\d+)-[0-9a-z]+$/;
 const walPattern = /^\d{12}\.wal$/;
 const dictionaryNames = ["_events.dict", "_users.dict", "_keys.dict"];
 
@@ -149,7 +148,7 @@ function linkOnce(source: string, target: string, onlyWorkspace: string | undefi
       if (!dayPattern.test(day)) continue;
       mkdirSync(join(to, day));
       for (const segmentName of readdirSync(join(from, day))) {
-        const match = segmentPattern.exec(segmentName);
+        const match = segmentNamePattern.exec(segmentName);
         // Unpublished (a checkpoint in progress, a tmp_ directory): not part of the state at C.
         if (match === null || Number(match[1]) > checkpointSequence) continue;
         const segmentFrom = join(from, day, segmentName);

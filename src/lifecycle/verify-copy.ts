@@ -11,7 +11,7 @@ import { existsSync, readdirSync, readFileSync } from "node:fs";
 import { join } from "node:path";
 import { readCheckpointFile } from "../storage/checkpoint-file.js";
 import { StoreCorruptionError } from "../storage/corruption.js";
-import { scanDictionaryBlocks } from "../storage/dictionary.js";
+import { durableDamage } from "../storage/dictionary.js";
 import { dictionaryPath, isWorkspaceId, walDirectory, workspaceDirectory, workspacesDirectory, type DictionaryName } from "../storage/paths.js";
 import { readSegmentLayout, verifySegment } from "../storage/segment-reader.js";
 import { scanWalFile } from "../storage/wal.js";
@@ -37,10 +37,8 @@ export function firstDamage(directory: string): { path: string; detail: string }
     const durable = dictionaryBytes.get(workspaceId) ?? [0, 0, 0];
     for (const [index, name] of (["events", "users", "keys"] as DictionaryName[]).entries()) {
       const path = dictionaryPath(directory, workspaceId, name);
-      const bytes = existsSync(path) ? readFileSync(path) : Buffer.alloc(0);
-      const { damage } = scanDictionaryBlocks(bytes);
-      if (bytes.length < durable[index]) return { path, detail: `${bytes.length} bytes, though the checkpoint made ${durable[index]} durable` };
-      if (damage !== undefined && (damage.nextBlock !== undefined || damage.offset < durable[index])) return { path, detail: `a damaged block at byte ${damage.offset}` };
+      const damage = durableDamage(existsSync(path) ? readFileSync(path) : Buffer.alloc(0), durable[index]);
+      if (damage !== undefined) return { path, detail: `${damage.reason} (byte ${damage.offset})` };
     }
     const workspace = workspaceDirectory(directory, workspaceId);
     for (const day of readdirSync(workspace).filter((name) => /^\d{4}-\d{2}-\d{2}$/.test(name))) {

@@ -352,6 +352,17 @@ function breakdownOf(property: string | undefined, limit: number | undefined): B
   return { property, limit: limit ?? defaultBreakdownLimit };
 }
 
+/** Series an answer may hold: the total, and with a breakdown its listed values and "other". */
+function seriesCountOf(breakdown: Breakdown | undefined): number {
+  return breakdown === undefined ? 1 : breakdown.limit + 2;
+}
+
+/** An answer over its size limit: named by breakdownLimit when there is one (the usual cause), else by the range. */
+function answerTooLarge(breakdown: Breakdown | undefined, size: string, limit: number, coarser: string): Failure {
+  const field = breakdown === undefined ? "dateTo" : "breakdownLimit";
+  return { ok: false, message: `${field}: the answer could hold ${size}, more than the limit of ${limit}; ask for a lower breakdownLimit, ${coarser} or a shorter range` };
+}
+
 function isFailure(value: unknown): value is Failure {
   return typeof value === "object" && value !== null && "ok" in value;
 }
@@ -373,14 +384,10 @@ export function parseTrendRequest(body: unknown): ParseResult<TrendRequest> {
   const bucketCount = trendBucketCount(value.dateFrom, value.dateTo, value.groupBy);
   const slack = value.timezone === utcZone || value.groupBy !== "hour" ? 0 : bucketCount / 1000 + 4;
   if (bucketCount > limits.trendBucketsMax + slack) return tooManyBuckets(bucketCount, value.groupBy);
-  const seriesCount = breakdown === undefined ? 1 : breakdown.limit + 2;
-  const points = Math.ceil(bucketCount + slack) * seriesCount;
+  const buckets = Math.ceil(bucketCount + slack);
+  const points = buckets * seriesCountOf(breakdown);
   if (points > limits.trendPointsMax) {
-    const field = breakdown === undefined ? "dateTo" : "breakdownLimit";
-    return {
-      ok: false,
-      message: `${field}: the answer could hold ${points} points (${Math.ceil(bucketCount + slack)} ${value.groupBy} buckets × ${seriesCount} series), more than the limit of ${limits.trendPointsMax}; ask for a lower breakdownLimit, a coarser groupBy or a shorter range`,
-    };
+    return answerTooLarge(breakdown, `${points} points (${buckets} ${value.groupBy} buckets × ${seriesCountOf(breakdown)} series)`, limits.trendPointsMax, "a coarser groupBy");
   }
   return {
     ok: true,
@@ -451,14 +458,9 @@ export function parseRetentionRequest(body: unknown): ParseResult<RetentionReque
   }
   const breakdown = breakdownOf(value.breakdown, value.breakdownLimit);
   if (isFailure(breakdown)) return breakdown;
-  const seriesCount = breakdown === undefined ? 1 : breakdown.limit + 2;
-  const cells = ((periodCount * (periodCount + 1)) / 2) * seriesCount;
+  const cells = ((periodCount * (periodCount + 1)) / 2) * seriesCountOf(breakdown);
   if (cells > limits.retentionCellsMax) {
-    const field = breakdown === undefined ? "dateTo" : "breakdownLimit";
-    return {
-      ok: false,
-      message: `${field}: the answer could hold ${cells} counts (${periodCount} periods, ${seriesCount} series), more than the limit of ${limits.retentionCellsMax}; ask for a lower breakdownLimit, a larger windowDays or a shorter range`,
-    };
+    return answerTooLarge(breakdown, `${cells} counts (${periodCount} periods, ${seriesCountOf(breakdown)} series)`, limits.retentionCellsMax, "a larger windowDays");
   }
   return {
     ok: true,

@@ -6,6 +6,11 @@
  * out: `eventide repair`, which moves the damaged part aside and keeps every
  * intact record around it.
  */
+/** An error of a file system call (EIO, EISDIR, ENOENT…): a file that cannot be read is damage as much as a bad checksum. */
+export function isFileSystemError(error: unknown): boolean {
+  return error instanceof Error && typeof (error as NodeJS.ErrnoException).code === "string" && (error as NodeJS.ErrnoException).syscall !== undefined;
+}
+
 export class StoreCorruptionError extends Error {
   constructor(
     readonly path: string,

@@ -164,11 +164,8 @@ export class Dictionary {
     }
     const bytes = readFileSync(path);
     const { blocks, damage } = scanDictionaryBlocks(bytes);
-    if (damage !== undefined && (damage.nextBlock !== undefined || damage.offset < durableBytes)) {
-      const reason = damage.nextBlock !== undefined ? `a damaged block followed by a valid one at byte ${damage.nextBlock}` : `a damaged block below the ${durableBytes} bytes a checkpoint made durable`;
-      throw new StoreCorruptionError(path, damage.offset, reason);
-    }
-    if (bytes.length < durableBytes) throw new StoreCorruptionError(path, bytes.length, `${bytes.length} bytes, though a checkpoint made ${durableBytes} durable`);
+    const durable = durableDamage(bytes, durableBytes, damage);
+    if (durable !== undefined) throw new StoreCorruptionError(path, durable.offset, durable.reason);
     for (const block of blocks) {
       let cursor = block.start + blockHeaderBytes;
       for (let index = 0; index < block.count; index++) {
@@ -307,6 +304,21 @@ export function firstBlockIsCurrentFormat(path: string): boolean {
  * starts and where the next valid block after it starts, if any (blocks are
  * not aligned: every offset holding the magic is tried).
  */
+/**
+ * Damage in a dictionary file's bytes that a torn write cannot explain (Dictionary.load
+ * says why), given the bytes the last checkpoint made durable: where and why, or
+ * undefined when what is wrong, if anything, is a torn tail. Start-up, repair and
+ * a backup's check judge a dictionary by this one rule.
+ */
+export function durableDamage(bytes: Buffer, durableBytes: number, damage = scanDictionaryBlocks(bytes).damage): { offset: number; reason: string } | undefined {
+  if (damage !== undefined && (damage.nextBlock !== undefined || damage.offset < durableBytes)) {
+    const reason = damage.nextBlock !== undefined ? `a damaged block followed by a valid one at byte ${damage.nextBlock}` : `a damaged block below the ${durableBytes} bytes a checkpoint made durable`;
+    return { offset: damage.offset, reason };
+  }
+  if (bytes.length < durableBytes) return { offset: bytes.length, reason: `${bytes.length} bytes, though a checkpoint made ${durableBytes} durable` };
+  return undefined;
+}
+
 export function scanDictionaryBlocks(bytes: Buffer): { blocks: DictionaryBlock[]; damage: { offset: number; nextBlock: number | undefined } | undefined } {
   const blocks: DictionaryBlock[] = [];
   let offset = 0;

@@ -64,6 +64,9 @@ export function dayDirectory(dataDir: string, workspaceId: string, day: string):
   return join(workspaceDirectory(dataDir, workspaceId), day);
 }
 
+/** A published segment's directory name: its checkpoint sequence (group 1), then an id that keeps it unique. */
+export const segmentNamePattern = /^seg-(\d+)-([0-9a-z]+)$/;
+
 export function segmentDirectory(dataDir: string, workspaceId: string, day: string, segmentName: string): string {
   return join(dayDirectory(dataDir, workspaceId, day), segmentName);
 }

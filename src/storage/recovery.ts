@@ -13,10 +13,10 @@ import { limits } from "../config/limits.js";
 import { decodeChunk } from "./chunk-codec.js";
 import type { Applier } from "./apply.js";
 import { readCheckpointFile } from "./checkpoint-file.js";
-import { StoreCorruptionError } from "./corruption.js";
+import { isFileSystemError, StoreCorruptionError } from "./corruption.js";
 import { refuseNewerFormats } from "./format-versions.js";
 import { fsyncDirectory, makeDirectoryDurably, removeDirectory } from "./files.js";
-import { dayDirectory, isWorkspaceId, segmentDirectory, walFilePath, workspaceDirectory, workspacesDirectory } from "./paths.js";
+import { dayDirectory, isWorkspaceId, segmentDirectory, segmentNamePattern, walFilePath, workspaceDirectory, workspacesDirectory } from "./paths.js";
 import { SegmentCorruptError, type SegmentLayout } from "./segment-layout.js";
 import { readSegmentLayout, readSegmentUuids, segmentExists, verifySegment } from "./segment-reader.js";
 import { SealedSegment, writtenAtMs } from "./segments.js";
@@ -128,7 +128,7 @@ function recoverDay(dataDir: string, fsync: boolean, workspace: WorkspaceStore, 
   const layouts = new Map<string, SegmentLayout>();
   for (const segmentName of readdirSync(dayDirectory(dataDir, workspaceId, day)).sort()) {
     const directory = segmentDirectory(dataDir, workspaceId, day, segmentName);
-    const match = /^seg-(\d+)-([0-9a-z]+)$/.exec(segmentName);
+    const match = segmentNamePattern.exec(segmentName);
     // tmp_ directories are segments being written or deleted (files.ts renames before it deletes).
     if (match === null && segmentName.startsWith("tmp_")) {
       rmSync(directory, { recursive: true, force: true });
@@ -191,10 +191,6 @@ function checkedSegment(directory: string, layout?: SegmentLayout): SegmentLayou
     if (isFileSystemError(error)) throw new StoreCorruptionError(directory, undefined, `unreadable sealed segment (${(error as Error).message})`);
     throw error;
   }
-}
-
-function isFileSystemError(error: unknown): boolean {
-  return error instanceof Error && typeof (error as NodeJS.ErrnoException).code === "string" && (error as NodeJS.ErrnoException).syscall !== undefined;
 }
 
 /** The name a segment's _meta.json says it was published under; undefined when it says none or cannot be read. */

@@ -29,10 +29,10 @@ import { refuseNewerFormats } from "./format-versions.js";
 import { copyFileSync, existsSync, mkdirSync, readdirSync, readFileSync, renameSync, truncateSync } from "node:fs";
 import { dirname, join, relative } from "node:path";
 import { encodeCheckpointFile, readCheckpointFile, type CheckpointFile } from "./checkpoint-file.js";
-import { StoreCorruptionError } from "./corruption.js";
-import { scanDictionaryBlocks } from "./dictionary.js";
+import { isFileSystemError, StoreCorruptionError } from "./corruption.js";
+import { durableDamage, scanDictionaryBlocks } from "./dictionary.js";
 import { fsyncDirectory, publishFileAtomically } from "./files.js";
-import { checkpointPath, dictionaryPath, isWorkspaceId, walFilePath, workspaceDirectory, workspacesDirectory, type DictionaryName } from "./paths.js";
+import { checkpointPath, dictionaryPath, isWorkspaceId, segmentNamePattern, walFilePath, workspaceDirectory, workspacesDirectory, type DictionaryName } from "./paths.js";
 import { SegmentCorruptError } from "./segment-layout.js";
 import { loadSegment, PropertyDirectory, readSegmentLayout, verifySegment } from "./segment-reader.js";
 import { damagedPastRotation } from "./recovery.js";
@@ -90,7 +90,7 @@ function segmentsOf(dataDir: string, workspaceId: string): SegmentEntry[] {
   for (const day of readdirSync(workspace)) {
     if (!/^\d{4}-\d{2}-\d{2}$/.test(day)) continue;
     for (const name of readdirSync(join(workspace, day)).sort()) {
-      const match = /^seg-(\d+)-([0-9a-z]+)$/.exec(name);
+      const match = segmentNamePattern.exec(name);
       if (match === null || !existsSync(join(workspace, day, name, "_meta.json"))) continue;
       entries.push({ workspaceId, directory: join(workspace, day, name), sequence: Number(match[1]) });
     }
@@ -107,12 +107,6 @@ function idsUsed(directory: string): Record<DictionaryName, number> {
   const properties = new PropertyDirectory(layout, memory);
   const keyEnd = properties.keyCount === 0 ? 0 : properties.at(properties.keyCount - 1).keyId + 1;
   return { events: layout.eventCount, users: userEnd, keys: keyEnd };
-}
-
-const segmentNamePattern = /^seg-(\d+)-([0-9a-z]+)$/;
-
-function isFileSystemError(error: unknown): boolean {
-  return error instanceof Error && typeof (error as NodeJS.ErrnoException).code === "string" && (error as NodeJS.ErrnoException).syscall !== undefined;
 }
 
 /**
@@ -224,8 +218,7 @@ export function repairStore(dataDir: string, log: (entry: object) => void): Repa
       const bytes = existsSync(path) ? readFileSync(path) : Buffer.alloc(0);
       const { blocks, damage } = scanDictionaryBlocks(bytes);
       const keptBytes = damage?.offset ?? bytes.length;
-      const corrupt = (damage !== undefined && (damage.nextBlock !== undefined || damage.offset < durable[index])) || bytes.length < durable[index];
-      if (!corrupt) continue;
+      if (durableDamage(bytes, durable[index], damage) === undefined) continue;
       const keptIds = blocks.reduce((sum, block) => sum + block.count, 0);
       const copy = existsSync(path) ? quarantine.copy(path) : undefined;
       if (existsSync(path)) truncateSync(path, keptBytes);

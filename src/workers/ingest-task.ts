@@ -41,7 +41,7 @@ export function scannedIngestTaskResult(task: IngestTask): IngestTaskResult | un
     if (result === undefined) return undefined;
     taken.push(result);
   }
-  return { kind: "ingest", results: task.shape === "single" ? taken.map((result) => storedSingleEvent(result, chunks) ?? result) : taken, chunks };
+  return { kind: "ingest", results: compactResults(task, taken, chunks), chunks };
 }
 
 export function ingestTaskResult(task: IngestTask): { result: IngestTaskResult; transferList: ArrayBuffer[] } {
@@ -55,9 +55,13 @@ export function ingestTaskResult(task: IngestTask): { result: IngestTaskResult; 
     return { result: { kind: "ingest", results: [], chunks: [], keyRead: { apiKey: checked.apiKey, plainBody } }, transferList: [plainBody] };
   }
   const { results, chunks } = validateBodies(bodies, task.shape);
-  const compact = task.shape === "single" ? results.map((result) => storedSingleEvent(result, chunks) ?? result) : results;
   // Chunks are transferred, not cloned: the main thread writes them to the WAL as they are.
-  return { result: { kind: "ingest", results: compact, chunks }, transferList: chunks.map((keyed) => keyed.chunk) };
+  return { result: { kind: "ingest", results: compactResults(task, results, chunks), chunks }, transferList: chunks.map((keyed) => keyed.chunk) };
+}
+
+/** A single-event task's results, each event stored with nothing to report as its bare chunk index. */
+function compactResults(task: IngestTask, results: IngestBodyResult[], chunks: readonly KeyedChunk[]): IngestTaskResult["results"] {
+  return task.shape === "single" ? results.map((result) => storedSingleEvent(result, chunks) ?? result) : results;
 }
 
 /** The chunk index when `result` says exactly what a StoredSingleEvent says; undefined otherwise. */

@@ -417,7 +417,8 @@ function groupWays(user: UserEvents, group: number, first: number, count: number
   const stepBits = count === 0 ? 0 : ((1 << count) - 1) << first;
   let wantedBits = 0;
   for (let exclusion = 0; exclusion < exclusionCount; exclusion++) if ((wanted & (1 << exclusion)) !== 0) wantedBits |= 1 << (stepCount + exclusion);
-  const kinds = groupKinds(user, group, stepBits | wantedBits);
+  const counts = kindCounts(user, group, group, stepBits | wantedBits);
+  const kinds: GroupKinds = { masks: [...counts.keys()], counts: [...counts.values()] };
   if (!matchesEverySlot(kinds, first, count, stepBits, 0)) return noWays;
   if (wanted === 0) return coverageWays(0);
   // Covering C's exclusions is possible for every C within a covered set, so only sets not within one found are tried, largest first.
@@ -488,19 +489,10 @@ function popCount(bits: number): number {
   return count;
 }
 
-/** A group's events by kind (their mask within `bits`; events with none left out): each kind's mask and how many events have it. */
+/** A group's events by kind (their mask within the bits that matter; events with none left out): each kind's mask and how many events have it. */
 interface GroupKinds {
   masks: number[];
   counts: number[];
-}
-
-function groupKinds(user: UserEvents, group: number, bits: number): GroupKinds {
-  const byMask = new Map<number, number>();
-  for (let index = user.groupStarts[group]; index < user.groupStarts[group + 1]; index++) {
-    const mask = user.masks[user.rows[index]] & bits;
-    if (mask !== 0) byMask.set(mask, (byMask.get(mask) ?? 0) + 1);
-  }
-  return { masks: [...byMask.keys()], counts: [...byMask.values()] };
 }
 
 /**
@@ -795,7 +787,10 @@ function unorderedDepth(user: UserEvents, plan: FunnelChainsPlan, times: Float64
   const addGroup = (group: number, delta: number) => {
     for (let index = user.groupStarts[group]; index < user.groupStarts[group + 1]; index++) {
       const mask = user.masks[user.rows[index]];
-      if (mask !== 0) window.set(mask, (window.get(mask) ?? 0) + delta);
+      if (mask === 0) continue;
+      const left = (window.get(mask) ?? 0) + delta;
+      if (left === 0) window.delete(mask);
+      else window.set(mask, left);
     }
   };
   const answers = new Map<string, boolean>();
@@ -807,7 +802,7 @@ function unorderedDepth(user: UserEvents, plan: FunnelChainsPlan, times: Float64
     if (entryGroup > 0) addGroup(entryGroup - 1, -1);
     while (lastGroup + 1 < groupCount && groupTimeMs(user, lastGroup + 1) - entryMs <= plan.windowMs) addGroup(++lastGroup, 1);
     if (entryMs < plan.entryFromMs) continue;
-    const entryKinds = groupMasks(user, entryGroup);
+    const entryKinds = [...kindCounts(user, entryGroup, entryGroup).keys()];
     for (let steps = 1; steps <= plan.stepCount; steps++) {
       // Not monotone: a deeper set may hold no smaller one whose earliest is here.
       if (!unorderedFeasible(window, entryKinds, steps, answers)) continue;
@@ -848,18 +843,11 @@ function lastGroupBefore(user: UserEvents, beforeMs: number, first: number, last
   return low;
 }
 
-/** The distinct non-zero masks of a group's events. */
-function groupMasks(user: UserEvents, group: number): number[] {
-  const masks = new Set<number>();
-  for (let index = user.groupStarts[group]; index < user.groupStarts[group + 1]; index++) if (user.masks[user.rows[index]] !== 0) masks.add(user.masks[user.rows[index]]);
-  return [...masks];
-}
-
-/** Events of groups [first, last] by mask. */
-function kindCounts(user: UserEvents, first: number, last: number): Map<number, number> {
+/** Events of groups [first, last] by kind: their mask within `bits` (every bit by default), those with none left out. */
+function kindCounts(user: UserEvents, first: number, last: number, bits = 0xffffffff): Map<number, number> {
   const counts = new Map<number, number>();
   for (let index = user.groupStarts[first]; index < user.groupStarts[last + 1]; index++) {
-    const mask = user.masks[user.rows[index]];
+    const mask = user.masks[user.rows[index]] & bits;
     if (mask !== 0) counts.set(mask, (counts.get(mask) ?? 0) + 1);
   }
   return counts;
@@ -876,7 +864,7 @@ function unorderedFeasible(window: ReadonlyMap<number, number>, entryKinds: read
   const counts = new Map<number, number>();
   for (const [mask, count] of window) {
     const cut = mask & bits;
-    if (cut !== 0 && count > 0) counts.set(cut, Math.min(k, (counts.get(cut) ?? 0) + count));
+    if (cut !== 0) counts.set(cut, Math.min(k, (counts.get(cut) ?? 0) + count));
   }
   const entry = [...new Set(entryKinds.map((mask) => mask & bits).filter((mask) => mask !== 0))].sort((a, b) => a - b);
   const kinds = [...counts.keys()].sort((a, b) => a - b);
@@ -884,16 +872,15 @@ function unorderedFeasible(window: ReadonlyMap<number, number>, entryKinds: read
   const known = answers.get(key);
   if (known !== undefined) return known;
   let feasible = false;
-  const masks = kinds;
   const capacity = kinds.map((mask) => counts.get(mask)!);
   const others = Array.from({ length: k }, (_, step) => step);
   for (const entryMask of entry) {
-    const kind = masks.indexOf(entryMask);
+    const kind = kinds.indexOf(entryMask);
     for (let fixed = 0; fixed < k && !feasible; fixed++) {
       if ((entryMask & (1 << fixed)) === 0) continue;
       // One event of the entry's kind takes step `fixed`; the other steps match the rest.
       capacity[kind]--;
-      feasible = stepsMatch(others.filter((step) => step !== fixed), masks, capacity);
+      feasible = stepsMatch(others.filter((step) => step !== fixed), kinds, capacity);
       capacity[kind]++;
     }
     if (feasible) break;
