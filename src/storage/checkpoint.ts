@@ -43,6 +43,11 @@ export type PublishState = "durable" | "rename-not-durable";
 export interface PublishedCheckpoint {
   readonly sequence: number;
   readonly state: PublishState;
+  /**
+   * Publishes `_checkpoint.json` counting `rows` fewer sealed rows of the workspace, before a deletion removes
+   * them; the returned function ends the reduction, once the catalog no longer holds those rows.
+   */
+  expectFewerRows(workspaceId: string, rows: number): Promise<() => void>;
 }
 
 export class Checkpoints implements PublishedCheckpoint {
@@ -56,6 +61,10 @@ export class Checkpoints implements PublishedCheckpoint {
   private retryAtMs = 0;
   /** Checkpoints stop sealing after this time (set by close). */
   sealDeadlineMs = Number.POSITIVE_INFINITY;
+  /** Writes of `_checkpoint.json`, one at a time: each counts sealed rows as they stand when it writes. */
+  private publishing: Promise<unknown> = Promise.resolve();
+  /** Per workspace, rows a deletion under way will remove (expectFewerRows), still in the catalog. */
+  private readonly reductions = new Map<string, number>();
 
   constructor(
     private readonly dataDir: string,
@@ -192,7 +201,13 @@ export class Checkpoints implements PublishedCheckpoint {
         await workspace.keys.persist(dictionaryPath(this.dataDir, workspace.id, "keys"), keys, this.fsync);
       }
       injectFault("checkpoint.publish", checkpointPath(this.dataDir));
-      await publishFileAtomicallyInPool(checkpointPath(this.dataDir), encodeCheckpointFile({ walSequence: rotatedSequence, dictionaryBytes: this.workspaces.dictionaryBytes() }), this.fsync);
+      await this.serially(() =>
+        publishFileAtomicallyInPool(
+          checkpointPath(this.dataDir),
+          encodeCheckpointFile({ walSequence: rotatedSequence, dictionaryBytes: this.workspaces.dictionaryBytes(), sealedRows: this.sealedRows(sealed) }),
+          this.fsync,
+        ),
+      );
       // As if the directory fsync that ends the publish had failed, after the rename.
       injectFault("checkpoint.directory-fsync", checkpointPath(this.dataDir));
     } catch (error) {
@@ -232,6 +247,56 @@ export class Checkpoints implements PublishedCheckpoint {
       // The checkpoint is published; start-up skips WAL files it covers, and the next checkpoint deletes them.
       log.error(`deleting sealed write-ahead log files: ${(error as Error).message}`);
     }
+  }
+
+  async expectFewerRows(workspaceId: string, rows: number): Promise<() => void> {
+    this.reductions.set(workspaceId, (this.reductions.get(workspaceId) ?? 0) + rows);
+    let ended = false;
+    const end = () => {
+      if (ended) return;
+      ended = true;
+      const left = this.reductions.get(workspaceId)! - rows;
+      if (left === 0) this.reductions.delete(workspaceId);
+      else this.reductions.set(workspaceId, left);
+    };
+    try {
+      // The file as it is (its sequence and dictionary lengths may be newer than this object knows while a checkpoint
+      // publishes), with the rows counted now: lower than what stays on disk whatever a crash interrupts next.
+      await this.serially(async () => {
+        const file = readCheckpointFile(this.dataDir);
+        if (file.sealedRows === undefined) return;
+        await publishFileAtomicallyInPool(checkpointPath(this.dataDir), encodeCheckpointFile({ ...file, sealedRows: this.sealedRows([]) }), this.fsync);
+      });
+    } catch (error) {
+      end();
+      throw error;
+    }
+    return end;
+  }
+
+  /**
+   * Per workspace, the rows of its sealed segments in the catalog and of `sealing` (a checkpoint's, about to join
+   * it), less those a deletion under way will remove: what start-up must find at least, once this is published.
+   */
+  private sealedRows(sealing: ReadonlyArray<{ segment: SealedSegment }>): Map<string, number> {
+    const rows = new Map<string, number>();
+    for (const workspace of this.workspaces.values()) {
+      let count = -(this.reductions.get(workspace.id) ?? 0);
+      for (const partition of workspace.days.values()) for (const segment of partition.sealed) count += segment.layout.rowCount;
+      rows.set(workspace.id, count);
+    }
+    for (const { segment } of sealing) {
+      const workspaceId = segment.key.slice(0, segment.key.indexOf("/"));
+      rows.set(workspaceId, (rows.get(workspaceId) ?? 0) + segment.layout.rowCount);
+    }
+    return rows;
+  }
+
+  /** Runs a write of `_checkpoint.json` after those already under way. */
+  private serially<T>(write: () => Promise<T>): Promise<T> {
+    const result = this.publishing.then(write);
+    this.publishing = result.catch(() => undefined);
+    return result;
   }
 
   /** The WAL sequence `_checkpoint.json` names now; undefined when it is absent or unreadable. */

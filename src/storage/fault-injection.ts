@@ -11,7 +11,8 @@
  *
  *   {"wal.fsync": {"errno": "EIO"}}                   every wal.fsync fails until the entry is removed
  *   {"wal.write": {"errno": "ENOSPC", "count": 3}}    the next 3 wal.write calls fail, then it clears itself
- *   {"segment.write": {"errno": "HANG"}}               the operation never returns (pool workers only: a hung disk)
+ *   {"segment.write": {"errno": "HANG"}}               the operation never returns (pool workers only: a hung disk;
+ *                                                    blocked in the kernel when the test made a FIFO at <file>.fifo)
  *   {"segment.write": {"errno": "EIO", "pathIncludes": "/2024-03-01/"}}   only on paths holding that text (one day's)
  *   {}                                                nothing armed
  *
@@ -31,6 +32,7 @@
  *   dictionary.fsync   after a dictionary block's fsync
  *   segment.write      before a segment's column files are written (pool worker)
  *   segment.rename     before a segment's tmp_ directory is renamed into place (pool worker)
+ *   segment.read       before a segment's column file is read (start-up's checks; loads in pool workers)
  *   checkpoint.publish before `_checkpoint.json` is written
  *   checkpoint.directory-fsync  after `_checkpoint.json` is renamed into place, as if the directory fsync failed
  *
@@ -46,7 +48,7 @@
  * appeared — what a power loss may leave. Lines are appended with one write
  * each (O_APPEND), so the main thread and pool workers never interleave them.
  */
-import { appendFileSync, readFileSync, statSync } from "node:fs";
+import { appendFileSync, existsSync, openSync, readFileSync, statSync } from "node:fs";
 import { constants } from "node:os";
 import { log } from "../log.js";
 
@@ -58,6 +60,7 @@ export type FaultOperation =
   | "dictionary.fsync"
   | "segment.write"
   | "segment.rename"
+  | "segment.read"
   | "checkpoint.publish"
   | "checkpoint.directory-fsync";
 
@@ -116,8 +119,12 @@ export function injectedFault(operation: FaultOperation, path: string): NodeJS.E
     fault.remaining--;
   }
   log.warn(`injected ${fault.errno} into ${operation} ${path}`);
-  // A thread stuck in a syscall: only terminating its worker ends it.
-  if (fault.errno === "HANG") for (;;) Atomics.wait(new Int32Array(new SharedArrayBuffer(4)), 0, 0);
+  if (fault.errno === "HANG") {
+    // A hung disk. With a FIFO beside the faults file (`<file>.fifo`, made by the test), the thread blocks in the
+    // kernel opening it, where terminating its worker cannot reach it; else in a wait that terminating does end.
+    if (existsSync(`${faultsFile}.fifo`)) openSync(`${faultsFile}.fifo`, "r");
+    for (;;) Atomics.wait(new Int32Array(new SharedArrayBuffer(4)), 0, 0);
+  }
   const errno = (constants.errno as Record<string, number | undefined>)[fault.errno] ?? constants.errno.EIO;
   const error: NodeJS.ErrnoException = new Error(`${fault.errno}: injected fault, ${operation} '${path}'`);
   error.code = fault.errno;

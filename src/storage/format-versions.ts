@@ -17,8 +17,8 @@ import { firstBlockIsCurrentFormat } from "./dictionary.js";
 import { firstRecordIsCurrentFormat } from "./wal.js";
 import { readCheckpointFile } from "./checkpoint-file.js";
 
-/** `_checkpoint.json`'s `format`; files written before it existed have none and are format 1. */
-export const checkpointFormatVersion = 1;
+/** `_checkpoint.json`'s `format`; files written before it existed have none and are format 1 (2 adds sealedRows). */
+export const checkpointFormatVersion = 2;
 /** The newest WAL record format ("EWL<n>") and dictionary block format ("DIC<n>") this version reads. */
 export const walRecordFormatVersion = 2;
 export const dictionaryFormatVersion = 1;

@@ -146,6 +146,27 @@ export class MergeScheduler {
    * hold; when it is 0 the victims are only deleted.
    */
   async replace(workspace: WorkspaceStore, partition: DayPartition, dayStartMs: number, victims: SealedSegment[], rowCount: number, dropUserIds: readonly number[] = []): Promise<void> {
+    let victimRows = 0;
+    for (const victim of victims) victimRows += victim.layout.rowCount;
+    // Rows a deletion removes are first taken off what start-up must find (a merge keeps them all).
+    const endReduction = victimRows > rowCount ? await this.checkpoint.expectFewerRows(workspace.id, victimRows - rowCount) : undefined;
+    try {
+      await this.put(workspace, partition, dayStartMs, victims, rowCount, dropUserIds, endReduction);
+    } finally {
+      endReduction?.();
+    }
+  }
+
+  /** replace's work; `endReduction` is called as the catalog stops holding the victims. */
+  private async put(
+    workspace: WorkspaceStore,
+    partition: DayPartition,
+    dayStartMs: number,
+    victims: SealedSegment[],
+    rowCount: number,
+    dropUserIds: readonly number[],
+    endReduction: (() => void) | undefined,
+  ): Promise<void> {
     const day = dayLabel(dayStartMs);
     let merged: SealedSegment | undefined;
     if (rowCount > 0) {
@@ -173,6 +194,7 @@ export class MergeScheduler {
     }
     const kept = partition.sealed.filter((segment) => !victims.includes(segment));
     partition.sealed = merged ? [merged, ...kept] : kept;
+    endReduction?.();
     for (const victim of victims) {
       this.cache.release(victim);
       victim.retired = true;

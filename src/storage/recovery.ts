@@ -1,8 +1,9 @@
 /**
  * Recovery: how a store opens. It reads `_checkpoint.json`, drops what no
  * published checkpoint owns (tmp_ and unpublished segments, the victims of an
- * interrupted merge), verifies every sealed segment and the dictionaries the
- * checkpoint made durable, replays the WAL files it does not cover through the
+ * interrupted merge), verifies every sealed segment, that they hold as many
+ * rows as the checkpoint counted, and the dictionaries the checkpoint made
+ * durable, replays the WAL files it does not cover through the
  * applier, and opens the WAL for appends. Damage that acknowledged data depends
  * on refuses the start (StoreCorruptionError; `eventide repair` moves it
  * aside); a torn WAL tail is cut and said. After the server serves, the sealed
@@ -54,6 +55,19 @@ export function recoverStore(dataDir: string, fsync: boolean, applier: Applier):
       if (!/^\d{4}-\d{2}-\d{2}$/.test(day)) continue;
       recoverDay(dataDir, fsync, workspace, day, checkpointSequence);
     }
+  }
+
+  // Fewer sealed rows than the checkpoint counted: a segment or a whole day directory vanished, and the WAL no longer holds them.
+  for (const [workspaceId, counted] of checkpoint.sealedRows ?? []) {
+    const found = sealedRowsOf(workspaces.byId.get(workspaceId));
+    if (found >= counted) continue;
+    throw new StoreCorruptionError(
+      workspaceDirectory(dataDir, workspaceId),
+      undefined,
+      `its sealed segments hold ${found} rows, ${counted - found} fewer than the last checkpoint counted (${counted}): a segment or day directory is missing ` +
+        "(removed by hand, or lost by the file system), and the write-ahead log no longer holds those rows. Restore the data directory from a backup if you have one; " +
+        "repair counts what is left and goes on without them",
+    );
   }
 
   // Replay every WAL file the last checkpoint did not cover, cutting torn tails.
@@ -118,6 +132,13 @@ export function recoverStore(dataDir: string, fsync: boolean, applier: Applier):
  */
 export function damagedPastRotation(state: WalFileState, sequence: number, sequences: readonly number[]): state is Extract<WalFileState, { kind: "torn-tail" }> {
   return state.kind === "torn-tail" && state.wholeRecord && sequences.some((later) => later > sequence);
+}
+
+/** Rows of the workspace's sealed segments (0 when it has none). */
+function sealedRowsOf(workspace: WorkspaceStore | undefined): number {
+  let rows = 0;
+  for (const partition of workspace?.days.values() ?? []) for (const segment of partition.sealed) rows += segment.layout.rowCount;
+  return rows;
 }
 
 /** Adopts one day directory's published segments into the workspace, removing (durably) what no checkpoint owns. */

@@ -22,6 +22,9 @@
  *    newest checkpoint is the newest WAL sequence, or the one before it when
  *    that file still exists: a checkpoint that may not have published);
  *    segments of a later sequence are moved aside rather than deleted.
+ *  - Last, each workspace's sealed rows are counted again: fewer than the
+ *    checkpoint counted (segments moved aside above, or a segment or day
+ *    directory that vanished) are reported as lost and no longer expected.
  *
  * Repair runs with the server stopped (the CLI holds the server's lock).
  */
@@ -33,7 +36,7 @@ import { isFileSystemError, StoreCorruptionError } from "./corruption.js";
 import { durableDamage, scanDictionaryBlocks } from "./dictionary.js";
 import { fsyncDirectory, publishFileAtomically } from "./files.js";
 import { checkpointPath, dictionaryPath, isWorkspaceId, segmentNamePattern, walFilePath, workspaceDirectory, workspacesDirectory, type DictionaryName } from "./paths.js";
-import { SegmentCorruptError } from "./segment-layout.js";
+import { SegmentCorruptError, type SegmentLayout } from "./segment-layout.js";
 import { loadSegment, PropertyDirectory, readSegmentLayout, verifySegment } from "./segment-reader.js";
 import { damagedPastRotation } from "./recovery.js";
 import { encodeRecord, listWalSequences, scanWalFile } from "./wal.js";
@@ -96,6 +99,24 @@ function segmentsOf(dataDir: string, workspaceId: string): SegmentEntry[] {
     }
   }
   return entries;
+}
+
+/** Rows of the workspace's published segments as start-up adopts them: sequence within the checkpoint's, not replaced by a merge's. */
+function publishedRows(dataDir: string, workspaceId: string, walSequence: number): number {
+  const layouts = new Map<string, SegmentLayout>();
+  for (const segment of segmentsOf(dataDir, workspaceId)) {
+    if (segment.sequence > walSequence) continue;
+    try {
+      layouts.set(segment.directory, readSegmentLayout(segment.directory));
+    } catch {
+      // Unreadable: counted as missing (repair has moved such a segment aside above).
+    }
+  }
+  const replaced = new Set<string>();
+  for (const [directory, layout] of layouts) for (const name of layout.replaces ?? []) replaced.add(join(dirname(directory), name));
+  let rows = 0;
+  for (const [directory, layout] of layouts) if (!replaced.has(directory)) rows += layout.rowCount;
+  return rows;
 }
 
 /** The largest id of each dictionary a segment uses, +1 (0: none). */
@@ -174,7 +195,7 @@ export function repairStore(dataDir: string, log: (entry: object) => void): Repa
     const newest = sequences[sequences.length - 1];
     const walSequence = newest === undefined ? 0 : sequences.includes(newest - 1) ? newest - 1 : newest;
     const copy = quarantine.copy(checkpointPath(dataDir));
-    checkpoint = { walSequence, dictionaryBytes: new Map() };
+    checkpoint = { walSequence, dictionaryBytes: new Map(), sealedRows: undefined };
     checkpointChanged = true;
     act({ action: "checkpoint-rebuilt", file: checkpointPath(dataDir), damage: error.detail, copy, walSequence });
     for (const workspaceId of workspaceIds) {
@@ -267,6 +288,23 @@ export function repairStore(dataDir: string, log: (entry: object) => void): Repa
       damaged: scan.damaged,
       recordsKept: scan.allRecords.length,
       recordsKeptAfterDamage: scan.allRecords.filter((record) => record.start > state.offset).length,
+    });
+  }
+
+  // 5. Sealed rows: what the steps above moved aside, or what vanished before (a segment or day directory removed by
+  // hand, lost by the file system), is no longer counted; start-up then checks against what is left.
+  for (const [workspaceId, counted] of checkpoint.sealedRows ?? []) {
+    const found = existsSync(workspaceDirectory(dataDir, workspaceId)) ? publishedRows(dataDir, workspaceId, checkpoint.walSequence) : 0;
+    if (found >= counted) continue;
+    checkpoint.sealedRows!.set(workspaceId, found);
+    checkpointChanged = true;
+    act({
+      action: "sealed-rows-recounted",
+      workspace: workspaceDirectory(dataDir, workspaceId),
+      counted,
+      found,
+      rowsLost: counted - found,
+      note: "rows the last checkpoint counted in sealed segments and no longer found (a segment moved aside above, or missing); the WAL no longer holds them",
     });
   }
 

@@ -7,7 +7,7 @@
  * pool; start-up and repair verify every file, uuids included.
  */
 import { strict as assert } from "node:assert";
-import { closeSync, existsSync, openSync, readFileSync, readSync } from "node:fs";
+import { closeSync, constants, existsSync, fstatSync, openSync, readFileSync, readSync } from "node:fs";
 import { join } from "node:path";
 import { crc32 } from "node:zlib";
 import {
@@ -26,6 +26,7 @@ import {
   type StoredProperty,
   type ValueIdArray,
 } from "./segment-layout.js";
+import { injectFault } from "./fault-injection.js";
 import { NewerFormatError } from "./format-versions.js";
 import { sharedBuffer } from "./shared-memory.js";
 import { storedValueCountsFit } from "./value-counts-index.js";
@@ -89,9 +90,29 @@ export function denseValueIds(property: StoredProperty, rowCount: number): Value
   return dense;
 }
 
+/**
+ * Opens a segment's file for reading; SegmentCorruptError when it is not a
+ * regular file. Without O_NONBLOCK a FIFO in its place (what a hung disk looks
+ * like to a reader) blocked the opening thread for ever: a start-up never
+ * finished, a worker never came back.
+ */
+function openSegmentFile(path: string): number {
+  const fd = openSync(path, constants.O_RDONLY | constants.O_NONBLOCK);
+  if (fstatSync(fd).isFile()) return fd;
+  closeSync(fd);
+  throw new SegmentCorruptError(`${path}: not a regular file`);
+}
+
 export function readSegmentLayout(directory: string): SegmentLayout {
   const path = join(directory, segmentFiles.meta);
-  const layout = decodeLayout(readFileSync(path, "utf8"), path);
+  const fd = openSegmentFile(path);
+  let text: string;
+  try {
+    text = readFileSync(fd, "utf8");
+  } finally {
+    closeSync(fd);
+  }
+  const layout = decodeLayout(text, path);
   if (typeof layout?.format === "number" && layout.format > segmentFormatVersion) throw new NewerFormatError(path, "segment", layout.format, segmentFormatVersion);
   if (typeof layout?.format !== "number" || layout.format < segmentFormatOldestRead) throw new SegmentCorruptError(`${directory}: unknown segment format ${layout?.format}`);
   return layout;
@@ -116,7 +137,8 @@ export function verifySegment(directory: string, layout: SegmentLayout): void {
 function readSpan(directory: string, span: ColumnSpan, target: Uint8Array): void {
   const path = join(directory, span.file);
   if (!existsSync(path)) throw new SegmentCorruptError(`${path}: missing`);
-  const fd = openSync(path, "r");
+  injectFault("segment.read", path);
+  const fd = openSegmentFile(path);
   try {
     let read = 0;
     while (read < span.bytes) {

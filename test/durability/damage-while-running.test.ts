@@ -63,28 +63,35 @@ describe("a sealed segment damaged while the server runs", () => {
   });
 
   it("exits within 10 s of SIGTERM while a worker is blocked reading a hung file, and loses nothing", async () => {
-    // A FIFO in a column file's place blocks its reader as a hung disk does: no read returns, no thread can be stopped.
+    // A read that never returns (an injected HANG) is a hung disk: no thread blocked in it can be stopped.
     const dataDir = newDataDir();
-    let server = await start(dataDir);
+    const server = await start(dataDir);
     await ingestAll(server, [0, 1].map((day) => ({ event: "view", distinctId: `u${day}`, timestamp: isoTime(firstDayMs + day * dayMs) })));
     expect(await server.stop()).toBe(0);
-    server = await start(dataDir, server);
-    const dayPath = join(dataDir, "ws", server.workspaceId, isoDay(firstDayMs + dayMs));
-    const [segment] = readdirSync(dayPath);
-    const file = join(dayPath, segment, "user.u32");
-    renameSync(file, `${file}.kept`);
-    execFileSync("mkfifo", [file]);
+    const faultsFile = join(dataDir, "..", `${dataDir.split("/").pop()}-faults.json`);
+    writeFileSync(faultsFile, "{}");
+    // The injected hang opens this FIFO, which no one writes: blocked in the kernel, as in a read of a hung disk.
+    execFileSync("mkfifo", [`${faultsFile}.fifo`]);
+    const credentials = { apiKey: server.apiKey, token: server.token, workspaceId: server.workspaceId };
+    const hanging = await startServer({ dataDir, credentials, workers: 1, env: { EVENTIDE_FAULTS_FILE: faultsFile } });
+    try {
+      // Armed once it serves: start-up's own checks read every segment on the main thread.
+      writeFileSync(`${faultsFile}.next`, JSON.stringify({ "segment.read": { errno: "HANG", pathIncludes: `/${isoDay(firstDayMs + dayMs)}/` } }));
+      renameSync(`${faultsFile}.next`, faultsFile);
+      const hung = trendOf(hanging, isoDay(firstDayMs + dayMs), isoDay(firstDayMs + dayMs)).catch(() => undefined);
+      await elapsedUntil(async () => hanging.stderr().includes("injected HANG into segment.read"), 10_000);
+      const stoppedAtMs = performance.now();
+      await hanging.stop();
+      const tookMs = performance.now() - stoppedAtMs;
+      void hung;
+      expect(tookMs, hanging.exitReport()).toBeLessThan(10_000);
+      expect(hanging.stderr()).toContain("shutdown exceeded its time limit");
+    } finally {
+      await hanging.kill();
+      rmSync(faultsFile, { force: true });
+      rmSync(`${faultsFile}.fifo`, { force: true });
+    }
 
-    const hung = trendOf(server, isoDay(firstDayMs + dayMs), isoDay(firstDayMs + dayMs)).catch(() => undefined);
-    await new Promise((resolve) => setTimeout(resolve, 500));
-    const stoppedAtMs = performance.now();
-    await server.stop();
-    const tookMs = performance.now() - stoppedAtMs;
-    void hung;
-    expect(tookMs, server.exitReport()).toBeLessThan(10_000);
-    expect(server.stderr()).toContain("shutdown exceeded its time limit");
-
-    renameSync(`${file}.kept`, file);
     const restarted = await start(dataDir, server);
     expect(expectOk(await trendOf(restarted, isoDay(firstDayMs), isoDay(firstDayMs + dayMs))).data.map((bucket: { count: number }) => bucket.count)).toEqual([1, 1]);
     expect(await restarted.stop()).toBe(0);

@@ -8,32 +8,27 @@
  * server starts again. A file that cannot be read at all is named the same
  * way, and repair moves its segment aside rather than stopping on it.
  */
+import { execFileSync } from "node:child_process";
 import { existsSync, mkdirSync, readdirSync, renameSync, rmSync } from "node:fs";
 import { join } from "node:path";
 import { describe, expect, it } from "vitest";
-import { dayMs, isoDay, isoTime, trend } from "../helpers/events.js";
+import { dayMs, isoDay, trend } from "../helpers/events.js";
 import { runRepair } from "../helpers/repair.js";
-import { type ServerHandle, ingestAll } from "../helpers/server.js";
-import { storeRestarts } from "../helpers/stopped-store.js";
+import type { ServerHandle } from "../helpers/server.js";
+import { sealedTwoDays as sealedDays, storeRestarts } from "../helpers/stopped-store.js";
 
 const firstDayMs = Date.UTC(2024, 6, 1, 12);
 const range = { dateFrom: isoDay(firstDayMs), dateTo: isoDay(firstDayMs + dayMs), groupBy: "day" as const };
 
-const { newDataDir, start, refusal } = storeRestarts("eventide-day-entries-");
+const restarts = storeRestarts("eventide-day-entries-");
+const { start, refusal } = restarts;
 
 /** Two days of events (3 on the first, 2 on the second), sealed by a clean stop; the stopped server and the first day's segment. */
 async function sealedTwoDays(): Promise<{ dataDir: string; server: ServerHandle; dayPath: string; segment: string }> {
-  const dataDir = newDataDir();
-  const server = await start(dataDir);
-  await ingestAll(server, [
-    ...[0, 1, 2].map((index) => ({ event: "view", distinctId: `u${index}`, timestamp: isoTime(firstDayMs + index) })),
-    ...[0, 1].map((index) => ({ event: "view", distinctId: `v${index}`, timestamp: isoTime(firstDayMs + dayMs + index) })),
-  ]);
-  expect(await server.stop()).toBe(0);
-  const dayPath = join(dataDir, "ws", server.workspaceId, isoDay(firstDayMs));
-  const segments = readdirSync(dayPath);
+  const { dataDir, server, dayPaths } = await sealedDays(restarts, firstDayMs);
+  const segments = readdirSync(dayPaths[0]);
   expect(segments).toHaveLength(1);
-  return { dataDir, server, dayPath, segment: segments[0] };
+  return { dataDir, server, dayPath: dayPaths[0], segment: segments[0] };
 }
 
 async function counts(server: ServerHandle): Promise<number[]> {
@@ -97,4 +92,21 @@ describe("a day directory changed under a stopped server", () => {
     expect(await counts(restarted)).toEqual([0, 2]);
     expect(await restarted.stop()).toBe(0);
   });
+
+  it("a FIFO in a column file's place (a reader of it would block): refused naming the file, where start-up waited for ever", async () => {
+    const { dataDir, server, dayPath, segment } = await sealedTwoDays();
+    const file = join(dayPath, segment, "user.u32");
+    renameSync(file, `${file}.kept`);
+    execFileSync("mkfifo", [file]);
+
+    const refused = await refusal(dataDir, server);
+    expect(refused).toContain(`corruption in ${join(dayPath, segment)}`);
+    expect(refused).toContain(`${file}: not a regular file`);
+
+    rmSync(file);
+    renameSync(`${file}.kept`, file);
+    const restarted = await start(dataDir, server);
+    expect(await counts(restarted)).toEqual([3, 2]);
+    expect(await restarted.stop()).toBe(0);
+  }, 60_000);
 });

@@ -3,8 +3,10 @@
  * each start keeps the first one's credentials, a refused start resolves with
  * its message, and everything is killed and removed after the file's tests.
  */
-import { afterAll } from "vitest";
-import { type ServerHandle, makeDataDir, removeDataDir, startServer } from "./server.js";
+import { join } from "node:path";
+import { afterAll, expect } from "vitest";
+import { dayMs, isoDay, isoTime } from "./events.js";
+import { type ServerHandle, ingestAll, makeDataDir, removeDataDir, startServer } from "./server.js";
 
 export interface StoreRestarts {
   newDataDir(): string;
@@ -40,4 +42,21 @@ export function storeRestarts(prefix: string, env: Record<string, string> = {}):
         (error: Error) => error.message,
       ),
   };
+}
+
+/**
+ * Two days of `view` events from `firstDayMs` (3 on the first by u0–u2, 2 on
+ * the second by v0–v1), sealed by a clean stop: the stopped server and the two
+ * day directories.
+ */
+export async function sealedTwoDays(restarts: StoreRestarts, firstDayMs: number): Promise<{ dataDir: string; server: ServerHandle; dayPaths: string[] }> {
+  const dataDir = restarts.newDataDir();
+  const server = await restarts.start(dataDir);
+  await ingestAll(server, [
+    ...[0, 1, 2].map((index) => ({ event: "view", distinctId: `u${index}`, timestamp: isoTime(firstDayMs + index) })),
+    ...[0, 1].map((index) => ({ event: "view", distinctId: `v${index}`, timestamp: isoTime(firstDayMs + dayMs + index) })),
+  ]);
+  expect(await server.stop()).toBe(0);
+  const workspace = join(dataDir, "ws", server.workspaceId);
+  return { dataDir, server, dayPaths: [isoDay(firstDayMs), isoDay(firstDayMs + dayMs)].map((day) => join(workspace, day)) };
 }

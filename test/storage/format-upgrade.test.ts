@@ -92,7 +92,7 @@ describe("data directory formats", () => {
     ["a write-ahead log file", (dataDir) => patchMagic(join(dataDir, "wal", readdirSync(join(dataDir, "wal"))[0]), "EWL3", true), /write-ahead log record format 3; this version reads up to 2/],
     ["a dictionary", (dataDir) => patchMagic(join(dataDir, "ws", workspaceId, "_users.dict"), "DIC2", true), /dictionary format 2; this version reads up to 1/],
     // A newer checkpoint's checksum covers its format, so it does not check out as this version's.
-    ["_checkpoint.json", (dataDir) => patchJson(join(dataDir, "_checkpoint.json"), { format: 2, crc32: 12345 }), /checkpoint format 2; this version reads up to 1/],
+    ["_checkpoint.json", (dataDir) => patchJson(join(dataDir, "_checkpoint.json"), { format: 3, crc32: 12345 }), /checkpoint format 3; this version reads up to 2/],
     ["the registry", (dataDir) => patchJson(join(dataDir, "_registry.json"), { version: 2 }), /registry format 2; this version reads up to 1/],
   ];
 
