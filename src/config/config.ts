@@ -98,6 +98,11 @@ export function storeFromEnvironment(): StoreSettings {
   };
 }
 
+/** EVENTIDE_FSYNC: on unless `off` (a throw-away benchmark's setting). */
+export function fsyncFromEnvironment(): boolean {
+  return process.env.EVENTIDE_FSYNC !== "off";
+}
+
 export function loadConfig(): Config {
   const workersRaw = process.env.EVENTIDE_WORKERS;
   const workerCount = workersRaw ? Number(workersRaw) : availableParallelism();
@@ -110,7 +115,7 @@ export function loadConfig(): Config {
     ingestPort: portFromEnvironment("EVENTIDE_INGEST_PORT", 8081),
     dataDir: resolve(process.env.EVENTIDE_DATA_DIR || "./data"),
     workerCount,
-    fsync: process.env.EVENTIDE_FSYNC !== "off",
+    fsync: fsyncFromEnvironment(),
     metrics: switchFromEnvironment("EVENTIDE_METRICS", true),
     store: storeFromEnvironment(),
     retention: retentionFromEnvironment("EVENTIDE_RETENTION_DAYS"),

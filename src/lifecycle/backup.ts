@@ -13,6 +13,7 @@ import type { CliContext } from "../cli.js";
 import { CliCommandError } from "../cli/command-errors.js";
 import { copySnapshot, linkSnapshot, removeSnapshot, type SnapshotSummary } from "./snapshot.js";
 import { firstDamage } from "./verify-copy.js";
+import { fsyncFromEnvironment } from "../config/config.js";
 
 export async function backupCommand(targetArgument: string, { io, dataDir }: CliContext): Promise<SnapshotSummary & { backup: string; dataDir: string }> {
   const target = resolve(io.workingDirectory, targetArgument);
@@ -27,7 +28,7 @@ export async function backupCommand(targetArgument: string, { io, dataDir }: Cli
     const linked = linkSnapshot(dataDir);
     snapshot = linked.directory;
     copySnapshot(snapshot, temporary);
-    const damage = firstDamage(temporary);
+    const damage = firstDamage(temporary, fsyncFromEnvironment());
     if (damage !== undefined) {
       const original = join(dataDir, relative(temporary, damage.path));
       throw new CliCommandError(

@@ -5,19 +5,22 @@
  * checkpoint made durable, and the checkpoint itself. A backup used to copy
  * damaged files and report success; the damage then showed at the restore,
  * when the original may be gone. A torn tail (the newest bytes of a running
- * server's log or dictionary) is not damage: start-up cuts it.
+ * server's log or dictionary) is not damage: start-up cuts it; but a
+ * damaged whole record ending a log file that a later one follows is, when
+ * the server syncs (recovery.ts, damagedPastRotation), as at start-up.
  */
 import { existsSync, readdirSync, readFileSync } from "node:fs";
 import { join } from "node:path";
 import { readCheckpointFile } from "../storage/checkpoint-file.js";
 import { StoreCorruptionError } from "../storage/corruption.js";
 import { durableDamage } from "../storage/dictionary.js";
-import { dictionaryPath, isWorkspaceId, walDirectory, workspaceDirectory, workspacesDirectory, type DictionaryName } from "../storage/paths.js";
+import { dictionaryPath, isWorkspaceId, walDirectory, walFilePath, workspaceDirectory, workspacesDirectory, type DictionaryName } from "../storage/paths.js";
+import { damagedPastRotation } from "../storage/recovery.js";
 import { readSegmentLayout, verifySegment } from "../storage/segment-reader.js";
-import { scanWalFile } from "../storage/wal.js";
+import { listWalSequences, scanWalFile } from "../storage/wal.js";
 
-/** The first damage found in the store at `directory`: its path and what is wrong; undefined when it checks out. */
-export function firstDamage(directory: string): { path: string; detail: string } | undefined {
+/** The first damage found in the store at `directory` (to be served with `fsync`): its path and what is wrong; undefined when it checks out. */
+export function firstDamage(directory: string, fsync: boolean): { path: string; detail: string } | undefined {
   let dictionaryBytes: Map<string, [number, number, number]>;
   try {
     dictionaryBytes = readCheckpointFile(directory).dictionaryBytes;
@@ -25,11 +28,12 @@ export function firstDamage(directory: string): { path: string; detail: string }
     return damageOf(error, join(directory, "_checkpoint.json"));
   }
   if (existsSync(walDirectory(directory))) {
-    for (const name of readdirSync(walDirectory(directory)).sort()) {
-      if (!name.endsWith(".wal")) continue;
-      const path = join(walDirectory(directory), name);
+    const sequences = listWalSequences(directory);
+    for (const sequence of sequences) {
+      const path = walFilePath(directory, sequence);
       const { state } = scanWalFile(path);
       if (state.kind === "corrupt" || state.kind === "cut") return { path, detail: `${state.kind === "cut" ? "durable bytes missing" : "damaged durable bytes"} at byte ${state.offset}` };
+      if (fsync && damagedPastRotation(state, sequence, sequences)) return { path, detail: `a damaged record at byte ${state.offset}, ending a log file that later ones follow (durable bytes)` };
     }
   }
   const workspaces = existsSync(workspacesDirectory(directory)) ? readdirSync(workspacesDirectory(directory)).filter(isWorkspaceId) : [];

@@ -167,4 +167,27 @@ describe("eventide backup", () => {
     expect(existsSync(backupDir) ? readdirSync(backupDir) : [], "no backup is kept").toEqual([]);
     expect(readdirSync(root).filter((name) => name.includes(".tmp-")), "nor its temporary copy").toEqual([]);
   });
+
+  it("keeps no backup when a log file that a later one follows ends in a damaged record, as start-up refuses it; without fsync both cut it", async () => {
+    const source = await startServer({ dataDir: join(root, "source") });
+    await ingestAll(source, [{ event: "kept", distinctId: "u1", timestamp: "2024-03-01T12:00:00Z" }]);
+    // Killed: the event is in the log only, its one record the file's last.
+    await source.kill();
+    const walDirectory = join(source.dataDir, "wal");
+    const [name] = readdirSync(walDirectory);
+    const file = join(walDirectory, name);
+    const bytes = readFileSync(file);
+    bytes[bytes.length - 1] ^= 0x01;
+    writeFileSync(file, bytes);
+    // A later log file: the log had rotated past the damaged one, so every record in it was durable.
+    writeFileSync(join(walDirectory, `${String(Number(name.slice(0, 12)) + 1).padStart(12, "0")}.wal`), "");
+    await expect(startServer({ dataDir: source.dataDir, startTimeoutMs: 30_000 })).rejects.toThrow(`corruption in ${file}`);
+
+    const refused = await runEventide(["backup", join(root, "backup"), "--data-dir", source.dataDir]);
+    expect(refused.code, refused.stdout).toBe(1);
+    expect(refused.stdout + refused.stderr).toContain(file);
+    expect(existsSync(join(root, "backup")), "no backup is kept").toBe(false);
+    const unsynced = await runEventide(["backup", join(root, "backup-unsynced"), "--data-dir", source.dataDir], { env: { EVENTIDE_FSYNC: "off" } });
+    expect(unsynced.code, unsynced.stderr).toBe(0);
+  });
 });
