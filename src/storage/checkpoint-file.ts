@@ -12,8 +12,8 @@
  * without it (written before the checksum existed) is read as it is; one
  * without rows (format 1, a backup's copy) is not checked for them.
  */
-import { existsSync, readFileSync } from "node:fs";
-import { publishFileAtomically } from "./files.js";
+import { existsSync } from "node:fs";
+import { publishFileAtomically, readRegularFile } from "./files.js";
 import { crc32 } from "node:zlib";
 import { StoreCorruptionError } from "./corruption.js";
 import { checkpointFormatVersion } from "./format-versions.js";
@@ -57,8 +57,9 @@ export function readCheckpointFile(dataDir: string): CheckpointFile {
   if (!existsSync(path)) return { walSequence: 0, dictionaryBytes: new Map(), sealedRows: undefined };
   let parsed: { walSequence?: unknown; dictionaryBytes?: unknown; sealedRows?: unknown; crc32?: unknown };
   try {
-    parsed = JSON.parse(readFileSync(path, "utf8"));
+    parsed = JSON.parse(readRegularFile(path).toString("utf8"));
   } catch (error) {
+    if (error instanceof StoreCorruptionError) throw error;
     throw new StoreCorruptionError(path, undefined, `unreadable (${(error as Error).message})`);
   }
   const { walSequence, dictionaryBytes = [], sealedRows, crc32: checksum } = parsed ?? {};

@@ -13,7 +13,7 @@ import type { AbandonedSegments } from "./abandoned-segments.js";
 import type { ActiveGrowth } from "./apply.js";
 import { encodeCheckpointFile, readCheckpointFile } from "./checkpoint-file.js";
 import { injectFault } from "./fault-injection.js";
-import { publishFileAtomicallyInPool } from "./files.js";
+import { checkpointReservePath, ensureReserve, isOutOfSpace, publishFileAtomicallyInPool, releaseReserve } from "./files.js";
 import { checkpointPath, dictionaryPath, segmentDirectory } from "./paths.js";
 import type { SegmentCache } from "./segment-cache.js";
 import type { LoadSegmentResult } from "./segment-layout.js";
@@ -239,6 +239,7 @@ export class Checkpoints implements PublishedCheckpoint {
       partition.sealed.push(segment);
     }
     this.state = renamedWithoutDirectoryFsync ? "rename-not-durable" : "durable";
+    this.keepReserve();
     this.onPublished();
     if (this.state === "rename-not-durable") return;
     try {
@@ -263,9 +264,19 @@ export class Checkpoints implements PublishedCheckpoint {
       // The file as it is (its sequence and dictionary lengths may be newer than this object knows while a checkpoint
       // publishes), with the rows counted now: lower than what stays on disk whatever a crash interrupts next.
       await this.serially(async () => {
+        // As before any publish: a failed merge's output must not be adopted with rows this count leaves out.
+        this.abandoned.remove();
         const file = readCheckpointFile(this.dataDir);
         if (file.sealedRows === undefined) return;
-        await publishFileAtomicallyInPool(checkpointPath(this.dataDir), encodeCheckpointFile({ ...file, sealedRows: this.sealedRows([]) }), this.fsync);
+        const publish = () => publishFileAtomicallyInPool(checkpointPath(this.dataDir), encodeCheckpointFile({ ...file, sealedRows: this.sealedRows([]) }), this.fsync);
+        try {
+          await publish();
+        } catch (error) {
+          // A full disk: a deletion (expired days) is how space comes back, so the reserve gives way to its count.
+          if (!isOutOfSpace(error) || !releaseReserve(this.dataDir)) throw error;
+          log.warn(`disk full: released ${checkpointReservePath(this.dataDir)} so that a deletion can record what it removes`);
+          await publish();
+        }
       });
     } catch (error) {
       end();
@@ -290,6 +301,15 @@ export class Checkpoints implements PublishedCheckpoint {
       rows.set(workspaceId, (rows.get(workspaceId) ?? 0) + segment.layout.rowCount);
     }
     return rows;
+  }
+
+  /** Puts the reserve back once there is room (after a checkpoint, or a deletion freed space); a full disk leaves it for later. */
+  keepReserve(): void {
+    try {
+      ensureReserve(this.dataDir);
+    } catch (error) {
+      if (!isOutOfSpace(error)) log.warn(`could not write ${checkpointReservePath(this.dataDir)}: ${(error as Error).message}`);
+    }
   }
 
   /** Runs a write of `_checkpoint.json` after those already under way. */

@@ -24,7 +24,7 @@ import { crc32 } from "node:zlib";
 import { bytesEqual, hashBytes, utf8Scratch, writeUtf8Scratch } from "./chunk-codec.js";
 import { StoreCorruptionError } from "./corruption.js";
 import { injectFault, recordCreate, recordSync } from "./fault-injection.js";
-import { fsyncDirectoryInPool } from "./files.js";
+import { fsyncDirectoryInPool, readRegularFile } from "./files.js";
 
 const blockMagic = 0x31434944; // "DIC1"
 const blockHeaderBytes = 16;
@@ -162,7 +162,7 @@ export class Dictionary {
       if (durableBytes > 0) throw new StoreCorruptionError(path, 0, `missing, though a checkpoint made ${durableBytes} bytes of it durable`);
       return dictionary;
     }
-    const bytes = readFileSync(path);
+    const bytes = readRegularFile(path);
     const { blocks, damage } = scanDictionaryBlocks(bytes);
     const durable = durableDamage(bytes, durableBytes, damage);
     if (durable !== undefined) throw new StoreCorruptionError(path, durable.offset, durable.reason);

@@ -6,9 +6,10 @@
  * directory has been fsynced, so every helper that creates one fsyncs the
  * parent before returning.
  */
-import { chmodSync, closeSync, existsSync, fsyncSync, mkdirSync, openSync, renameSync, rmSync, writeSync } from "node:fs";
+import { chmodSync, closeSync, constants, existsSync, fstatSync, fsyncSync, mkdirSync, openSync, readFileSync, renameSync, rmSync, writeSync } from "node:fs";
 import { open, rm } from "node:fs/promises";
 import { basename, dirname, join } from "node:path";
+import { StoreCorruptionError } from "./corruption.js";
 import { recordCreate, recordDirectorySync } from "./fault-injection.js";
 
 /**
@@ -141,4 +142,71 @@ export function publishFileAtomically(path: string, data: Uint8Array | string, f
   writeFileDurably(temporary, data, fsync);
   renameOver(temporary, path);
   if (fsync) fsyncDirectory(dirname(path));
+}
+
+/**
+ * Opens a store file for reading, or undefined (closed again) when it is not a
+ * regular file. O_NONBLOCK: a FIFO in a file's place blocked its opener for
+ * ever, and start-up with it (a hung disk looks the same to a reader).
+ */
+export function openRegularFile(path: string): number | undefined {
+  const fd = openSync(path, constants.O_RDONLY | constants.O_NONBLOCK);
+  if (fstatSync(fd).isFile()) return fd;
+  closeSync(fd);
+  return undefined;
+}
+
+/** The whole of a store file; StoreCorruptionError when something other than a regular file is in its place. */
+export function readRegularFile(path: string): Buffer {
+  const fd = openRegularFile(path);
+  if (fd === undefined) throw new StoreCorruptionError(path, undefined, "not a regular file (a FIFO, a device or a directory in its place)");
+  try {
+    return readFileSync(fd);
+  } finally {
+    closeSync(fd);
+  }
+}
+
+/**
+ * `_checkpoint.reserve`: disk space held back for `_checkpoint.json`. A
+ * deletion must publish a lower row count before it removes rows (checkpoint.ts,
+ * expectFewerRows), a write of a new file; on a full disk that write failed, and
+ * the deletion that would have freed space (expired days) could not run. Then
+ * the reserve is removed and the write tried again; it comes back once there is
+ * room.
+ */
+const reserveBytes = 256 * 1024;
+
+export function checkpointReservePath(dataDir: string): string {
+  return join(dataDir, "_checkpoint.reserve");
+}
+
+export function isOutOfSpace(error: unknown): boolean {
+  const code = (error as NodeJS.ErrnoException | undefined)?.code;
+  return code === "ENOSPC" || code === "EDQUOT";
+}
+
+/** Writes the reserve when it is missing (its blocks allocated: zeros, not a hole). */
+export function ensureReserve(dataDir: string): void {
+  const path = checkpointReservePath(dataDir);
+  if (existsSync(path)) return;
+  const temporary = `${path}.tmp`;
+  const fd = openSync(temporary, "w", 0o600);
+  try {
+    writeSync(fd, Buffer.alloc(reserveBytes));
+  } catch (error) {
+    closeSync(fd);
+    rmSync(temporary, { force: true });
+    throw error;
+  }
+  closeSync(fd);
+  renameSync(temporary, path);
+}
+
+/** Removes the reserve; false when there was none to give. */
+export function releaseReserve(dataDir: string): boolean {
+  const path = checkpointReservePath(dataDir);
+  if (!existsSync(path)) return false;
+  rmSync(path, { force: true });
+  return true;
 }

@@ -11,7 +11,8 @@
  * is read as it is, and test/storage/format-upgrade.test.ts keeps a data
  * directory of each released format answering the same queries.
  */
-import { closeSync, existsSync, openSync, readdirSync, readFileSync, readSync } from "node:fs";
+import { closeSync, existsSync, readdirSync, readSync } from "node:fs";
+import { openRegularFile, readRegularFile } from "./files.js";
 import { checkpointPath, dictionaryPath, isWorkspaceId, walDirectory, walFilePath, workspacesDirectory } from "./paths.js";
 import { firstBlockIsCurrentFormat } from "./dictionary.js";
 import { firstRecordIsCurrentFormat } from "./wal.js";
@@ -33,7 +34,9 @@ export class NewerFormatError extends Error {
 /** The format digit after a 3-letter magic at the start of a file, or undefined when the file does not start with it. */
 function magicVersion(path: string, prefix: string): number | undefined {
   const bytes = Buffer.alloc(4);
-  const fd = openSync(path, "r");
+  // Not a regular file: start-up names it as damage where it reads it whole.
+  const fd = openRegularFile(path);
+  if (fd === undefined) return undefined;
   try {
     if (readSync(fd, bytes, 0, 4, 0) < 4) return undefined;
   } finally {
@@ -60,7 +63,7 @@ export function refuseNewerFormats(dataDir: string): void {
   if (existsSync(checkpoint)) {
     let format: unknown;
     try {
-      format = (JSON.parse(readFileSync(checkpoint, "utf8")) as { format?: unknown }).format;
+      format = (JSON.parse(readRegularFile(checkpoint).toString("utf8")) as { format?: unknown }).format;
     } catch {
       // Unreadable: recovery reports it as damage.
     }

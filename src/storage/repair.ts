@@ -23,8 +23,9 @@
  *    that file still exists: a checkpoint that may not have published);
  *    segments of a later sequence are moved aside rather than deleted.
  *  - Last, each workspace's sealed rows are counted again: fewer than the
- *    checkpoint counted (segments moved aside above, or a segment or day
- *    directory that vanished) are reported as lost and no longer expected.
+ *    checkpoint counted (segments moved aside above, or a segment, day or
+ *    workspace directory that vanished) are reported as lost and no longer
+ *    expected.
  *
  * Repair runs with the server stopped (the CLI holds the server's lock).
  */
@@ -291,10 +292,20 @@ export function repairStore(dataDir: string, log: (entry: object) => void): Repa
     });
   }
 
-  // 5. Sealed rows: what the steps above moved aside, or what vanished before (a segment or day directory removed by
+  // 5. A workspace directory the checkpoint counts on that is gone: its durable dictionaries and sealed rows with it.
+  for (const workspaceId of new Set([...checkpoint.dictionaryBytes.keys(), ...(checkpoint.sealedRows?.keys() ?? [])])) {
+    if (existsSync(workspaceDirectory(dataDir, workspaceId))) continue;
+    const rowsLost = checkpoint.sealedRows?.get(workspaceId) ?? "unknown";
+    checkpoint.dictionaryBytes.delete(workspaceId);
+    checkpoint.sealedRows?.delete(workspaceId);
+    checkpointChanged = true;
+    act({ action: "workspace-missing", workspace: workspaceDirectory(dataDir, workspaceId), rowsLost, note: "its dictionaries and sealed segments are gone (rows in the WAL are stored again, under new ids)" });
+  }
+
+  // 6. Sealed rows: what the steps above moved aside, or what vanished before (a segment or day directory removed by
   // hand, lost by the file system), is no longer counted; start-up then checks against what is left.
   for (const [workspaceId, counted] of checkpoint.sealedRows ?? []) {
-    const found = existsSync(workspaceDirectory(dataDir, workspaceId)) ? publishedRows(dataDir, workspaceId, checkpoint.walSequence) : 0;
+    const found = publishedRows(dataDir, workspaceId, checkpoint.walSequence);
     if (found >= counted) continue;
     checkpoint.sealedRows!.set(workspaceId, found);
     checkpointChanged = true;

@@ -7,7 +7,7 @@
  * pool; start-up and repair verify every file, uuids included.
  */
 import { strict as assert } from "node:assert";
-import { closeSync, constants, existsSync, fstatSync, openSync, readFileSync, readSync } from "node:fs";
+import { closeSync, existsSync, readFileSync, readSync } from "node:fs";
 import { join } from "node:path";
 import { crc32 } from "node:zlib";
 import {
@@ -27,6 +27,7 @@ import {
   type ValueIdArray,
 } from "./segment-layout.js";
 import { injectFault } from "./fault-injection.js";
+import { openRegularFile } from "./files.js";
 import { NewerFormatError } from "./format-versions.js";
 import { sharedBuffer } from "./shared-memory.js";
 import { storedValueCountsFit } from "./value-counts-index.js";
@@ -90,17 +91,11 @@ export function denseValueIds(property: StoredProperty, rowCount: number): Value
   return dense;
 }
 
-/**
- * Opens a segment's file for reading; SegmentCorruptError when it is not a
- * regular file. Without O_NONBLOCK a FIFO in its place (what a hung disk looks
- * like to a reader) blocked the opening thread for ever: a start-up never
- * finished, a worker never came back.
- */
+/** Opens a segment's file for reading; SegmentCorruptError when it is not a regular file (files.ts, openRegularFile). */
 function openSegmentFile(path: string): number {
-  const fd = openSync(path, constants.O_RDONLY | constants.O_NONBLOCK);
-  if (fstatSync(fd).isFile()) return fd;
-  closeSync(fd);
-  throw new SegmentCorruptError(`${path}: not a regular file`);
+  const fd = openRegularFile(path);
+  if (fd === undefined) throw new SegmentCorruptError(`${path}: not a regular file`);
+  return fd;
 }
 
 export function readSegmentLayout(directory: string): SegmentLayout {

@@ -92,6 +92,7 @@ export class Store {
       () => this.merges.schedule(),
       recovered.checkpointSequence,
     );
+    this.checkpoints.keepReserve();
     this.merges = new MergeScheduler(
       dataDir,
       fsync,

@@ -34,7 +34,7 @@ import { limits } from "../config/limits.js";
 import { walDirectory, walFilePath } from "./paths.js";
 import { injectedFault, injectFault, recordCreate, recordSync } from "./fault-injection.js";
 import { walGroupSeconds } from "../metrics.js";
-import { fsyncDirectory, fsyncDirectoryInPool, makeDirectoryDurably } from "./files.js";
+import { fsyncDirectory, fsyncDirectoryInPool, makeDirectoryDurably, readRegularFile } from "./files.js";
 import { log } from "../log.js";
 
 const legacyRecordMagic = 0x314c5745; // "EWL1"
@@ -239,7 +239,7 @@ function wholeRecordAt(bytes: Buffer, offset: number): boolean {
 
 /** Scans one WAL file: its valid records, its bad runs, and whether they are a torn tail or corruption. */
 export function scanWalFile(path: string): WalFileScan {
-  const bytes = readFileSync(path);
+  const bytes = readRegularFile(path);
   const allRecords: LocatedWalRecord[] = [];
   const damaged: Array<{ start: number; end: number }> = [];
   let offset = 0;

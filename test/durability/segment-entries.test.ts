@@ -93,18 +93,22 @@ describe("a day directory changed under a stopped server", () => {
     expect(await restarted.stop()).toBe(0);
   });
 
-  it("a FIFO in a column file's place (a reader of it would block): refused naming the file, where start-up waited for ever", async () => {
+  it("a FIFO in place of a column file, a dictionary or _checkpoint.json (a reader of it would block): refused naming it, where start-up waited for ever", async () => {
     const { dataDir, server, dayPath, segment } = await sealedTwoDays();
-    const file = join(dayPath, segment, "user.u32");
-    renameSync(file, `${file}.kept`);
-    execFileSync("mkfifo", [file]);
-
-    const refused = await refusal(dataDir, server);
-    expect(refused).toContain(`corruption in ${join(dayPath, segment)}`);
-    expect(refused).toContain(`${file}: not a regular file`);
-
-    rmSync(file);
-    renameSync(`${file}.kept`, file);
+    const files: Array<[string, string]> = [
+      [join(dayPath, segment, "user.u32"), `corruption in ${join(dayPath, segment)}`],
+      [join(dataDir, "ws", server.workspaceId, "_users.dict"), "corruption in"],
+      [join(dataDir, "_checkpoint.json"), "corruption in"],
+    ];
+    for (const [file, named] of files) {
+      renameSync(file, `${file}.kept`);
+      execFileSync("mkfifo", [file]);
+      const refused = await refusal(dataDir, server);
+      expect(refused).toContain(named);
+      expect(refused).toContain(`${file}: not a regular file`);
+      rmSync(file);
+      renameSync(`${file}.kept`, file);
+    }
     const restarted = await start(dataDir, server);
     expect(await counts(restarted)).toEqual([3, 2]);
     expect(await restarted.stop()).toBe(0);

@@ -8,13 +8,14 @@
  * Deletions (of a user's events, of expired days) lower the count before they
  * remove rows, so a crash in between never reads as a loss.
  */
-import { readdirSync, renameSync, rmSync, writeFileSync } from "node:fs";
+import { execFileSync } from "node:child_process";
+import { existsSync, linkSync, mkdtempSync, readdirSync, readFileSync, renameSync, rmSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
-import { describe, expect, it } from "vitest";
-import { dayMs, isoDay, trend } from "../helpers/events.js";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { dayMs, isoDay, isoTime, trend } from "../helpers/events.js";
 import { elapsedUntil, sendJson } from "../helpers/http.js";
 import { runRepair } from "../helpers/repair.js";
-import { type ServerHandle, startServer } from "../helpers/server.js";
+import { type ServerHandle, ingestAll, startServer } from "../helpers/server.js";
 import { sealedTwoDays, storeRestarts } from "../helpers/stopped-store.js";
 
 const firstDayMs = Date.UTC(2024, 6, 1, 12);
@@ -97,6 +98,19 @@ describe("sealed rows that vanish from a stopped store", () => {
     expect(await restarted.stop()).toBe(0);
   });
 
+  it("a whole workspace directory removed: refused; repair drops what the checkpoint knew of it and the server starts", async () => {
+    const { dataDir, server } = await sealedTwoDays(restarts, firstDayMs);
+    rmSync(join(dataDir, "ws", server.workspaceId), { recursive: true });
+
+    expect(await refusal(dataDir, server)).toContain(`corruption in ${join(dataDir, "ws", server.workspaceId)}`);
+    const repair = await runRepair(dataDir);
+    expect(repair.code, repair.stderr).toBe(0);
+    expect(repair.output?.actions).toContainEqual(expect.objectContaining({ action: "workspace-missing", rowsLost: 5 }));
+    const restarted = await start(dataDir, server);
+    expect(await counts(restarted)).toEqual([0, 0]);
+    expect(await restarted.stop()).toBe(0);
+  });
+
   it("a retention pass lowers the count before it drops days: a kill after it is no loss", async () => {
     const { dataDir, server } = await sealedTwoDays(restarts, firstDayMs);
     const credentials = { apiKey: server.apiKey, token: server.token, workspaceId: server.workspaceId };
@@ -110,5 +124,66 @@ describe("sealed rows that vanish from a stopped store", () => {
     const restarted = await start(dataDir, server);
     expect(await counts(restarted)).toEqual([0, 0]);
     expect(await restarted.stop()).toBe(0);
+  });
+});
+
+/** A small tmpfs to fill, when this machine lets the tests mount one (root); undefined otherwise. */
+function smallFileSystem(): string | undefined {
+  const mount = mkdtempSync(join(process.env.TMPDIR ?? "/tmp", "eventide-full-disk-"));
+  try {
+    execFileSync("mount", ["-t", "tmpfs", "-o", "size=64m", "tmpfs", mount], { stdio: "ignore" });
+    return mount;
+  } catch {
+    rmSync(mount, { recursive: true, force: true });
+    return undefined;
+  }
+}
+
+describe("a full disk", () => {
+  let fullDisk: string | undefined;
+  beforeAll(() => {
+    fullDisk = smallFileSystem();
+    if (fullDisk === undefined) console.warn("\n!!! SKIPPED: the full-disk retention test needs to mount a tmpfs (root); this machine does not allow it\n");
+  });
+  afterAll(() => {
+    if (fullDisk === undefined) return;
+    execFileSync("umount", ["-l", fullDisk]);
+    rmSync(fullDisk, { recursive: true, force: true });
+  });
+
+  it("retention still drops expired days: the count's write takes the space the reserve held", async (context) => {
+    if (fullDisk === undefined) return context.skip();
+    const dataDir = mkdtempSync(join(fullDisk!, "data-"));
+    const first = await startServer({ dataDir, workers: 1 });
+    await ingestAll(first, [0, 1].map((day) => ({ event: "view", distinctId: `u${day}`, timestamp: isoTime(firstDayMs + day * dayMs) })));
+    expect(await first.stop()).toBe(0);
+    expect(existsSync(join(dataDir, "_checkpoint.reserve")), "a store keeps its reserve").toBe(true);
+    const credentials = { apiKey: first.apiKey, token: first.token, workspaceId: first.workspaceId };
+    const server = await startServer({ dataDir, credentials, workers: 1, env: { EVENTIDE_RETENTION_CHECK_INTERVAL_MS: "200" } });
+    try {
+      // Retention of 30 days staged before the disk fills, the old registry's blocks kept in use when it is replaced.
+      const registry = JSON.parse(readFileSync(join(dataDir, "_registry.json"), "utf8"));
+      for (const workspace of registry.workspaces) workspace.retention = 30;
+      writeFileSync(join(dataDir, "_registry.next"), JSON.stringify(registry));
+      linkSync(join(dataDir, "_registry.json"), join(fullDisk!, "old-registry"));
+      try {
+        execFileSync("dd", ["if=/dev/zero", `of=${join(fullDisk!, "filler")}`, "bs=4096"], { stdio: "ignore" });
+      } catch {
+        // dd stops at "No space left on device": the point.
+      }
+      renameSync(join(dataDir, "_registry.next"), join(dataDir, "_registry.json"));
+      await elapsedUntil(async () => /expired days dropped|dropping expired days failed/.test(server.stderr()), 20_000);
+      expect(server.stderr(), "retention failed on the full disk").toContain("expired days dropped");
+      expect(server.stderr()).toContain("disk full: released");
+      expect(readdirSync(join(dataDir, "ws", first.workspaceId)).filter((name) => /^\d{4}-/.test(name))).toEqual([]);
+    } finally {
+      await server.kill();
+      rmSync(join(fullDisk!, "filler"), { force: true });
+      rmSync(join(fullDisk!, "old-registry"), { force: true });
+    }
+    const restarted = await startServer({ dataDir, credentials, workers: 1 });
+    expect(await counts(restarted)).toEqual([0, 0]);
+    expect(await restarted.stop()).toBe(0);
+    rmSync(dataDir, { recursive: true, force: true });
   });
 });
