@@ -8,7 +8,7 @@
  */
 import { limits } from "../config/limits.js";
 import type { ServiceReply } from "../errors.js";
-import { UserDeletionError, type Store, type WorkspaceStore } from "../storage/store.js";
+import { UserDeletionError, UserDeletionInterrupted, type Store, type WorkspaceStore } from "../storage/store.js";
 import type { SegmentDescriptor } from "../storage/segment-descriptor.js";
 import { PoolTaskTimeoutError, type WorkerPool } from "../workers/pool.js";
 import { DamagedSegmentError } from "../storage/segment-cache.js";
@@ -122,8 +122,12 @@ export class QueryService {
     } catch (error) {
       if (error instanceof UserDeletionError) return { ok: false, error: { code: "unavailable", message: error.message } };
       if (error instanceof DamagedSegmentError) {
-        // Days are rewritten one at a time: those before the damaged one are done, and a retry after the repair finishes the rest.
-        const message = `${error.message}. The user's events are deleted from the days before it; the operator stops the server, runs \`eventide repair\`, and the request is sent again (its deletedEvents counts what that request deletes)`;
+        const message = `${error.message}. Nothing was deleted; the operator stops the server, runs \`eventide repair\`, and the request is sent again`;
+        return { ok: false, error: { code: "unavailable", message } };
+      }
+      if (error instanceof UserDeletionInterrupted) {
+        // Damage only the rewrite found (every segment was read first): the days rewritten before it are done, a retry after the repair finishes the rest.
+        const message = `${error.message}. ${error.deletedEvents} of the user's events were deleted before it; the operator stops the server, runs \`eventide repair\`, and the request is sent again (its deletedEvents counts what that request deletes)`;
         return { ok: false, error: { code: "unavailable", message } };
       }
       throw error;

@@ -37,7 +37,7 @@ import { log } from "../log.js";
 export { ActiveSegment, SealedSegment, dayLabel, dayMs } from "./segments.js";
 export { WorkspaceStore } from "./workspace-store.js";
 export type { CommitResult } from "./commit.js";
-export { UserDeletionError, type UserDeletion } from "./user-deletion.js";
+export { UserDeletionError, UserDeletionInterrupted, type UserDeletion } from "./user-deletion.js";
 
 export interface StoreTasks {
   seal(segment: ActiveSegment, directory: string, workspaceId: string): Promise<LoadSegmentResult>;

@@ -17,9 +17,9 @@
  */
 import type { Checkpoints } from "./checkpoint.js";
 import type { MergeScheduler } from "./merge-scheduler.js";
-import type { SegmentCache } from "./segment-cache.js";
+import { DamagedSegmentError, type SegmentCache } from "./segment-cache.js";
 import type { SealedSegment } from "./segments.js";
-import type { Workspaces } from "./workspace-store.js";
+import type { DayPartition, Workspaces } from "./workspace-store.js";
 
 export interface UserDeletion {
   deletedEvents: number;
@@ -28,6 +28,17 @@ export interface UserDeletion {
 
 /** An operating error: the rows could not be sealed (a failing disk); nothing was deleted, a retry may succeed. */
 export class UserDeletionError extends Error {}
+
+/** Damage met while rewriting (found by the rewrite, not by the read before it): `deletedEvents` were deleted before it. */
+export class UserDeletionInterrupted extends Error {
+  constructor(
+    readonly damage: DamagedSegmentError,
+    readonly deletedEvents: number,
+  ) {
+    super(damage.message);
+    this.name = "UserDeletionInterrupted";
+  }
+}
 
 export interface DeletionUnits {
   workspaces: Workspaces;
@@ -49,15 +60,25 @@ export async function deleteUserEvents(units: DeletionUnits, workspaceId: string
   }
 
   return units.merges.exclusive(async () => {
-    const deletion: UserDeletion = { deletedEvents: 0, segmentsRewritten: 0 };
+    // Every segment is read (its checksums verified) before any is rewritten: damage found then fails the request with
+    // nothing deleted, where a deletion that met it half way left the days before it done and the rest not.
+    const rewrites: Array<{ dayStartMs: number; partition: DayPartition; segment: SealedSegment; rows: number }> = [];
     for (const [dayStartMs, partition] of [...workspace.days]) {
       for (const segment of partition.sealed.slice()) {
         const rows = await rowsOfUser(units.cache, segment, userId);
-        if (rows === 0) continue;
-        await units.merges.replace(workspace, partition, dayStartMs, [segment], segment.layout.rowCount - rows, [userId]);
-        deletion.deletedEvents += rows;
-        deletion.segmentsRewritten++;
+        if (rows > 0) rewrites.push({ dayStartMs, partition, segment, rows });
       }
+    }
+    const deletion: UserDeletion = { deletedEvents: 0, segmentsRewritten: 0 };
+    for (const { dayStartMs, partition, segment, rows } of rewrites) {
+      try {
+        await units.merges.replace(workspace, partition, dayStartMs, [segment], segment.layout.rowCount - rows, [userId]);
+      } catch (error) {
+        if (error instanceof DamagedSegmentError) throw new UserDeletionInterrupted(error, deletion.deletedEvents);
+        throw error;
+      }
+      deletion.deletedEvents += rows;
+      deletion.segmentsRewritten++;
     }
     return deletion;
   });

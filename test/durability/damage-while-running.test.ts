@@ -62,6 +62,27 @@ describe("a sealed segment damaged while the server runs", () => {
     expect(refused).toContain(`corruption in ${join(dayPath, segment)}`);
   });
 
+  it("a user deletion that meets a damaged day deletes nothing: every segment is read before any is rewritten", async () => {
+    const dataDir = newDataDir();
+    let server = await start(dataDir);
+    await ingestAll(server, [0, 1].map((day) => ({ event: "view", distinctId: "u1", timestamp: isoTime(firstDayMs + day * dayMs) })));
+    expect(await server.stop()).toBe(0);
+    server = await start(dataDir, server);
+    const dayPath = join(dataDir, "ws", server.workspaceId, isoDay(firstDayMs + dayMs));
+    const [segment] = readdirSync(dayPath);
+    const file = join(dayPath, segment, "time.u32");
+    const bytes = readFileSync(file);
+    bytes[0] ^= 0x10;
+    writeFileSync(file, bytes);
+
+    const deletion = await sendJson(`${server.queryUrl}/api/v1/users/delete`, { distinctId: "u1" }, { token: server.token });
+    expectError(deletion, 503, "unavailable", "eventide repair");
+    expect(deletion.body.error.message).toContain("Nothing was deleted");
+    // The first day, read and found whole before the damaged one, still holds the user's event.
+    expect(expectOk(await trendOf(server, isoDay(firstDayMs), isoDay(firstDayMs))).data).toEqual([{ date: isoDay(firstDayMs), count: 1 }]);
+    await server.kill();
+  });
+
   it("exits within 10 s of SIGTERM while a worker is blocked reading a hung file, and loses nothing", async () => {
     // A read that never returns (an injected HANG) is a hung disk: no thread blocked in it can be stopped.
     const dataDir = newDataDir();
