@@ -299,7 +299,7 @@ export function repairStore(dataDir: string, log: (entry: object) => void): Repa
     checkpoint.dictionaryBytes.delete(workspaceId);
     checkpoint.sealedRows?.delete(workspaceId);
     checkpointChanged = true;
-    act({ action: "workspace-missing", workspace: workspaceDirectory(dataDir, workspaceId), rowsLost, note: "its dictionaries and sealed segments are gone (rows in the WAL are stored again, under new ids)" });
+    act({ action: "workspace-missing", workspace: workspaceDirectory(dataDir, workspaceId), rowsLost, note: "its dictionaries and sealed segments are gone; rows of it still in the write-ahead log are replayed" });
   }
 
   // 6. Sealed rows: what the steps above moved aside, or what vanished before (a segment or day directory removed by

@@ -37,7 +37,8 @@ export async function dropExpiredDays(dataDir: string, workspaces: Workspaces, m
         await merges.replace(workspace, partition, dayStartMs, partition.sealed.slice(), 0);
         pass.daysDropped++;
         pass.rowsDropped += rows;
-        if (partition.sealing.length > 0 || (partition.active?.rowCount ?? 0) > 0) continue;
+        // A checkpoint may have sealed a late row of the day while this pass waited: the next pass takes it.
+        if (partition.sealed.length > 0 || partition.sealing.length > 0 || (partition.active?.rowCount ?? 0) > 0) continue;
         workspace.days.delete(dayStartMs);
         try {
           rmdirSync(dayDirectory(dataDir, workspace.id, dayLabel(dayStartMs)));
