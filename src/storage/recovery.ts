@@ -37,6 +37,8 @@ export interface RecoveredStore {
 export function recoverStore(dataDir: string, fsync: boolean, applier: Applier): RecoveredStore {
   refuseNewerFormats(dataDir);
   makeDirectoryDurably(workspacesDirectory(dataDir), fsync);
+  // A workspace directory a killed process created may still be in the page cache only, as its days are (below).
+  if (fsync) fsyncDirectory(workspacesDirectory(dataDir));
   const checkpoint = readCheckpointFile(dataDir);
   const checkpointSequence = checkpoint.walSequence;
   const workspaces = new Workspaces(dataDir, fsync, checkpoint.dictionaryBytes);
