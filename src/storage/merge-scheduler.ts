@@ -152,6 +152,17 @@ export class MergeScheduler {
     const endReduction = victimRows > rowCount ? await this.checkpoint.expectFewerRows(workspace.id, victimRows - rowCount) : undefined;
     try {
       await this.put(workspace, partition, dayStartMs, victims, rowCount, dropUserIds, endReduction);
+    } catch (error) {
+      if (endReduction !== undefined) {
+        endReduction();
+        // Nothing was removed: the count goes back up, or a segment that vanished later with no more rows than the
+        // deletion's would pass unnoticed until the next checkpoint. Best effort: a full disk keeps the lower count.
+        await this.checkpoint.expectFewerRows(workspace.id, 0).then(
+          (end) => end(),
+          (recount: unknown) => log.warn(`restoring the sealed row count after a failed deletion: ${(recount as Error).message}`),
+        );
+      }
+      throw error;
     } finally {
       endReduction?.();
     }
