@@ -28,6 +28,7 @@ import { closeSync, copyFileSync, existsSync, fsyncSync, linkSync, mkdirSync, op
 import { randomBytes } from "node:crypto";
 import { join } from "node:path";
 
+import { assertRegularFile, readRegularFile } from "../storage/files.js";
 import { errorCode } from "../storage/lock-file.js";
 import { checkpointPath, isWorkspaceId, registryPath, segmentNamePattern, walDirectory, workspacesDirectory } from "../storage/paths.js";
 
@@ -52,7 +53,7 @@ const dictionaryNames = ["_events.dict", "_users.dict", "_keys.dict"];
 
 export function checkpointSequenceOf(dataDir: string): number {
   try {
-    return (JSON.parse(readFileSync(checkpointPath(dataDir), "utf8")) as { walSequence: number }).walSequence;
+    return (JSON.parse(readRegularFile(checkpointPath(dataDir)).toString("utf8")) as { walSequence: number }).walSequence;
   } catch (error) {
     if (errorCode(error) === "ENOENT") return 0;
     throw error;
@@ -133,7 +134,10 @@ function linkOnce(source: string, target: string, onlyWorkspace: string | undefi
   const put = (from: string, to: string, how: "link" | "copy"): void => {
     bytes += statSync(from).size;
     if (how === "link") linkSync(from, to);
-    else copyFileSync(from, to);
+    else {
+      assertRegularFile(from);
+      copyFileSync(from, to);
+    }
   };
 
   const sourceWorkspaces = workspacesDirectory(source);
@@ -191,6 +195,7 @@ function linkOnce(source: string, target: string, onlyWorkspace: string | undefi
 
 /** Copies the bytes `from` holds now (a file being appended to is copied up to where it is) and fsyncs them. */
 function copyDurably(from: string, to: string): void {
+  assertRegularFile(from);
   copyFileSync(from, to);
   const fd = openSync(to, "r");
   try {

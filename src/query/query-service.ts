@@ -12,6 +12,7 @@ import { UserDeletionError, UserDeletionInterrupted, type Store, type WorkspaceS
 import type { SegmentDescriptor } from "../storage/segment-descriptor.js";
 import { PoolTaskTimeoutError, type WorkerPool } from "../workers/pool.js";
 import { DamagedSegmentError } from "../storage/segment-cache.js";
+import { log } from "../log.js";
 import { dayMs, retentionLayout, retentionPeriodLabels, trendBucketLabels, trendLayout, zonedDayStarts, zonedRange, zonedRetentionBoundaries, zonedTrendBoundaries } from "./buckets.js";
 import type { FilterPlan } from "./filters.js";
 import type { GatherPlan, PropertyRead, ReferencePlan } from "./kernels/event-rows.js";
@@ -126,8 +127,15 @@ export class QueryService {
         return { ok: false, error: { code: "unavailable", message } };
       }
       if (error instanceof UserDeletionInterrupted) {
-        // Damage only the rewrite found (every segment was read first): the days rewritten before it are done, a retry after the repair finishes the rest.
-        const message = `${error.message}. ${error.deletedEvents} of the user's events were deleted before it; the operator stops the server, runs \`eventide repair\`, and the request is sent again (its deletedEvents counts what that request deletes)`;
+        // Every segment was read first, so this is damage only the rewrite met, or a disk that refused a rewrite after others:
+        // those done stay done, and the same request sent again finishes the rest.
+        const done = `${error.deletedEvents} of the user's events were deleted before it`;
+        const retry = "the request is sent again (its deletedEvents counts what that request deletes)";
+        const message =
+          error.failure instanceof DamagedSegmentError
+            ? `${error.failure.message}. ${done}; the operator stops the server, runs \`eventide repair\`, and ${retry}`
+            : `a rewrite of the user's events failed (the server log says why: a full or failing disk). ${done}; once the disk is fixed, ${retry}`;
+        log.error({ err: error.failure }, "user deletion interrupted");
         return { ok: false, error: { code: "unavailable", message } };
       }
       throw error;

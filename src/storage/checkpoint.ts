@@ -45,9 +45,10 @@ export interface PublishedCheckpoint {
   readonly state: PublishState;
   /**
    * Publishes `_checkpoint.json` counting `rows` fewer sealed rows of the workspace, before a deletion removes
-   * them; the returned function ends the reduction, once the catalog no longer holds those rows.
+   * them; the returned function ends the reduction, once the catalog no longer holds those rows. A deletion that
+   * `freesSpace` (whole segments, nothing written: expired days) may take the reserve on a full disk.
    */
-  expectFewerRows(workspaceId: string, rows: number): Promise<() => void>;
+  expectFewerRows(workspaceId: string, rows: number, freesSpace?: boolean): Promise<() => void>;
 }
 
 export class Checkpoints implements PublishedCheckpoint {
@@ -250,7 +251,7 @@ export class Checkpoints implements PublishedCheckpoint {
     }
   }
 
-  async expectFewerRows(workspaceId: string, rows: number): Promise<() => void> {
+  async expectFewerRows(workspaceId: string, rows: number, freesSpace = false): Promise<() => void> {
     this.reductions.set(workspaceId, (this.reductions.get(workspaceId) ?? 0) + rows);
     let ended = false;
     const end = () => {
@@ -273,7 +274,7 @@ export class Checkpoints implements PublishedCheckpoint {
           await publish();
         } catch (error) {
           // A full disk: a deletion (expired days) is how space comes back, so the reserve gives way to its count.
-          if (!isOutOfSpace(error) || !releaseReserve(this.dataDir)) throw error;
+          if (!freesSpace || !isOutOfSpace(error) || !releaseReserve(this.dataDir)) throw error;
           log.warn(`disk full: released ${checkpointReservePath(this.dataDir)} so that a deletion can record what it removes`);
           await publish();
         }

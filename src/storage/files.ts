@@ -6,7 +6,7 @@
  * directory has been fsynced, so every helper that creates one fsyncs the
  * parent before returning.
  */
-import { chmodSync, closeSync, constants, existsSync, fstatSync, fsyncSync, mkdirSync, openSync, readFileSync, renameSync, rmSync, writeSync } from "node:fs";
+import { chmodSync, closeSync, constants, existsSync, fstatSync, fsyncSync, lstatSync, mkdirSync, openSync, readFileSync, renameSync, rmSync, statfsSync, writeSync } from "node:fs";
 import { open, rm } from "node:fs/promises";
 import { basename, dirname, join } from "node:path";
 import { StoreCorruptionError } from "./corruption.js";
@@ -156,10 +156,22 @@ export function openRegularFile(path: string): number | undefined {
   return undefined;
 }
 
+/** Whether `path` is a regular file, asked without opening it (a FIFO is not opened: that would block). */
+export function isRegularFile(path: string): boolean {
+  return lstatSync(path).isFile();
+}
+
+/** StoreCorruptionError unless `path` is a regular file: a copy of a FIFO (backup) blocks for ever. */
+export function assertRegularFile(path: string): void {
+  if (!isRegularFile(path)) throw new StoreCorruptionError(path, undefined, notRegularFile);
+}
+
+const notRegularFile = "not a regular file (a FIFO, a device or a directory in its place)";
+
 /** The whole of a store file; StoreCorruptionError when something other than a regular file is in its place. */
 export function readRegularFile(path: string): Buffer {
   const fd = openRegularFile(path);
-  if (fd === undefined) throw new StoreCorruptionError(path, undefined, "not a regular file (a FIFO, a device or a directory in its place)");
+  if (fd === undefined) throw new StoreCorruptionError(path, undefined, notRegularFile);
   try {
     return readFileSync(fd);
   } finally {
@@ -186,14 +198,24 @@ export function isOutOfSpace(error: unknown): boolean {
   return code === "ENOSPC" || code === "EDQUOT";
 }
 
-/** Writes the reserve when it is missing (its blocks allocated: zeros, not a hole). */
+/** Free space below which the reserve is not written back: it would take what the log needs next. */
+const reserveRoomBytes = 32 * 1024 * 1024;
+
+/**
+ * Writes the reserve when it is missing and the disk has room for it and more
+ * (its blocks allocated: zeros, not a hole; fsynced, so a power loss does not
+ * leave an empty file that passes for it). A short write is a full disk.
+ */
 export function ensureReserve(dataDir: string): void {
   const path = checkpointReservePath(dataDir);
   if (existsSync(path)) return;
+  const { bavail, bsize } = statfsSync(dataDir);
+  if (bavail * bsize < reserveRoomBytes + reserveBytes) return;
   const temporary = `${path}.tmp`;
   const fd = openSync(temporary, "w", 0o600);
   try {
-    writeSync(fd, Buffer.alloc(reserveBytes));
+    if (writeSync(fd, Buffer.alloc(reserveBytes)) < reserveBytes) throw Object.assign(new Error(`ENOSPC: short write of ${temporary}`), { code: "ENOSPC" });
+    fsyncSync(fd);
   } catch (error) {
     closeSync(fd);
     rmSync(temporary, { force: true });

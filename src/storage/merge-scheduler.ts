@@ -10,8 +10,8 @@ import type { AbandonedSegments } from "./abandoned-segments.js";
 import type { PublishedCheckpoint } from "./checkpoint.js";
 import { fsyncDirectoryInPool, removeDirectoryInPool } from "./files.js";
 import { dayDirectory, segmentDirectory } from "./paths.js";
-import type { SegmentCache } from "./segment-cache.js";
-import type { LoadSegmentResult } from "./segment-layout.js";
+import { DamagedSegmentError, type SegmentCache } from "./segment-cache.js";
+import { segmentDamageMarker, type LoadSegmentResult } from "./segment-layout.js";
 import { dayLabel, SealedSegment } from "./segments.js";
 import type { DayPartition, Workspaces, WorkspaceStore } from "./workspace-store.js";
 import { log } from "../log.js";
@@ -149,7 +149,7 @@ export class MergeScheduler {
     let victimRows = 0;
     for (const victim of victims) victimRows += victim.layout.rowCount;
     // Rows a deletion removes are first taken off what start-up must find (a merge keeps them all).
-    const endReduction = victimRows > rowCount ? await this.checkpoint.expectFewerRows(workspace.id, victimRows - rowCount) : undefined;
+    const endReduction = victimRows > rowCount ? await this.checkpoint.expectFewerRows(workspace.id, victimRows - rowCount, rowCount === 0) : undefined;
     try {
       await this.put(workspace, partition, dayStartMs, victims, rowCount, dropUserIds, endReduction);
     } catch (error) {
@@ -196,6 +196,10 @@ export class MergeScheduler {
         } catch {
           // Retried before the next merge pass and the next checkpoint, which wait for it.
         }
+        // A victim's files failed their checks (the worker marks it): said as a query's read of it would say it.
+        const message = (error as Error).message;
+        const damaged = message.startsWith(segmentDamageMarker) ? victims.find((victim) => message.includes(victim.directory)) : undefined;
+        if (damaged !== undefined) throw new DamagedSegmentError(damaged.key, message.slice(segmentDamageMarker.length).replaceAll(damaged.directory, damaged.key));
         throw error;
       }
       assert.equal(result.layout.rowCount, rowCount, "merged segment lost rows");

@@ -35,7 +35,7 @@ import { dirname, join, relative } from "node:path";
 import { encodeCheckpointFile, readCheckpointFile, type CheckpointFile } from "./checkpoint-file.js";
 import { isFileSystemError, StoreCorruptionError } from "./corruption.js";
 import { durableDamage, scanDictionaryBlocks } from "./dictionary.js";
-import { fsyncDirectory, publishFileAtomically } from "./files.js";
+import { fsyncDirectory, isRegularFile, publishFileAtomically } from "./files.js";
 import { checkpointPath, dictionaryPath, isWorkspaceId, segmentNamePattern, walFilePath, workspaceDirectory, workspacesDirectory, type DictionaryName } from "./paths.js";
 import { SegmentCorruptError, type SegmentLayout } from "./segment-layout.js";
 import { loadSegment, PropertyDirectory, readSegmentLayout, verifySegment } from "./segment-reader.js";
@@ -195,7 +195,8 @@ export function repairStore(dataDir: string, log: (entry: object) => void): Repa
     const sequences = listWalSequences(dataDir);
     const newest = sequences[sequences.length - 1];
     const walSequence = newest === undefined ? 0 : sequences.includes(newest - 1) ? newest - 1 : newest;
-    const copy = quarantine.copy(checkpointPath(dataDir));
+    // Something else in its place (a FIFO would block a copy for ever) is moved aside instead.
+    const copy = isRegularFile(checkpointPath(dataDir)) ? quarantine.copy(checkpointPath(dataDir)) : quarantine.move(checkpointPath(dataDir));
     checkpoint = { walSequence, dictionaryBytes: new Map(), sealedRows: undefined };
     checkpointChanged = true;
     act({ action: "checkpoint-rebuilt", file: checkpointPath(dataDir), damage: error.detail, copy, walSequence });
@@ -233,6 +234,10 @@ export function repairStore(dataDir: string, log: (entry: object) => void): Repa
     const durable = checkpoint.dictionaryBytes.get(workspaceId) ?? [0, 0, 0];
     for (const [index, name] of dictionaryNames.entries()) {
       const path = dictionaryPath(dataDir, workspaceId, name);
+      if (existsSync(path) && !isRegularFile(path)) {
+        // A FIFO or device would block the read below for ever: moved aside, it is a missing dictionary.
+        act({ action: "entry-moved-aside", entry: path, movedTo: quarantine.move(path), reason: "not a regular file" });
+      }
       if (!existsSync(path)) {
         if (durable[index] === 0) continue;
         act({ action: "dictionary-missing", file: path, note: "every segment of the workspace that uses it is moved aside below" });

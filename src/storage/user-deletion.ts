@@ -29,13 +29,13 @@ export interface UserDeletion {
 /** An operating error: the rows could not be sealed (a failing disk); nothing was deleted, a retry may succeed. */
 export class UserDeletionError extends Error {}
 
-/** Damage met while rewriting (found by the rewrite, not by the read before it): `deletedEvents` were deleted before it. */
+/** A rewrite that failed on damage, or after others were done: `deletedEvents` were deleted before it. */
 export class UserDeletionInterrupted extends Error {
   constructor(
-    readonly damage: DamagedSegmentError,
+    readonly failure: Error,
     readonly deletedEvents: number,
   ) {
-    super(damage.message);
+    super(failure.message);
     this.name = "UserDeletionInterrupted";
   }
 }
@@ -74,7 +74,9 @@ export async function deleteUserEvents(units: DeletionUnits, workspaceId: string
       try {
         await units.merges.replace(workspace, partition, dayStartMs, [segment], segment.layout.rowCount - rows, [userId]);
       } catch (error) {
-        if (error instanceof DamagedSegmentError) throw new UserDeletionInterrupted(error, deletion.deletedEvents);
+        // Damage the read did not see (a file queries never load, damage since the segment was loaded), or any failure
+        // once a segment was rewritten: the request is half done, and says how far.
+        if (error instanceof DamagedSegmentError || deletion.deletedEvents > 0) throw new UserDeletionInterrupted(error as Error, deletion.deletedEvents);
         throw error;
       }
       deletion.deletedEvents += rows;

@@ -11,7 +11,7 @@ import { runQueryTask } from "../query/query-worker.js";
 import { ingestTaskResult } from "./ingest-task.js";
 import { setSealedViewBytesMax } from "../query/segment-views.js";
 import { loadSegment } from "../storage/segment-reader.js";
-import { segmentDamageMarker } from "../storage/segment-layout.js";
+import { SegmentCorruptError, segmentDamageMarker } from "../storage/segment-layout.js";
 import { sealSegment } from "../storage/segment-writer.js";
 import { mergeSegments } from "../storage/segment-merge.js";
 import { unpackPropertyEntries } from "../storage/property-transfer.js";
@@ -85,7 +85,13 @@ export default function run(task: Task): TaskResult {
     case "seal":
       return runSeal(task);
     case "merge":
-      return mergeSegments(task);
+      try {
+        return mergeSegments(task);
+      } catch (error) {
+        // A victim's files that fail their checks: marked as a load's are, so the deletion that asked says damage, not a bare error.
+        if (error instanceof SegmentCorruptError) throw new Error(`${segmentDamageMarker}${error.message}`);
+        throw error;
+      }
     case "load-segment":
       try {
         return loadSegment(task.directory);

@@ -22,6 +22,17 @@ function trendOf(server: ServerHandle, dateFrom: string, dateTo: string) {
   return sendJson(`${server.queryUrl}/api/v1/query/trend`, { event: "view", dateFrom, dateTo }, { token: server.token });
 }
 
+/** Flips a bit of the second day's time column on disk (one segment a day); the segment's name. */
+function flipSecondDay(dataDir: string, workspaceId: string): string {
+  const dayPath = join(dataDir, "ws", workspaceId, isoDay(firstDayMs + dayMs));
+  const [segment] = readdirSync(dayPath);
+  const file = join(dayPath, segment, "time.u32");
+  const bytes = readFileSync(file);
+  bytes[0] ^= 0x10;
+  writeFileSync(file, bytes);
+  return segment;
+}
+
 async function damagedReads(server: ServerHandle): Promise<number> {
   const text = (await send(`${server.queryUrl}/metrics`, { method: "GET" })).text;
   return Number(/^eventide_damaged_segment_reads_total (\d+)/m.exec(text)?.[1]);
@@ -68,17 +79,31 @@ describe("a sealed segment damaged while the server runs", () => {
     await ingestAll(server, [0, 1].map((day) => ({ event: "view", distinctId: "u1", timestamp: isoTime(firstDayMs + day * dayMs) })));
     expect(await server.stop()).toBe(0);
     server = await start(dataDir, server);
-    const dayPath = join(dataDir, "ws", server.workspaceId, isoDay(firstDayMs + dayMs));
-    const [segment] = readdirSync(dayPath);
-    const file = join(dayPath, segment, "time.u32");
-    const bytes = readFileSync(file);
-    bytes[0] ^= 0x10;
-    writeFileSync(file, bytes);
+    flipSecondDay(dataDir, server.workspaceId);
 
     const deletion = await sendJson(`${server.queryUrl}/api/v1/users/delete`, { distinctId: "u1" }, { token: server.token });
     expectError(deletion, 503, "unavailable", "eventide repair");
     expect(deletion.body.error.message).toContain("Nothing was deleted");
     // The first day, read and found whole before the damaged one, still holds the user's event.
+    expect(expectOk(await trendOf(server, isoDay(firstDayMs), isoDay(firstDayMs))).data).toEqual([{ date: isoDay(firstDayMs), count: 1 }]);
+    await server.kill();
+  });
+
+  it("a user deletion whose rewrite meets damage its read did not see answers 503 saying how many events it deleted before it", async () => {
+    const dataDir = newDataDir();
+    let server = await start(dataDir);
+    await ingestAll(server, [0, 1].flatMap((day) => ["u1", "u2"].map((user) => ({ event: "view", distinctId: user, timestamp: isoTime(firstDayMs + day * dayMs) }))));
+    expect(await server.stop()).toBe(0);
+    server = await start(dataDir, server);
+    // Loaded by a query, then damaged on disk: the deletion's read finds it whole in memory, its rewrite reads the file.
+    expect(expectOk(await trendOf(server, isoDay(firstDayMs + dayMs), isoDay(firstDayMs + dayMs))).data).toEqual([{ date: isoDay(firstDayMs + dayMs), count: 2 }]);
+    const segment = flipSecondDay(dataDir, server.workspaceId);
+
+    const deletion = await sendJson(`${server.queryUrl}/api/v1/users/delete`, { distinctId: "u1" }, { token: server.token });
+    expectError(deletion, 503, "unavailable", "eventide repair");
+    expect(deletion.body.error.message).toContain(`${server.workspaceId}/${isoDay(firstDayMs + dayMs)}/${segment}`);
+    expect(deletion.body.error.message).toContain("1 of the user's events were deleted before it");
+    expect(deletion.body.error.message, "a client is not told the server's paths").not.toContain(dataDir);
     expect(expectOk(await trendOf(server, isoDay(firstDayMs), isoDay(firstDayMs))).data).toEqual([{ date: isoDay(firstDayMs), count: 1 }]);
     await server.kill();
   });

@@ -14,6 +14,7 @@ import { join } from "node:path";
 import { describe, expect, it } from "vitest";
 import { dayMs, isoDay, trend } from "../helpers/events.js";
 import { runRepair } from "../helpers/repair.js";
+import { runEventide } from "../helpers/run-eventide.js";
 import type { ServerHandle } from "../helpers/server.js";
 import { sealedTwoDays as sealedDays, storeRestarts } from "../helpers/stopped-store.js";
 
@@ -111,6 +112,25 @@ describe("a day directory changed under a stopped server", () => {
     }
     const restarted = await start(dataDir, server);
     expect(await counts(restarted)).toEqual([3, 2]);
+    expect(await restarted.stop()).toBe(0);
+  }, 60_000);
+
+  it("a FIFO in a dictionary's place: backup refuses it naming it, and repair moves it aside, where both waited for ever", async () => {
+    const { dataDir, server } = await sealedTwoDays();
+    const file = join(dataDir, "ws", server.workspaceId, "_users.dict");
+    rmSync(file);
+    execFileSync("mkfifo", [file]);
+
+    const backup = await runEventide(["backup", `${dataDir}-backup`, "--data-dir", dataDir]);
+    expect(backup.code, backup.stdout + backup.stderr).toBe(1);
+    expect(backup.stdout + backup.stderr).toContain(`${file}: not a regular file`);
+
+    const repair = await runRepair(dataDir);
+    expect(repair.code, repair.stderr).toBe(0);
+    expect(repair.output?.actions).toContainEqual(expect.objectContaining({ action: "entry-moved-aside", entry: file }));
+    // The users' ids are gone with it: every segment that uses them is moved aside, and the rest starts.
+    const restarted = await start(dataDir, server);
+    expect(await counts(restarted)).toEqual([0, 0]);
     expect(await restarted.stop()).toBe(0);
   }, 60_000);
 });

@@ -139,7 +139,7 @@ describe("sealed rows that vanish from a stopped store", () => {
 function smallFileSystem(): string | undefined {
   const mount = mkdtempSync(join(process.env.TMPDIR ?? "/tmp", "eventide-full-disk-"));
   try {
-    execFileSync("mount", ["-t", "tmpfs", "-o", "size=64m", "tmpfs", mount], { stdio: "ignore" });
+    execFileSync("mount", ["-t", "tmpfs", "-o", "size=128m", "tmpfs", mount], { stdio: "ignore" });
     return mount;
   } catch {
     rmSync(mount, { recursive: true, force: true });
