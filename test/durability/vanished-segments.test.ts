@@ -155,8 +155,13 @@ describe("a full disk", () => {
   });
   afterAll(() => {
     if (fullDisk === undefined) return;
-    execFileSync("umount", ["-l", fullDisk]);
-    rmSync(fullDisk, { recursive: true, force: true });
+    try {
+      execFileSync("umount", ["-l", fullDisk]);
+      rmSync(fullDisk, { recursive: true, force: true });
+    } catch (error) {
+      // Left mounted (a machine that let it mount but not unmount): said, not a failure of the suite.
+      console.warn(`could not unmount ${fullDisk}: ${(error as Error).message}`);
+    }
   });
 
   it("retention still drops expired days: the count's write takes the space the reserve held", async (context) => {
