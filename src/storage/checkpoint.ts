@@ -49,6 +49,8 @@ export interface PublishedCheckpoint {
    * `freesSpace` (whole segments, nothing written: expired days) may take the reserve on a full disk.
    */
   expectFewerRows(workspaceId: string, rows: number, freesSpace?: boolean): Promise<() => void>;
+  /** Publishes `_checkpoint.json` with the sealed rows as the catalog holds them now (after a deletion that failed). */
+  publishSealedRows(): Promise<void>;
 }
 
 export class Checkpoints implements PublishedCheckpoint {
@@ -262,28 +264,35 @@ export class Checkpoints implements PublishedCheckpoint {
       else this.reductions.set(workspaceId, left);
     };
     try {
-      // The file as it is (its sequence and dictionary lengths may be newer than this object knows while a checkpoint
-      // publishes), with the rows counted now: lower than what stays on disk whatever a crash interrupts next.
-      await this.serially(async () => {
-        // As before any publish: a failed merge's output must not be adopted with rows this count leaves out.
-        this.abandoned.remove();
-        const file = readCheckpointFile(this.dataDir);
-        if (file.sealedRows === undefined) return;
-        const publish = () => publishFileAtomicallyInPool(checkpointPath(this.dataDir), encodeCheckpointFile({ ...file, sealedRows: this.sealedRows([]) }), this.fsync);
-        try {
-          await publish();
-        } catch (error) {
-          // A full disk: a deletion (expired days) is how space comes back, so the reserve gives way to its count.
-          if (!freesSpace || !isOutOfSpace(error) || !releaseReserve(this.dataDir)) throw error;
-          log.warn(`disk full: released ${checkpointReservePath(this.dataDir)} so that a deletion can record what it removes`);
-          await publish();
-        }
-      });
+      await this.publishSealedRows(freesSpace);
     } catch (error) {
       end();
       throw error;
     }
     return end;
+  }
+
+  /**
+   * Publishes `_checkpoint.json` as it is (its sequence and dictionary lengths may be newer than this object knows
+   * while a checkpoint publishes) with the sealed rows counted now: lower than what stays on disk whatever a crash
+   * interrupts next. `freesSpace`: see expectFewerRows.
+   */
+  publishSealedRows(freesSpace = false): Promise<void> {
+    return this.serially(async () => {
+      // As before any publish: a failed merge's output must not be adopted with rows this count leaves out.
+      this.abandoned.remove();
+      const file = readCheckpointFile(this.dataDir);
+      if (file.sealedRows === undefined) return;
+      const publish = () => publishFileAtomicallyInPool(checkpointPath(this.dataDir), encodeCheckpointFile({ ...file, sealedRows: this.sealedRows([]) }), this.fsync);
+      try {
+        await publish();
+      } catch (error) {
+        // A full disk: a deletion (expired days) is how space comes back, so the reserve gives way to its count.
+        if (!freesSpace || !isOutOfSpace(error) || !releaseReserve(this.dataDir)) throw error;
+        log.warn(`disk full: released ${checkpointReservePath(this.dataDir)} so that a deletion can record what it removes`);
+        await publish();
+      }
+    });
   }
 
   /**
@@ -293,9 +302,7 @@ export class Checkpoints implements PublishedCheckpoint {
   private sealedRows(sealing: ReadonlyArray<{ segment: SealedSegment }>): Map<string, number> {
     const rows = new Map<string, number>();
     for (const workspace of this.workspaces.values()) {
-      let count = -(this.reductions.get(workspace.id) ?? 0);
-      for (const partition of workspace.days.values()) for (const segment of partition.sealed) count += segment.layout.rowCount;
-      rows.set(workspace.id, count);
+      rows.set(workspace.id, workspace.sealedRows() - (this.reductions.get(workspace.id) ?? 0));
     }
     for (const { segment } of sealing) {
       const workspaceId = segment.key.slice(0, segment.key.indexOf("/"));

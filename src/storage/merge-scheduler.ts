@@ -12,7 +12,7 @@ import { fsyncDirectoryInPool, removeDirectoryInPool } from "./files.js";
 import { dayDirectory, segmentDirectory } from "./paths.js";
 import { DamagedSegmentError, type SegmentCache } from "./segment-cache.js";
 import { segmentDamageMarker, type LoadSegmentResult } from "./segment-layout.js";
-import { dayLabel, SealedSegment } from "./segments.js";
+import { dayLabel, rowsOf, SealedSegment } from "./segments.js";
 import type { DayPartition, Workspaces, WorkspaceStore } from "./workspace-store.js";
 import { log } from "../log.js";
 
@@ -95,8 +95,7 @@ export class MergeScheduler {
           this.deferred = true;
           continue;
         }
-        let rows = 0;
-        for (const victim of victims) rows += victim.layout.rowCount;
+        const rows = rowsOf(victims);
         if (rows > limits.mergeRowsMax) continue;
         const victimKeys = victims.map((victim) => victim.key).join(" ");
         if (!force && (this.failedMerges.get(victimKeys) ?? 0) > Date.now()) continue;
@@ -146,8 +145,7 @@ export class MergeScheduler {
    * hold; when it is 0 the victims are only deleted.
    */
   async replace(workspace: WorkspaceStore, partition: DayPartition, dayStartMs: number, victims: SealedSegment[], rowCount: number, dropUserIds: readonly number[] = []): Promise<void> {
-    let victimRows = 0;
-    for (const victim of victims) victimRows += victim.layout.rowCount;
+    const victimRows = rowsOf(victims);
     // Rows a deletion removes are first taken off what start-up must find (a merge keeps them all).
     const endReduction = victimRows > rowCount ? await this.checkpoint.expectFewerRows(workspace.id, victimRows - rowCount, rowCount === 0) : undefined;
     try {
@@ -157,10 +155,7 @@ export class MergeScheduler {
         endReduction();
         // Nothing was removed: the count goes back up, or a segment that vanished later with no more rows than the
         // deletion's would pass unnoticed until the next checkpoint. Best effort: a full disk keeps the lower count.
-        await this.checkpoint.expectFewerRows(workspace.id, 0).then(
-          (end) => end(),
-          (recount: unknown) => log.warn(`restoring the sealed row count after a failed deletion: ${(recount as Error).message}`),
-        );
+        await this.checkpoint.publishSealedRows().catch((recount: unknown) => log.warn(`restoring the sealed row count after a failed deletion: ${(recount as Error).message}`));
       }
       throw error;
     } finally {

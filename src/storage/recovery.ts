@@ -61,7 +61,7 @@ export function recoverStore(dataDir: string, fsync: boolean, applier: Applier):
 
   // Fewer sealed rows than the checkpoint counted: a segment or a whole day directory vanished, and the WAL no longer holds them.
   for (const [workspaceId, counted] of checkpoint.sealedRows ?? []) {
-    const found = sealedRowsOf(workspaces.byId.get(workspaceId));
+    const found = workspaces.byId.get(workspaceId)?.sealedRows() ?? 0;
     if (found >= counted) continue;
     throw new StoreCorruptionError(
       workspaceDirectory(dataDir, workspaceId),
@@ -134,13 +134,6 @@ export function recoverStore(dataDir: string, fsync: boolean, applier: Applier):
  */
 export function damagedPastRotation(state: WalFileState, sequence: number, sequences: readonly number[]): state is Extract<WalFileState, { kind: "torn-tail" }> {
   return state.kind === "torn-tail" && state.wholeRecord && sequences.some((later) => later > sequence);
-}
-
-/** Rows of the workspace's sealed segments (0 when it has none). */
-function sealedRowsOf(workspace: WorkspaceStore | undefined): number {
-  let rows = 0;
-  for (const partition of workspace?.days.values() ?? []) for (const segment of partition.sealed) rows += segment.layout.rowCount;
-  return rows;
 }
 
 /** Adopts one day directory's published segments into the workspace, removing (durably) what no checkpoint owns. */

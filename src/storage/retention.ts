@@ -12,7 +12,7 @@ import type { RetentionPolicy } from "../config/config.js";
 import { errorCode } from "./lock-file.js";
 import type { MergeScheduler } from "./merge-scheduler.js";
 import { dayDirectory } from "./paths.js";
-import { dayLabel, dayMs } from "./segments.js";
+import { dayLabel, dayMs, rowsOf } from "./segments.js";
 import type { Workspaces } from "./workspace-store.js";
 
 export interface RetentionPass {
@@ -32,8 +32,7 @@ export async function dropExpiredDays(dataDir: string, workspaces: Workspaces, m
       const retention = retentionOf(workspace.id);
       for (const [dayStartMs, partition] of [...workspace.days]) {
         if (!dayExpired(dayStartMs, retention, nowMs) || partition.sealed.length === 0) continue;
-        let rows = 0;
-        for (const segment of partition.sealed) rows += segment.layout.rowCount;
+        const rows = rowsOf(partition.sealed);
         await merges.replace(workspace, partition, dayStartMs, partition.sealed.slice(), 0);
         pass.daysDropped++;
         pass.rowsDropped += rows;

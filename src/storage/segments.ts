@@ -96,6 +96,13 @@ export class ActiveSegment {
 /** A snapshot met a segment a merge replaced while it waited for it to load: it looks again. */
 export class RetiredSegmentError extends Error {}
 
+/** Rows of sealed segments, together. */
+export function rowsOf(segments: readonly SealedSegment[]): number {
+  let rows = 0;
+  for (const segment of segments) rows += segment.layout.rowCount;
+  return rows;
+}
+
 export class SealedSegment {
   memory: SharedArrayBuffer | undefined;
   /** Set when a merge replaced this segment: it must not be described again. */

@@ -8,7 +8,7 @@ import { CardinalityReservations } from "./cardinality.js";
 import { Dictionary } from "./dictionary.js";
 import { makeDirectoryDurably } from "./files.js";
 import { dictionaryPath, workspaceDirectory } from "./paths.js";
-import { ActiveSegment, dayLabel, dayMs, type SealedSegment } from "./segments.js";
+import { ActiveSegment, dayLabel, dayMs, rowsOf, type SealedSegment } from "./segments.js";
 import { UuidSet } from "./uuid-set.js";
 
 /** Byte lengths of a workspace's events, users and keys dictionaries. */
@@ -57,6 +57,13 @@ export class WorkspaceStore {
     this.events = Dictionary.load(dictionaryPath(dataDir, id, "events"), fsync, durableBytes[0]);
     this.users = Dictionary.load(dictionaryPath(dataDir, id, "users"), fsync, durableBytes[1], false);
     this.keys = Dictionary.load(dictionaryPath(dataDir, id, "keys"), fsync, durableBytes[2]);
+  }
+
+  /** Rows of its sealed segments, every day. */
+  sealedRows(): number {
+    let rows = 0;
+    for (const partition of this.days.values()) rows += rowsOf(partition.sealed);
+    return rows;
   }
 
   partition(dayStartMs: number): DayPartition {
