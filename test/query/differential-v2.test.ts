@@ -85,8 +85,37 @@ interface SeasonDataset extends GeneratedDataset {
   clockChanges: { zone: string; date: string }[];
 }
 
+/** A property that users keep across events, as a country or a browser is; values of every kind. */
+const userKey = "region";
+const userValues: readonly unknown[] = ["north", "south", "South", 7, 2.5, true, false, { r: 1 }, [1]];
+
+/**
+ * Every user's region, on nearly all of its events: most users are seen with
+ * one value (what breakdowns by such a property answer from sets of users,
+ * not rows), a few with two or none. Drawn from a generator of its own, so
+ * the rest of the data set is the seed's as before.
+ */
+function withUserRegions(events: readonly GeneratedEvent[], seed: number): GeneratedEvent[] {
+  const random = new Random((seed ^ 0x5eed) >>> 0);
+  const regionOf = new Map<string, unknown>();
+  return events.map((event) => {
+    if (!regionOf.has(event.distinctId)) regionOf.set(event.distinctId, random.pick(userValues));
+    const roll = random.next();
+    if (roll < 0.04) return event;
+    const region = roll < 0.07 ? random.pick(userValues) : regionOf.get(event.distinctId);
+    // A new object: events may share theirs (the edge copies below), and a spread keeps an own "__proto__" key own.
+    return { ...event, properties: { ...event.properties, [userKey]: region } };
+  });
+}
+
 function datasetInDstSeason(random: Random): SeasonDataset {
-  const dataset = generateDataset(random);
+  const generated = generateDataset(random);
+  const dataset: GeneratedDataset = {
+    ...generated,
+    events: withUserRegions(generated.events, generated.seed),
+    propertyKeys: [...generated.propertyKeys, userKey],
+    filterValues: [...generated.filterValues, ...userValues.map((value) => (typeof value === "string" ? value : JSON.stringify(value)))],
+  };
   const shiftMs = random.pick(seasonStarts) + random.integer(0, 10) * dayMs - dataset.firstDayMs;
   const events: GeneratedEvent[] = dataset.events.map((event) => ({ ...event, timestampMs: event.timestampMs + shiftMs }));
   const firstDayMs = dataset.firstDayMs + shiftMs;

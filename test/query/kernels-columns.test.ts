@@ -20,6 +20,7 @@ import { funnelColumns } from "../../src/query/kernels/funnel-columns.js";
 import { retentionColumns } from "../../src/query/kernels/retention-columns.js";
 import { retentionDayParts } from "../../src/query/kernels/retention-day-parts.js";
 import { firstEventsFromPartsCounts } from "../../src/query/kernels/first-events.js";
+import { valueOwnersCounts } from "../../src/query/kernels/value-owners.js";
 import { retentionCohorts } from "../../src/query/kernels/retention-cohorts.js";
 import { trendColumns, trendFromCountsOnly } from "../../src/query/kernels/trend-columns.js";
 import { dayPartsFit, keptPartCount, setDayPartsBudget, trendDayParts } from "../../src/query/kernels/trend-day-parts.js";
@@ -53,32 +54,40 @@ interface Dataset {
   dayCount: number;
 }
 
-/** `userStride` spreads user ids apart (id = n × stride) so that a shard spans many of a kernel's blocks of user ids. */
-function dataset(seed: number, activeShare = 0.3, userStride = 1): Dataset {
+/**
+ * `userStride` spreads user ids apart (id = n × stride) so that a shard spans many of a kernel's blocks of user ids.
+ * `userValueShare`: the share of rows whose breakdown value (keyValue) is their user's own, as a country or a
+ * browser is; the rest draw one at random, so a few users are seen with several values.
+ */
+function dataset(seed: number, activeShare = 0.3, userStride = 1, userValueShare = 0): Dataset {
   const random = seededRandom(seed);
   const firstDay = pick(random, firstDays);
   const firstDayMs = Date.parse(`${firstDay}T00:00:00Z`);
   const dayCount = 3 + integer(random, 8);
   const userCount = 20 + integer(random, 60);
+  const userValues = userValueShare === 0 ? [] : Array.from({ length: userCount }, () => integer(random, valueTexts.length));
+  const rowValue = userValueShare === 0 ? () => integer(random, valueTexts.length) : (user: number) => (random() < userValueShare ? userValues[user] : integer(random, valueTexts.length));
   const segments: SegmentView[] = [];
   for (let day = -1; day <= dayCount; day++) {
     const pieces = 1 + integer(random, 3);
     for (let piece = 0; piece < pieces; piece++) {
       const rowCount = integer(random, 120);
+      const eventIds = Uint32Array.from({ length: rowCount }, () => integer(random, 3));
+      const users = Uint32Array.from({ length: rowCount }, () => integer(random, userCount));
       const input: SegmentInput = {
         dayStartMs: firstDayMs + day * dayMs,
-        eventIds: Uint32Array.from({ length: rowCount }, () => integer(random, 3)),
-        userIds: Uint32Array.from({ length: rowCount }, () => integer(random, userCount) * userStride),
+        eventIds,
+        userIds: users.map((user) => user * userStride),
         // Whole hours and minutes often, so rows sit on local boundaries and share instants.
         timeOffsetMs: Uint32Array.from({ length: rowCount }, () => (random() < 0.5 ? integer(random, 96) * 900_000 : integer(random, dayMs))),
         properties: [
-          { keyId: keyValue, valueIds: Uint32Array.from({ length: rowCount }, () => integer(random, valueTexts.length)), texts: valueTexts },
+          { keyId: keyValue, valueIds: users.map(rowValue), texts: valueTexts },
           { keyId: keyNumber, valueIds: Uint32Array.from({ length: rowCount }, () => integer(random, numberTexts.length)), texts: numberTexts },
           { keyId: keyFilter, valueIds: Uint32Array.from({ length: rowCount }, () => integer(random, 3)), texts: ["", "x", "y"] },
         ],
       };
       // Kept parts are found by segment key: data drawn otherwise (another share of active segments, another id stride) needs keys of its own.
-      const key = `s${seed}/${activeShare}/${userStride}/${day}/${piece}`;
+      const key = `s${seed}/${activeShare}/${userStride}/${userValueShare}/${day}/${piece}`;
       segments.push(random() < activeShare ? activeSegment(key, input, pick(random, [8, 16, 32] as const), random) : sealedSegment(key, input, { bitmaps: true, eventRowStartPadding: integer(random, 2), valueIdWidth: pick(random, [8, 16, 32] as const) }));
     }
   }
@@ -547,6 +556,35 @@ describe("a §7 retention's cohorts from the kept parts' sets answer as the gath
         if (fast === undefined) continue;
         expect(fast, context).toEqual(rows);
         expect(retentionDayParts(data.segments, gather, plan, lo, hi), `${context}, asked again`).toEqual(rows);
+      }
+    }
+  });
+});
+
+describe("a §7 retention's breakdown from the values' owners answers as the gathered rows do", () => {
+  const answeredBefore = valueOwnersCounts.answered;
+  afterAll(() => expect(valueOwnersCounts.answered - answeredBefore).toBeGreaterThan(300));
+
+  // Each user's rows carry its own value but now and then; a seed's datasets of several shares share their
+  // owners' sets (one workspace), so each query's sets also hold another dataset's segments: a superset.
+  it.each(seeds.map((seed) => seed + 9_800))("seed %i", (seed) => {
+    const random = seededRandom(seed * 29);
+    for (const userValueShare of [1, 0.97, 0.85]) {
+      const data = dataset(seed, seed % 4 === 0 ? 0.05 : 0, 1, userValueShare);
+      for (let query = 0; query < 5; query++) {
+        const { zone, dateFrom, dateTo } = randomRange(random, data);
+        const startsMs = zonedRetentionBoundaries(dateFrom, dateTo, pick(random, [1, 1, 2, 3]), zoneClock(zone)).startsMs;
+        const cohortEvent = integer(random, 3);
+        const gather = retentionGather(startsMs, { eventId: cohortEvent, filters: randomFilters(random) }, { eventId: random() < 0.5 ? cohortEvent : integer(random, 3), filters: [] }, randomBreakdown(random));
+        const dayStartsMs = random() < 0.6 ? zonedDayStarts(dateFrom, dateTo, zoneClock(zone), 3_660) : undefined;
+        const plan = { startsMs, breakdownLimit: pick(random, [1, 2, 3, 25]), dayStartsMs };
+        for (const [lo, hi] of pairs(random() < 0.3 ? [0, data.userCount] : shardBounds(random, data.userCount))) {
+          const context = `seed ${seed} share ${userValueShare} query ${query}: ${zone} ${dateFrom}…${dateTo}, limit ${plan.breakdownLimit}, users [${lo}, ${hi})`;
+          const rows = retentionCohorts(gatherEventRows(data.segments, gather, lo, hi), plan);
+          const fast = retentionDayParts(data.segments, gather, plan, lo, hi);
+          if (fast === undefined) continue;
+          expect(fast, context).toEqual(rows);
+        }
       }
     }
   });

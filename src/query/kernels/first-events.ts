@@ -115,18 +115,48 @@ export function firstEventsFromParts(segments: readonly SegmentView[], reference
   return { valueTexts, periods, values };
 }
 
+/** Per period, cohort users whose value was read from rows (ascending), and their values. */
+export interface ResolvedValues {
+  users: Uint32Array;
+  values: Int32Array;
+}
+
+/** The cohort users whose breakdown value cohortSetsFromParts reads from rows, and how. */
+export interface ValuesToResolve {
+  users: Bitmap;
+  breakdown: PropertyRead;
+  globalId: (text: string) => number;
+  valueTexts: readonly string[];
+}
+
 /**
- * Without a breakdown, only a user's cohort period matters: per period, the
- * users whose first event of `reference` lies in it, as sets (the caller's to
- * dispose): the union of the period's parts' kept sets less the users of
- * earlier periods. No row is read and no user visited one by one. Undefined
- * where firstEventsFromParts is.
+ * Per period, the users whose first event of `reference` lies in it, as sets
+ * (the caller's to dispose): the union of the period's parts' kept sets less
+ * the users of earlier periods. No row is read and no user visited one by
+ * one, but for the cohort users of `resolve`: their first row's breakdown
+ * value (firstEventsFromParts's rule) is read from the period's parts.
+ * Undefined where firstEventsFromParts is.
  */
-export function cohortSetsFromParts(segments: readonly SegmentView[], reference: ReferencePlan, cut: PartCut, periodCount: number, userLo: number, userHi: number): Array<Bitmap | undefined> | undefined {
+export function cohortSetsFromParts(
+  segments: readonly SegmentView[],
+  reference: ReferencePlan,
+  cut: PartCut,
+  periodCount: number,
+  userLo: number,
+  userHi: number,
+  resolve?: ValuesToResolve,
+): { cohorts: Array<Bitmap | undefined>; resolved: Array<ResolvedValues | undefined> } | undefined {
   const parts = keptUnits(segments, reference, cut);
   if (parts === undefined) return undefined;
-  const { units, filterOf } = parts;
+  const { eventId, units, filterOf } = parts;
   const cohorts = new Array<Bitmap | undefined>(periodCount).fill(undefined);
+  const resolved = new Array<ResolvedValues | undefined>(periodCount).fill(undefined);
+  const readers = new Map<SegmentView, PropertyReader>();
+  const readerOf = (segment: SegmentView) => {
+    let reader = readers.get(segment);
+    if (reader === undefined) readers.set(segment, (reader = propertyReader(segment, resolve!.breakdown, resolve!.globalId)));
+    return reader;
+  };
   const seen = new RoaringBitmap32();
   try {
     for (let first = 0; first < units.length; ) {
@@ -134,7 +164,9 @@ export function cohortSetsFromParts(segments: readonly SegmentView[], reference:
       const period = units[first].bucket;
       let end = first + 1;
       while (end < units.length && units[end].bucket === period) end++;
-      cohorts[period] = newUsersOf(units, first, end, filterOf, seen, userLo, userHi);
+      const fresh = newUsersOf(units, first, end, filterOf, seen, userLo, userHi);
+      cohorts[period] = fresh;
+      if (resolve !== undefined && fresh !== undefined) resolved[period] = resolveValues(units, first, end, filterOf, readerOf, RoaringBitmap32.and(fresh, resolve.users), eventId, userLo, userHi, resolve.valueTexts);
       first = end;
     }
   } catch (error) {
@@ -144,7 +176,69 @@ export function cohortSetsFromParts(segments: readonly SegmentView[], reference:
     seen.dispose();
   }
   firstEventsFromPartsCounts.answered++;
-  return cohorts;
+  return { cohorts, resolved };
+}
+
+/**
+ * The breakdown values of `picked` (disposed here), users whose first event
+ * lies in units [first, end): the period's parts, in time order. Each user's
+ * rows are read in its first part alone (parts of one span, in several
+ * segments, together), as firstEventsFromParts does.
+ */
+function resolveValues(
+  units: readonly SealedUnit[],
+  first: number,
+  end: number,
+  filterOf: (segment: SegmentView) => SegmentReference | null,
+  readerOf: (segment: SegmentView) => PropertyReader,
+  picked: Bitmap,
+  eventId: number,
+  userLo: number,
+  userHi: number,
+  valueTexts: readonly string[],
+): ResolvedValues | undefined {
+  const found: ResolvedValues[] = [];
+  try {
+    for (let spanFirst = first; spanFirst < end && !picked.isEmpty; ) {
+      let spanEnd = spanFirst + 1;
+      const startMs = units[spanFirst].segment.dayStartMs + units[spanFirst].lowMs;
+      while (spanEnd < end && units[spanEnd].segment.dayStartMs + units[spanEnd].lowMs === startMs) spanEnd++;
+      const sets: Bitmap[] = [];
+      const owned: Bitmap[] = [];
+      try {
+        for (let at = spanFirst; at < spanEnd; at++) unitSets(units[at], filterOf(units[at].segment), sets, owned);
+        if (sets.length > 0) {
+          const hit = RoaringBitmap32.and(picked, sets.length === 1 ? sets[0] : track(RoaringBitmap32.orMany(sets), owned));
+          owned.push(hit);
+          if (!hit.isEmpty) {
+            picked.andNotInPlace(hit);
+            const users = hit.toUint32Array();
+            const timesMs = new Float64Array(users.length).fill(Infinity);
+            const values = new Int32Array(users.length);
+            for (let at = spanFirst; at < spanEnd; at++) firstRows(units[at], eventId, filterOf(units[at].segment), readerOf(units[at].segment), users, userLo, userHi, timesMs, values, valueTexts);
+            assert(timesMs.every((timeMs) => timeMs !== Infinity), "a part's set and its rows hold the same users");
+            found.push({ users, values });
+          }
+        }
+      } finally {
+        for (const bitmap of owned) bitmap.dispose();
+      }
+      spanFirst = spanEnd;
+    }
+    assert(picked.isEmpty, "every user of a period's set has a first part in it");
+  } finally {
+    picked.dispose();
+  }
+  if (found.length <= 1) return found[0];
+  const count = found.reduce((sum, one) => sum + one.users.length, 0);
+  const joined: ResolvedValues = { users: new Uint32Array(count), values: new Int32Array(count) };
+  let at = 0;
+  for (const one of found) {
+    joined.users.set(one.users, at);
+    joined.values.set(one.values, at);
+    at += one.users.length;
+  }
+  return joined;
 }
 
 /**

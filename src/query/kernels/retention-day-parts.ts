@@ -24,7 +24,8 @@ import { compareValues, type GatherPlan } from "./event-rows.js";
 import type { RetentionCohortsAnswer, RetentionCohortsPlan } from "./retention-cohorts.js";
 import { rankSeries } from "./series.js";
 import { cohortsAnswer, weekStartsOf } from "./retention-columns.js";
-import { cohortSetsFromParts, firstEventsFromParts, type FirstEvents, type PartCut } from "./first-events.js";
+import { cohortSetsFromParts, firstEventsFromParts, type FirstEvents, type PartCut, type ResolvedValues } from "./first-events.js";
+import { valueOwners, valueOwnersCounts, type ValueOwners } from "./value-owners.js";
 import { ScratchFloat64, ScratchInt32, ScratchUint32 } from "./scratch.js";
 import { keptPartsFit, sealedBucketUsers } from "./trend-day-parts.js";
 import type { SegmentView } from "../segment-view.js";
@@ -53,7 +54,12 @@ export function retentionDayParts(segments: readonly SegmentView[], gather: Gath
     const periodCount = plan.startsMs.length - 1;
     if (gather.breakdown.kind === "none") {
       const sets = cohortSetsFromParts(segments, gather.references[0], cut, periodCount, userLo, userHi);
-      if (sets !== undefined) return weeksOfSets(sets, returning, periodCount);
+      if (sets !== undefined) return weeksOfSets(sets.cohorts, returning, periodCount);
+    } else {
+      const owners = valueOwners(segments, gather.references[0].eventId, gather.breakdown);
+      const resolve = owners === undefined ? undefined : { users: owners.multi, breakdown: gather.breakdown, globalId: owners.intern, valueTexts: owners.texts };
+      const sets = resolve === undefined ? undefined : cohortSetsFromParts(segments, gather.references[0], cut, periodCount, userLo, userHi, resolve);
+      if (sets !== undefined) return weeksOfOwnedValues(sets.cohorts, sets.resolved, owners!, returning, plan.breakdownLimit!);
     }
     const cohorts = firstEventsFromParts(segments, gather.references[0], gather.breakdown, cut, userLo, userHi) ?? cohortsFromRows(segments, gather, plan, userLo, userHi);
     if (cohorts === undefined) return undefined;
@@ -129,6 +135,91 @@ function weeksOfSets(cohorts: Array<Bitmap | undefined>, returning: ReadonlyArra
     for (const cohort of cohorts) cohort?.dispose();
   }
   return cohortsAnswer(weeks, weekStarts, undefined, [""]);
+}
+
+/**
+ * With a breakdown, from per-period cohort sets (disposed here) and the
+ * values' owners (value-owners.ts): a cohort's users of one value are its
+ * users seen with that value alone, and those whose value was read from rows.
+ * Each (period, group) of them is then counted against each later period.
+ */
+function weeksOfOwnedValues(
+  cohorts: Array<Bitmap | undefined>,
+  resolved: ReadonlyArray<ResolvedValues | undefined>,
+  owners: ValueOwners,
+  returning: ReadonlyArray<{ users: Bitmap }>,
+  breakdownLimit: number,
+): RetentionCohortsAnswer {
+  const periodCount = cohorts.length;
+  const valueTexts = owners.texts;
+  const valueCount = valueTexts.length;
+  const created: Bitmap[] = [];
+  try {
+    // cells[period × valueCount + value]: the period's cohort users of that value.
+    const cells = new Array<Bitmap | undefined>(periodCount * valueCount).fill(undefined);
+    const weights = new Float64Array(valueCount);
+    for (let period = 0; period < periodCount; period++) {
+      const cohort = cohorts[period];
+      if (cohort === undefined || cohort.isEmpty) continue;
+      let placed = 0;
+      for (let value = 0; value < valueCount; value++) {
+        const owned = owners.single[value];
+        if (owned === undefined) continue;
+        const cell = RoaringBitmap32.and(cohort, owned);
+        created.push(cell);
+        if (cell.isEmpty) continue;
+        cells[period * valueCount + value] = cell;
+        weights[value] += cell.size;
+        placed += cell.size;
+      }
+      const read = resolved[period];
+      if (read !== undefined) {
+        // Grouped by value (a counting sort keeps each value's users ascending), then added a value at a time.
+        const starts = new Int32Array(valueCount + 1);
+        for (let index = 0; index < read.values.length; index++) starts[read.values[index] + 1]++;
+        for (let value = 0; value < valueCount; value++) starts[value + 1] += starts[value];
+        const next = starts.slice(0, valueCount);
+        const byValue = new Uint32Array(read.users.length);
+        for (let index = 0; index < read.users.length; index++) byValue[next[read.values[index]]++] = read.users[index];
+        for (let value = 0; value < valueCount; value++) {
+          if (starts[value + 1] === starts[value]) continue;
+          const at = period * valueCount + value;
+          let cell = cells[at];
+          if (cell === undefined) created.push((cells[at] = cell = new RoaringBitmap32()));
+          cell.addMany(byValue.subarray(starts[value], starts[value + 1]));
+          weights[value] += starts[value + 1] - starts[value];
+        }
+        placed += read.users.length;
+      }
+      assert(placed === cohort.size, "every cohort user has one value");
+    }
+    const present = new Uint8Array(valueCount);
+    for (let value = 0; value < valueCount; value++) present[value] = weights[value] > 0 ? 1 : 0;
+    const ranked = rankSeries(weights, present, valueTexts, breakdownLimit);
+    const membersOf = new Array<number[]>(ranked.groupCount).fill([]).map(() => [] as number[]);
+    for (let value = 0; value < valueCount; value++) if (present[value] === 1) membersOf[ranked.groupOfValue[value]].push(value);
+
+    const weekStarts = weekStartsOf(periodCount);
+    const groupCells = weekStarts[periodCount];
+    const weeks = new Float64Array(ranked.groupCount * groupCells);
+    for (let period = 0; period < periodCount; period++) {
+      for (let group = 1; group < ranked.groupCount; group++) {
+        const parts = membersOf[group].map((value) => cells[period * valueCount + value]).filter((cell): cell is Bitmap => cell !== undefined);
+        if (parts.length === 0) continue;
+        const users = parts.length === 1 ? parts[0] : RoaringBitmap32.orMany(parts);
+        if (parts.length > 1) created.push(users);
+        const at = group * groupCells + weekStarts[period];
+        weeks[at] = users.size;
+        for (let later = period + 1; later < periodCount; later++) weeks[at + later - period] = users.andCardinality(returning[later].users);
+      }
+    }
+    for (let group = 1; group < ranked.groupCount; group++) for (let at = 0; at < groupCells; at++) weeks[at] += weeks[group * groupCells + at];
+    valueOwnersCounts.answered++;
+    return cohortsAnswer(weeks, weekStarts, ranked, valueTexts);
+  } finally {
+    for (const bitmap of created) bitmap.dispose();
+    for (const cohort of cohorts) cohort?.dispose();
+  }
 }
 
 /** Where days are cut into parts: at every local midnight when the plan lists them and their parts fit the kept parts' budget, each part in its period. */
