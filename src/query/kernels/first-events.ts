@@ -133,9 +133,11 @@ export interface ValuesToResolve {
  * Per period, the users whose first event of `reference` lies in it, as sets
  * (the caller's to dispose): the union of the period's parts' kept sets less
  * the users of earlier periods. No row is read and no user visited one by
- * one, but for the cohort users of `resolve`: their first row's breakdown
+ * one, but for the cohort users of `resolveOf()`: their first row's breakdown
  * value (firstEventsFromParts's rule) is read from the period's parts.
- * Undefined where firstEventsFromParts is.
+ * resolveOf is asked once the kept sets are known to answer (what it returns
+ * may cost rows to build); undefined from it, or where firstEventsFromParts
+ * is undefined, answers undefined.
  */
 export function cohortSetsFromParts(
   segments: readonly SegmentView[],
@@ -144,10 +146,12 @@ export function cohortSetsFromParts(
   periodCount: number,
   userLo: number,
   userHi: number,
-  resolve?: ValuesToResolve,
+  resolveOf?: () => ValuesToResolve | undefined,
 ): { cohorts: Array<Bitmap | undefined>; resolved: Array<ResolvedValues | undefined> } | undefined {
   const parts = keptUnits(segments, reference, cut);
   if (parts === undefined) return undefined;
+  const resolve = resolveOf?.();
+  if (resolveOf !== undefined && resolve === undefined) return undefined;
   const { eventId, units, filterOf } = parts;
   const cohorts = new Array<Bitmap | undefined>(periodCount).fill(undefined);
   const resolved = new Array<ResolvedValues | undefined>(periodCount).fill(undefined);

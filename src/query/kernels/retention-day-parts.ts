@@ -20,7 +20,7 @@ import { strict as assert } from "node:assert";
 import roaring from "roaring";
 import { boundaryIndex } from "../buckets.js";
 import { planColumnScan, runColumnScan } from "./column-scan.js";
-import { compareValues, type GatherPlan } from "./event-rows.js";
+import { compareValues, valueInterner, type GatherPlan } from "./event-rows.js";
 import type { RetentionCohortsAnswer, RetentionCohortsPlan } from "./retention-cohorts.js";
 import { rankSeries } from "./series.js";
 import { cohortsAnswer, weekStartsOf } from "./retention-columns.js";
@@ -56,10 +56,17 @@ export function retentionDayParts(segments: readonly SegmentView[], gather: Gath
       const sets = cohortSetsFromParts(segments, gather.references[0], cut, periodCount, userLo, userHi);
       if (sets !== undefined) return weeksOfSets(sets.cohorts, returning, periodCount);
     } else {
-      const owners = valueOwners(segments, gather.references[0].eventId, gather.breakdown);
-      const resolve = owners === undefined ? undefined : { users: owners.multi, breakdown: gather.breakdown, globalId: owners.intern, valueTexts: owners.texts };
-      const sets = resolve === undefined ? undefined : cohortSetsFromParts(segments, gather.references[0], cut, periodCount, userLo, userHi, resolve);
-      if (sets !== undefined) return weeksOfOwnedValues(sets.cohorts, sets.resolved, owners!, returning, plan.breakdownLimit!);
+      // The owners' sets are asked for (and built, the first time) only where the kept parts answer.
+      let owners: ValueOwners | undefined;
+      // Values read from rows are interned into a copy: a segment's column holds every event's texts, which the owners' sets need not know.
+      let valueTexts: string[] = [];
+      const sets = cohortSetsFromParts(segments, gather.references[0], cut, periodCount, userLo, userHi, () => {
+        owners = valueOwners(segments, gather.references[0].eventId, gather.breakdown);
+        if (owners === undefined) return undefined;
+        valueTexts = owners.texts.slice();
+        return { users: owners.multi, breakdown: gather.breakdown, globalId: valueInterner(valueTexts), valueTexts };
+      });
+      if (sets !== undefined) return weeksOfOwnedValues(sets.cohorts, sets.resolved, owners!.single, valueTexts, returning, plan.breakdownLimit!);
     }
     const cohorts = firstEventsFromParts(segments, gather.references[0], gather.breakdown, cut, userLo, userHi) ?? cohortsFromRows(segments, gather, plan, userLo, userHi);
     if (cohorts === undefined) return undefined;
@@ -139,72 +146,85 @@ function weeksOfSets(cohorts: Array<Bitmap | undefined>, returning: ReadonlyArra
 
 /**
  * With a breakdown, from per-period cohort sets (disposed here) and the
- * values' owners (value-owners.ts): a cohort's users of one value are its
- * users seen with that value alone, and those whose value was read from rows.
- * Each (period, group) of them is then counted against each later period.
+ * values' owners (value-owners.ts, `single`: per value id, the users seen
+ * with that value alone): a cohort's users of one value are its users in
+ * that set, and those whose value was read from rows (`resolved`, ids into
+ * valueTexts). Each (period, group) of them is then counted against each
+ * later period.
  */
 function weeksOfOwnedValues(
   cohorts: Array<Bitmap | undefined>,
   resolved: ReadonlyArray<ResolvedValues | undefined>,
-  owners: ValueOwners,
+  single: ReadonlyArray<Bitmap | undefined>,
+  valueTexts: readonly string[],
   returning: ReadonlyArray<{ users: Bitmap }>,
   breakdownLimit: number,
 ): RetentionCohortsAnswer {
   const periodCount = cohorts.length;
-  const valueTexts = owners.texts;
-  const valueCount = valueTexts.length;
+  // The values that may hold cohort users, compactly: valueTexts also holds every text of the columns rows were read from.
+  const slotOfValue = new Int32Array(valueTexts.length).fill(-1);
+  const valueOfSlot: number[] = [];
+  const claim = (value: number) => {
+    if (slotOfValue[value] < 0) {
+      slotOfValue[value] = valueOfSlot.length;
+      valueOfSlot.push(value);
+    }
+  };
+  for (let value = 0; value < single.length; value++) if (single[value] !== undefined) claim(value);
+  for (const read of resolved) if (read !== undefined) for (let index = 0; index < read.values.length; index++) claim(read.values[index]);
+  const slotCount = valueOfSlot.length;
   const created: Bitmap[] = [];
   try {
-    // cells[period × valueCount + value]: the period's cohort users of that value.
-    const cells = new Array<Bitmap | undefined>(periodCount * valueCount).fill(undefined);
-    const weights = new Float64Array(valueCount);
+    // cells[period × slotCount + slot]: the period's cohort users of that slot's value.
+    const cells = new Array<Bitmap | undefined>(periodCount * slotCount).fill(undefined);
+    const weights = new Float64Array(valueTexts.length);
     for (let period = 0; period < periodCount; period++) {
       const cohort = cohorts[period];
       if (cohort === undefined || cohort.isEmpty) continue;
       let placed = 0;
-      for (let value = 0; value < valueCount; value++) {
-        const owned = owners.single[value];
+      for (let slot = 0; slot < slotCount; slot++) {
+        const owned = single[valueOfSlot[slot]];
         if (owned === undefined) continue;
         const cell = RoaringBitmap32.and(cohort, owned);
         created.push(cell);
         if (cell.isEmpty) continue;
-        cells[period * valueCount + value] = cell;
-        weights[value] += cell.size;
+        cells[period * slotCount + slot] = cell;
+        weights[valueOfSlot[slot]] += cell.size;
         placed += cell.size;
       }
       const read = resolved[period];
       if (read !== undefined) {
         // Grouped by value (a counting sort keeps each value's users ascending), then added a value at a time.
-        const starts = new Int32Array(valueCount + 1);
-        for (let index = 0; index < read.values.length; index++) starts[read.values[index] + 1]++;
-        for (let value = 0; value < valueCount; value++) starts[value + 1] += starts[value];
-        const next = starts.slice(0, valueCount);
-        const byValue = new Uint32Array(read.users.length);
-        for (let index = 0; index < read.users.length; index++) byValue[next[read.values[index]]++] = read.users[index];
-        for (let value = 0; value < valueCount; value++) {
-          if (starts[value + 1] === starts[value]) continue;
-          const at = period * valueCount + value;
+        const starts = new Int32Array(slotCount + 1);
+        for (let index = 0; index < read.values.length; index++) starts[slotOfValue[read.values[index]] + 1]++;
+        for (let slot = 0; slot < slotCount; slot++) starts[slot + 1] += starts[slot];
+        const next = starts.slice(0, slotCount);
+        const bySlot = new Uint32Array(read.users.length);
+        for (let index = 0; index < read.users.length; index++) bySlot[next[slotOfValue[read.values[index]]]++] = read.users[index];
+        for (let slot = 0; slot < slotCount; slot++) {
+          if (starts[slot + 1] === starts[slot]) continue;
+          const at = period * slotCount + slot;
           let cell = cells[at];
           if (cell === undefined) created.push((cells[at] = cell = new RoaringBitmap32()));
-          cell.addMany(byValue.subarray(starts[value], starts[value + 1]));
-          weights[value] += starts[value + 1] - starts[value];
+          cell.addMany(bySlot.subarray(starts[slot], starts[slot + 1]));
+          weights[valueOfSlot[slot]] += starts[slot + 1] - starts[slot];
         }
         placed += read.users.length;
       }
       assert(placed === cohort.size, "every cohort user has one value");
     }
-    const present = new Uint8Array(valueCount);
-    for (let value = 0; value < valueCount; value++) present[value] = weights[value] > 0 ? 1 : 0;
+    const present = new Uint8Array(valueTexts.length);
+    for (const value of valueOfSlot) present[value] = weights[value] > 0 ? 1 : 0;
     const ranked = rankSeries(weights, present, valueTexts, breakdownLimit);
-    const membersOf = new Array<number[]>(ranked.groupCount).fill([]).map(() => [] as number[]);
-    for (let value = 0; value < valueCount; value++) if (present[value] === 1) membersOf[ranked.groupOfValue[value]].push(value);
+    const slotsOf = Array.from({ length: ranked.groupCount }, () => [] as number[]);
+    for (let slot = 0; slot < slotCount; slot++) if (present[valueOfSlot[slot]] === 1) slotsOf[ranked.groupOfValue[valueOfSlot[slot]]].push(slot);
 
     const weekStarts = weekStartsOf(periodCount);
     const groupCells = weekStarts[periodCount];
     const weeks = new Float64Array(ranked.groupCount * groupCells);
     for (let period = 0; period < periodCount; period++) {
       for (let group = 1; group < ranked.groupCount; group++) {
-        const parts = membersOf[group].map((value) => cells[period * valueCount + value]).filter((cell): cell is Bitmap => cell !== undefined);
+        const parts = slotsOf[group].map((slot) => cells[period * slotCount + slot]).filter((cell): cell is Bitmap => cell !== undefined);
         if (parts.length === 0) continue;
         const users = parts.length === 1 ? parts[0] : RoaringBitmap32.orMany(parts);
         if (parts.length > 1) created.push(users);

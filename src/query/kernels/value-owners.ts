@@ -19,7 +19,7 @@ import type { SegmentView } from "../segment-view.js";
 const { RoaringBitmap32 } = roaring;
 type Bitmap = InstanceType<typeof RoaringBitmap32>;
 
-/** A property of more texts than this in one segment is not kept here (a set per value would outgrow its rows). */
+/** A property whose values on the event's rows are more than this is not kept here (a set per value would outgrow its rows). */
 const ownerValuesMax = 256;
 /**
  * Members of every value's set this thread keeps, at most: two bytes each in
@@ -96,11 +96,7 @@ export function valueOwners(segments: readonly SegmentView[], eventId: number | 
     const added = addSegment(entry, segment, eventId, read.keyId);
     keptMembers += entry.members - before;
     if (!added) {
-      // Kept, empty, so that the next query does not read the rows again to learn the same.
-      keptMembers -= entry.members;
-      entry.members = 0;
-      entry.users.length = 0;
-      entry.declined = true;
+      decline(entry);
       return undefined;
     }
     entry.segments.add(segment.key);
@@ -113,6 +109,20 @@ export function valueOwners(segments: readonly SegmentView[], eventId: number | 
   if (entry.stale) settle(entry);
   // Most users of two values or more: the rows would be read for most cohort users anyway.
   return 2 * entry.multi.size > entry.distinctUsers ? undefined : entry;
+}
+
+/** Kept, its sets released, so that the next query does not read the rows again to learn the same. */
+function decline(entry: Entry): void {
+  keptMembers -= entry.members;
+  for (const users of entry.users) users?.dispose();
+  for (const users of entry.single) users?.dispose();
+  entry.multi.dispose();
+  entry.users = [];
+  entry.single = [];
+  entry.multi = new RoaringBitmap32();
+  entry.segments.clear();
+  entry.members = 0;
+  entry.declined = true;
 }
 
 /** Not disposed: the collector frees the sets (a query holds an entry no longer than its task). */
@@ -147,16 +157,16 @@ function holdsRows(segment: SegmentView, eventId: number): boolean {
 
 /**
  * Adds the users of the event's rows in a sealed segment to the sets of
- * their values; false when the property holds too many texts or the sets
+ * their values; false when the event's rows hold too many values or the sets
  * would grow past their bound. The rows are sorted by user, so a value's
- * users come ascending, a repeat right after its last one.
+ * users come ascending, a repeat right after its last one. Only the values
+ * on the event's rows are interned: the column holds every event's.
  */
 function addSegment(entry: Entry, segment: SegmentView, eventId: number, keyId: number | undefined): boolean {
   const start = segment.eventRowStart![eventId];
   const end = segment.eventRowStart![eventId + 1];
   const column = keyId === undefined ? undefined : segment.property(keyId);
   const texts = column?.texts ?? [""];
-  if (texts.length > ownerValuesMax + 1) return false;
   const valueIds = column?.valueIds;
   const { userIds } = segment;
   const valueCount = texts.length;
@@ -180,7 +190,8 @@ function addSegment(entry: Entry, segment: SegmentView, eventId: number, keyId: 
   for (let value = 0; value < valueCount; value++) {
     if (counts[value + 1] === counts[value]) continue;
     const id = value === 0 ? 0 : entry.intern(texts[value]);
-    if (entry.texts.length > ownerValuesMax + 1) return false;
+    // texts[0] stands for "not set".
+    if (entry.texts.length - 1 > ownerValuesMax) return false;
     let set = entry.users[id];
     if (set === undefined) entry.users[id] = set = new RoaringBitmap32();
     const before = set.size;
@@ -206,6 +217,9 @@ function settle(entry: Entry): void {
   } finally {
     seen.dispose();
   }
+  // No query holds the sets settled before: a task runs to its end before the next one asks.
+  entry.multi.dispose();
+  for (const users of entry.single) users?.dispose();
   entry.multi = multi;
   entry.single = entry.users.map((users) => (users === undefined ? undefined : RoaringBitmap32.andNot(users, multi)));
   entry.stale = false;
