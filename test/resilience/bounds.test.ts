@@ -114,34 +114,48 @@ describe("ingest while queries hold every worker", () => {
   it("is answered while a long query still runs: the main thread reads a plain batch itself, a gzipped one waits", async () => {
     const server = await start({ workers: 1, env: { EVENTIDE_QUERY_FILTERS_MAX: "5000" } });
     await ingestDistinctUrls(server);
-    const finished: string[] = [];
-    const query = trend(server, { filters: costlyFilters }).then((answer) => {
-      finished.push("query");
-      return answer;
-    });
-    // Past the 100 ms after which a query is taken to hold its worker.
-    await sleep(300);
-    // A gzipped body is not read there (inflating is the client's choice of cost): it waits for the worker.
-    const gzipped = send(`${server.ingestUrl}/ingest/batch`, {
-      method: "POST",
-      headers: { "content-type": "application/json", "content-encoding": "gzip" },
-      body: gzipSync(JSON.stringify({ apiKey: server.apiKey, events: [{ event: "late", distinctId: "v", timestamp: `${day}T13:00:00Z` }] })),
-    }).then((answer) => {
-      finished.push("gzipped");
-      return answer;
-    });
-    await sleep(100);
-    const batch = ingestBatch(server, server.apiKey, [{ event: "late", distinctId: "u", timestamp: `${day}T13:00:00Z` }]).then((answer) => {
-      finished.push("batch");
-      return answer;
-    });
-    expectOk(await batch);
-    expectOk(await query);
-    expectOk(await gzipped);
+    // On a loaded machine (the whole suite at once) the query may not reach its worker within the 300 ms waited below,
+    // and nothing holds the worker yet: the scenario is run again, up to three times, and the last one must hold.
+    let attempts = 0;
+    let finished: string[] = [];
+    while (attempts < 3) {
+      attempts++;
+      finished = await batchesBesideLongQuery(server);
+      if (finished.join() === "batch,query,gzipped") break;
+    }
     expect(finished, "the plain batch waited for the query, or the gzipped one did not").toEqual(["batch", "query", "gzipped"]);
-    expect(expectOk(await trend(server, { event: "late" })).data).toEqual([{ date: day, count: 2 }]);
+    expect(expectOk(await trend(server, { event: "late" })).data).toEqual([{ date: day, count: 2 * attempts }]);
   });
 });
+
+/** A costly query, a gzipped batch 300 ms later and a plain one 100 ms after that: the order in which the three are answered. */
+async function batchesBesideLongQuery(server: ServerHandle): Promise<string[]> {
+  const finished: string[] = [];
+  const query = trend(server, { filters: costlyFilters }).then((answer) => {
+    finished.push("query");
+    return answer;
+  });
+  // Past the 100 ms after which a query is taken to hold its worker.
+  await sleep(300);
+  // A gzipped body is not read there (inflating is the client's choice of cost): it waits for the worker.
+  const gzipped = send(`${server.ingestUrl}/ingest/batch`, {
+    method: "POST",
+    headers: { "content-type": "application/json", "content-encoding": "gzip" },
+    body: gzipSync(JSON.stringify({ apiKey: server.apiKey, events: [{ event: "late", distinctId: "v", timestamp: `${day}T13:00:00Z` }] })),
+  }).then((answer) => {
+    finished.push("gzipped");
+    return answer;
+  });
+  await sleep(100);
+  const batch = ingestBatch(server, server.apiKey, [{ event: "late", distinctId: "u", timestamp: `${day}T13:00:00Z` }]).then((answer) => {
+    finished.push("batch");
+    return answer;
+  });
+  expectOk(await batch);
+  expectOk(await query);
+  expectOk(await gzipped);
+  return finished;
+}
 
 describe("query limits", () => {
   let server: ServerHandle;
