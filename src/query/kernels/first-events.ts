@@ -115,7 +115,7 @@ export function firstEventsFromParts(segments: readonly SegmentView[], reference
   return { valueTexts, periods, values };
 }
 
-/** Per period, cohort users whose value was read from rows (ascending), and their values. */
+/** Per period, cohort users whose value was read from rows (ascending within each part read), and their values. */
 export interface ResolvedValues {
   users: Uint32Array;
   values: Int32Array;

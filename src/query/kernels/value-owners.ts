@@ -30,8 +30,7 @@ const ownerMembersMax = 4 * 1024 * 1024;
 
 export interface ValueOwners {
   /** Value ids: 0 not set, else texts[id]. Only grows. */
-  readonly texts: string[];
-  readonly intern: (text: string) => number;
+  readonly texts: readonly string[];
   /** Per value id, the users seen with that value only; undefined where none. */
   readonly single: ReadonlyArray<Bitmap | undefined>;
   /** The users seen with two values or more. */
@@ -39,6 +38,8 @@ export interface ValueOwners {
 }
 
 interface Entry extends ValueOwners {
+  texts: string[];
+  intern: (text: string) => number;
   /** Per value id, every user seen with it. */
   users: Array<Bitmap | undefined>;
   single: Array<Bitmap | undefined>;
