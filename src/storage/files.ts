@@ -168,10 +168,10 @@ export function assertRegularFile(path: string): void {
 
 const notRegularFile = "not a regular file (a FIFO, a device or a directory in its place)";
 
-/** The whole of a store file; StoreCorruptionError when something other than a regular file is in its place. */
-export function readRegularFile(path: string): Buffer {
+/** The whole of a store file; `refused(path)` (StoreCorruptionError) when something other than a regular file is in its place. */
+export function readRegularFile(path: string, refused: (path: string) => Error = (at) => new StoreCorruptionError(at, undefined, notRegularFile)): Buffer {
   const fd = openRegularFile(path);
-  if (fd === undefined) throw new StoreCorruptionError(path, undefined, notRegularFile);
+  if (fd === undefined) throw refused(path);
   try {
     return readFileSync(fd);
   } finally {

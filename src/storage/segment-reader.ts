@@ -7,7 +7,7 @@
  * pool; start-up and repair verify every file, uuids included.
  */
 import { strict as assert } from "node:assert";
-import { closeSync, existsSync, readFileSync, readSync } from "node:fs";
+import { closeSync, existsSync, readSync } from "node:fs";
 import { join } from "node:path";
 import { crc32 } from "node:zlib";
 import {
@@ -27,7 +27,7 @@ import {
   type ValueIdArray,
 } from "./segment-layout.js";
 import { injectFault } from "./fault-injection.js";
-import { openRegularFile } from "./files.js";
+import { openRegularFile, readRegularFile } from "./files.js";
 import { NewerFormatError } from "./format-versions.js";
 import { sharedBuffer } from "./shared-memory.js";
 import { storedValueCountsFit } from "./value-counts-index.js";
@@ -91,23 +91,21 @@ export function denseValueIds(property: StoredProperty, rowCount: number): Value
   return dense;
 }
 
-/** Opens a segment's file for reading; SegmentCorruptError when it is not a regular file (files.ts, openRegularFile). */
+/** A segment's file that is not a regular file (files.ts, openRegularFile). */
+function notRegularSegmentFile(path: string): SegmentCorruptError {
+  return new SegmentCorruptError(`${path}: not a regular file`);
+}
+
+/** Opens a segment's file for reading; SegmentCorruptError when it is not a regular file. */
 function openSegmentFile(path: string): number {
   const fd = openRegularFile(path);
-  if (fd === undefined) throw new SegmentCorruptError(`${path}: not a regular file`);
+  if (fd === undefined) throw notRegularSegmentFile(path);
   return fd;
 }
 
 export function readSegmentLayout(directory: string): SegmentLayout {
   const path = join(directory, segmentFiles.meta);
-  const fd = openSegmentFile(path);
-  let text: string;
-  try {
-    text = readFileSync(fd, "utf8");
-  } finally {
-    closeSync(fd);
-  }
-  const layout = decodeLayout(text, path);
+  const layout = decodeLayout(readRegularFile(path, notRegularSegmentFile).toString("utf8"), path);
   if (typeof layout?.format === "number" && layout.format > segmentFormatVersion) throw new NewerFormatError(path, "segment", layout.format, segmentFormatVersion);
   if (typeof layout?.format !== "number" || layout.format < segmentFormatOldestRead) throw new SegmentCorruptError(`${directory}: unknown segment format ${layout?.format}`);
   return layout;

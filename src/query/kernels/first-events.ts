@@ -78,9 +78,7 @@ export function firstEventsFromParts(segments: readonly SegmentView[], reference
   try {
     for (let first = 0; first < units.length; ) {
       // A day's parts of the same span in several segments are one part: a user first seen there may be in any of them.
-      let end = first + 1;
-      const startMs = units[first].segment.dayStartMs + units[first].lowMs;
-      while (end < units.length && units[end].segment.dayStartMs + units[end].lowMs === startMs) end++;
+      const end = spanEnd(units, first, units.length);
       const fresh = newUsersOf(units, first, end, filterOf, seen, userLo, userHi);
       if (fresh !== undefined) {
         const members = fresh.toUint32Array(memberScratch.get(fresh.size));
@@ -204,30 +202,24 @@ function resolveValues(
   const found: ResolvedValues[] = [];
   try {
     for (let spanFirst = first; spanFirst < end && !picked.isEmpty; ) {
-      let spanEnd = spanFirst + 1;
-      const startMs = units[spanFirst].segment.dayStartMs + units[spanFirst].lowMs;
-      while (spanEnd < end && units[spanEnd].segment.dayStartMs + units[spanEnd].lowMs === startMs) spanEnd++;
-      const sets: Bitmap[] = [];
+      const spanLast = spanEnd(units, spanFirst, end);
       const owned: Bitmap[] = [];
       try {
-        for (let at = spanFirst; at < spanEnd; at++) unitSets(units[at], filterOf(units[at].segment), sets, owned);
-        if (sets.length > 0) {
-          const hit = RoaringBitmap32.and(picked, sets.length === 1 ? sets[0] : track(RoaringBitmap32.orMany(sets), owned));
-          owned.push(hit);
-          if (!hit.isEmpty) {
-            picked.andNotInPlace(hit);
-            const users = hit.toUint32Array();
-            const timesMs = new Float64Array(users.length).fill(Infinity);
-            const values = new Int32Array(users.length);
-            for (let at = spanFirst; at < spanEnd; at++) firstRows(units[at], eventId, filterOf(units[at].segment), readerOf(units[at].segment), users, userLo, userHi, timesMs, values, valueTexts);
-            assert(timesMs.every((timeMs) => timeMs !== Infinity), "a part's set and its rows hold the same users");
-            found.push({ users, values });
-          }
+        const spanUsers = unitsUsers(units, spanFirst, spanLast, filterOf, owned);
+        const hit = spanUsers === undefined ? undefined : track(RoaringBitmap32.and(picked, spanUsers), owned);
+        if (hit !== undefined && !hit.isEmpty) {
+          picked.andNotInPlace(hit);
+          const users = hit.toUint32Array();
+          const timesMs = new Float64Array(users.length).fill(Infinity);
+          const values = new Int32Array(users.length);
+          for (let at = spanFirst; at < spanLast; at++) firstRows(units[at], eventId, filterOf(units[at].segment), readerOf(units[at].segment), users, userLo, userHi, timesMs, values, valueTexts);
+          assert(timesMs.every((timeMs) => timeMs !== Infinity), "a part's set and its rows hold the same users");
+          found.push({ users, values });
         }
       } finally {
         for (const bitmap of owned) bitmap.dispose();
       }
-      spanFirst = spanEnd;
+      spanFirst = spanLast;
     }
     assert(picked.isEmpty, "every user of a period's set has a first part in it");
   } finally {
@@ -259,12 +251,11 @@ function newUsersOf(
   userLo: number,
   userHi: number,
 ): Bitmap | undefined {
-  const sets: Bitmap[] = [];
   const owned: Bitmap[] = [];
   try {
-    for (let at = first; at < end; at++) unitSets(units[at], filterOf(units[at].segment), sets, owned);
-    if (sets.length === 0) return undefined;
-    const fresh = RoaringBitmap32.andNot(sets.length === 1 ? sets[0] : track(RoaringBitmap32.orMany(sets), owned), seen);
+    const users = unitsUsers(units, first, end, filterOf, owned);
+    if (users === undefined) return undefined;
+    const fresh = RoaringBitmap32.andNot(users, seen);
     fresh.removeRange(0, userLo);
     fresh.removeRange(userHi, 4294967296);
     seen.orInPlace(fresh);
@@ -272,6 +263,22 @@ function newUsersOf(
   } finally {
     for (const bitmap of owned) bitmap.dispose();
   }
+}
+
+/** The end of the span starting at units[first] (before `end`): the units of the same start, a day's part in several segments. */
+function spanEnd(units: readonly SealedUnit[], first: number, end: number): number {
+  const startMs = units[first].segment.dayStartMs + units[first].lowMs;
+  let last = first + 1;
+  while (last < end && units[last].segment.dayStartMs + units[last].lowMs === startMs) last++;
+  return last;
+}
+
+/** The users of units [first, end) with a row that passes the filter, over all users; undefined when none has such users. A set made here goes into `owned`. */
+function unitsUsers(units: readonly SealedUnit[], first: number, end: number, filterOf: (segment: SegmentView) => SegmentReference | null, owned: Bitmap[]): Bitmap | undefined {
+  const sets: Bitmap[] = [];
+  for (let at = first; at < end; at++) unitSets(units[at], filterOf(units[at].segment), sets, owned);
+  if (sets.length === 0) return undefined;
+  return sets.length === 1 ? sets[0] : track(RoaringBitmap32.orMany(sets), owned);
 }
 
 /** The reference's sealed units over the cut and its filter per segment; undefined where the kept sets cannot answer (see firstEventsFromParts). */
